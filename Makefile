@@ -1,0 +1,104 @@
+# ecgd - build, test, run, bench.
+#   make                 build build/ecgd (CUDA objects too when nvcc exists; CUDA=0 to skip)
+#   make test            unit, end-to-end and (where a GPU exists) GPU tests
+#   make run             start the service on the bundled model
+#   make bench           stage benchmarks on a 20M-sample recording
+# Switches: CUDA=0|1  SANITIZE=address,undefined  DEBUG=1  WERROR=1
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+CC      ?= cc
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+ifeq ($(NVCC),)
+CUDA ?= 0
+else
+CUDA ?= 1
+endif
+
+BUILD   := build
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+CFLAGS  ?= -O3 -march=x86-64-v2 -mtune=native
+CFLAGS  += -std=c11 -D_GNU_SOURCE -pthread $(WARN) -Iengine -Imodels -fno-strict-aliasing
+LDLIBS  := -lmicrohttpd -lcjson -lfftw3f -lfftw3f_threads -ledf -lcurl -lm -lpthread
+ifeq ($(DEBUG),1)
+CFLAGS  := $(filter-out -O3,$(CFLAGS)) -O0 -g3
+endif
+ifneq ($(SANITIZE),)
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -g
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+ifeq ($(WERROR),1)
+CFLAGS  += -Werror
+endif
+
+ENGINE_SRC  := $(wildcard engine/*.c engine/cpu/*.c models/*.c)
+SERVICE_SRC := $(wildcard service/*.c)
+CLI_SRC     := $(wildcard cli/*.c)
+CU_SRC      := $(wildcard gpu/*.cu)
+
+ifeq ($(CUDA),1)
+CFLAGS   += -DECG_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+NVFLAGS  := -O3 -std=c++17 -Iengine -Imodels -Xcompiler -fPIC,-Wall \
+            -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+            -gencode arch=compute_90,code=compute_90
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcufft -lcudnn -lcudart -lstdc++
+CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.o)
+else
+CU_OBJ   :=
+endif
+
+LIB_OBJ  := $(ENGINE_SRC:%.c=$(BUILD)/%.o) $(SERVICE_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+LIB      := $(BUILD)/libecg.a
+
+TEST_SRC := $(wildcard tests/unit/test_*.c tests/gpu/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+all: $(BUILD)/ecgd
+
+$(BUILD)/%.o: %.c $(wildcard engine/*.h engine/cpu/*.h models/*.h service/*.h gpu/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu $(wildcard engine/*.h gpu/*.h models/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/ecgd: $(CLI_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -DECG_TEST_DATA='"tests/data"' -DECG_SHARED_DATA='"../shared/data"' \
+	    $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
+
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+tests: $(TEST_BIN) $(BUILD)/ecgd
+
+# Runs every test binary and end-to-end script; prints one summary line.
+test: tests
+	@tests/run.sh $(BUILD)
+
+run: $(BUILD)/ecgd
+	$(BUILD)/ecgd serve --model models/default.ecgm
+
+bench: $(BENCH_BIN) $(BUILD)/ecgd
+	@bench/run.sh $(BUILD)
+
+fuzz:
+	@$(MAKE) -C tests/fuzz
+
+clean:
+	rm -rf $(BUILD)
+
+.PHONY: all test tests run bench clean fuzz

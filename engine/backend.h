@@ -1,0 +1,74 @@
+/*
+ * backend.h - the table of operations a compute backend provides (internal to the engine).
+ *
+ * The engine (engine/engine.c) orchestrates a request as a fixed sequence of stages and times
+ * each; a backend (engine/cpu/ or gpu/) keeps the request's data in its own memory (host arrays
+ * for the CPU, device buffers for CUDA) inside a per-worker context, so that no stage round-trips
+ * through the host. Only fetch() brings the beat table back.
+ *
+ * Threading: open/close are called once per engine. A context is used by one thread at a time
+ * (the engine's worker pool guarantees it); different contexts run concurrently.
+ *
+ * No CUDA type may appear here: gpu/ hides its state behind void pointers.
+ */
+#ifndef ECG_BACKEND_H
+#define ECG_BACKEND_H
+
+#include "ecg.h"
+#include "plan.h"
+
+/* Intermediate buffers a test can read back or inject, stage by stage. */
+enum ecg_stage_buf {
+    ECG_BUF_INPUT = 0,  /* float[n_in]: the loaded signal, input grid */
+    ECG_BUF_RESAMPLED,  /* float[n_a]: the signal at the analysis rate */
+    ECG_BUF_FILTERED,   /* float[n_a]: the Ricker filter response */
+    ECG_BUF_PEAKS,      /* int64[k]: R peaks, input grid (after detect) */
+    ECG_BUF_EMBED,      /* float[k * beat_len]: normalised, zero-padded beats (after embed) */
+    ECG_BUF_LATENT,     /* float[k * latent_dim] (after encode) */
+    ECG_BUF_SCORE,      /* float[k] (after encode) */
+    ECG_BUF_COUNT
+};
+
+struct ecg_backend_ops {
+    const char *name; /* "cpu" / "cuda" */
+
+    /* Opens the backend once per engine: device context, library handles, model upload.
+     * model may be NULL. Returns ECG_ERR_DEVICE if no usable device. */
+    enum ecg_status (*open)(const struct ecg_engine_config *config, void **state,
+                            struct ecg_error *err);
+    void (*close)(void *state);
+    /* Human description of the device; valid until close. */
+    const char *(*device)(void *state);
+
+    /* Per-worker context: scratch buffers, stream, plans. */
+    enum ecg_status (*ctx_create)(void *state, void **ctx, struct ecg_error *err);
+    void (*ctx_destroy)(void *ctx);
+
+    /* Pipeline stages, in this order. Each works on the data the previous stage left in ctx. */
+    enum ecg_status (*load)(void *ctx, const float *samples, size_t n, struct ecg_error *err);
+    enum ecg_status (*resample)(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
+    enum ecg_status (*filter)(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
+    /* Finds R peaks; sets *n_beats. */
+    enum ecg_status (*detect)(void *ctx, const struct ecg_plan *plan, size_t *n_beats,
+                              struct ecg_error *err);
+    /* Segments into beats, RR intervals, kept flags; normalises and embeds kept beats. */
+    enum ecg_status (*embed)(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
+    /* Runs the VAE encoder and scores kept beats. Only called when the engine has a model. */
+    enum ecg_status (*encode)(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
+    /* Copies the beat table into result, whose arrays the engine has allocated for n_beats
+     * (latent/score/outlier are NULL when there is no model). */
+    enum ecg_status (*fetch)(void *ctx, struct ecg_result *result, struct ecg_error *err);
+
+    /* Test hooks: copy an intermediate buffer out (up to cap elements; *n gets its length) or
+     * replace it (the next stage then starts from the injected data). */
+    enum ecg_status (*read_buf)(void *ctx, enum ecg_stage_buf which, void *host, size_t cap,
+                                size_t *n, struct ecg_error *err);
+    enum ecg_status (*write_buf)(void *ctx, enum ecg_stage_buf which, const void *host, size_t n,
+                                 struct ecg_error *err);
+};
+
+extern const struct ecg_backend_ops ecg_cpu_backend;
+/* NULL in a build without CUDA. Defined by the one file that decides (engine/backends.c). */
+const struct ecg_backend_ops *ecg_cuda_backend_ops(void);
+
+#endif /* ECG_BACKEND_H */

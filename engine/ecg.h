@@ -1,0 +1,316 @@
+/*
+ * ecg.h - the public interface of the ecgd engine.
+ *
+ * This is the only header that the service (service/) and the command line (cli/) include. It
+ * covers: status codes and error reports, input readers (CSV, raw binary, .npy, EDF, JSON, WFDB),
+ * the preprocessing parameters, models, the engine that runs the pipeline on a backend, results
+ * and their JSON rendering, and beat-by-beat evaluation against reference annotations.
+ *
+ * Threading: every function is reentrant. An ecg_engine may be shared by any number of threads;
+ * ecg_engine_analyze() takes a worker context from the engine's pool for the duration of the call
+ * (blocking while all are busy). Signals, results, models and buffers are owned by the caller
+ * that created them and must not be used by two threads at once unless documented otherwise.
+ *
+ * Ownership: every _create/_load/_read returns an object the caller frees with the matching
+ * _destroy/_free function. Every free function accepts NULL. On failure, outputs are left empty
+ * (NULL pointers, zero lengths) and nothing needs to be freed.
+ */
+#ifndef ECG_H
+#define ECG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#define ECG_VERSION "0.1.0"
+
+#define ECG_WUR __attribute__((warn_unused_result))
+
+/* ---------------------------------------------------------------- status and errors */
+
+enum ecg_status {
+    ECG_OK = 0,
+    ECG_ERR_ARG,          /* caller passed an invalid argument (a bug or a bad option) */
+    ECG_ERR_NOMEM,        /* host memory allocation failed */
+    ECG_ERR_IO,           /* a file could not be opened or read */
+    ECG_ERR_FORMAT,       /* input is malformed: message says where and what (HTTP 400) */
+    ECG_ERR_UNSUPPORTED,  /* well-formed input the engine cannot analyse: too short, bad rate (422) */
+    ECG_ERR_TOO_LARGE,    /* input exceeds a configured limit (413) */
+    ECG_ERR_NOT_FOUND,    /* a named model, lead or record does not exist (404 for models) */
+    ECG_ERR_MODEL,        /* a model file is corrupt, truncated, or of an unknown version */
+    ECG_ERR_DEVICE,       /* a CUDA/cuFFT/cuDNN call failed (503) */
+    ECG_ERR_DEVICE_OOM,   /* device memory exhausted for this request (503) */
+    ECG_ERR_BUSY,         /* no worker available within the wait limit (503) */
+    ECG_ERR_INTERNAL,     /* an invariant was broken: a bug (500) */
+    ECG_STATUS_COUNT
+};
+
+/* Short stable name of a status ("format", "device_oom"...). Never NULL. */
+const char *ecg_status_str(enum ecg_status status);
+
+/*
+ * An error report: the status, a short machine-readable code ("bad_csv", "nan_in_input"...) and a
+ * human message that says where and what ("line 17: expected a number, got \"abc\"").
+ */
+#define ECG_ERROR_CODE_LEN 32
+#define ECG_ERROR_MSG_LEN 320
+struct ecg_error {
+    enum ecg_status status;
+    char code[ECG_ERROR_CODE_LEN];
+    char message[ECG_ERROR_MSG_LEN];
+};
+
+/* Fills err (if not NULL) and returns status, so callers can write `return ecg_fail(...)`. */
+enum ecg_status ecg_fail(struct ecg_error *err, enum ecg_status status, const char *code,
+                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* ---------------------------------------------------------------- growable byte buffer */
+
+/* A growable byte buffer used for JSON output. Zero-initialise before first use. */
+struct ecg_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+    bool failed; /* set when an allocation failed; further appends are ignored */
+};
+void ecg_buf_append(struct ecg_buf *buf, const char *bytes, size_t len);
+void ecg_buf_puts(struct ecg_buf *buf, const char *str);
+void ecg_buf_printf(struct ecg_buf *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Ensures room for extra more bytes; returns a pointer to the free tail or NULL on failure. */
+char *ecg_buf_reserve(struct ecg_buf *buf, size_t extra);
+void ecg_buf_fini(struct ecg_buf *buf);
+
+/* ---------------------------------------------------------------- signals and readers */
+
+/* One lead of a recording, as float32 samples in physical units (mV where known). */
+struct ecg_signal {
+    float *samples;   /* owned; n values */
+    size_t n;
+    double fs_hz;     /* sampling rate */
+    char lead[32];    /* lead label if the format has one ("MLII"), else "" */
+};
+void ecg_signal_free(struct ecg_signal *sig); /* frees samples, zeroes the struct; NULL ok */
+
+enum ecg_format {
+    ECG_FORMAT_AUTO = 0, /* guess from file name (readers from files) */
+    ECG_FORMAT_CSV,
+    ECG_FORMAT_F32,      /* raw little-endian float32 */
+    ECG_FORMAT_F64,      /* raw little-endian float64 */
+    ECG_FORMAT_I16,      /* raw little-endian int16 */
+    ECG_FORMAT_NPY,
+    ECG_FORMAT_EDF,      /* EDF, EDF+ and BDF */
+    ECG_FORMAT_JSON,
+    ECG_FORMAT_WFDB,     /* .hea + .dat; files only */
+    ECG_FORMAT_COUNT
+};
+const char *ecg_format_name(enum ecg_format format);        /* "csv", "f32"...; never NULL */
+enum ecg_format ecg_format_from_name(const char *name);       /* AUTO if unknown */
+enum ecg_format ecg_format_from_path(const char *path);       /* by extension; AUTO if unknown */
+
+struct ecg_read_opts {
+    enum ecg_format format;
+    double fs_hz;        /* required for formats that carry no rate (CSV, raw); 0 = not given */
+    const char *lead;    /* column/lead by 0-based index ("1") or by name ("MLII"); NULL = first */
+    size_t max_samples;  /* 0 = no limit; more samples fail with ECG_ERR_TOO_LARGE */
+};
+
+/*
+ * Reads a recording held in memory. WFDB is refused (it needs several files). On success fills
+ * *out (caller frees with ecg_signal_free). On failure returns the status, fills err with where
+ * and what, and leaves *out empty. Never reads past buf[len - 1]. NaN and Inf are refused.
+ */
+enum ecg_status ecg_read_memory(const void *buf, size_t len, const struct ecg_read_opts *opts,
+                                struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
+
+/* Reads a file (for WFDB, PATH is the record path with or without ".hea"). Same contract. */
+enum ecg_status ecg_read_file(const char *path, const struct ecg_read_opts *opts,
+                              struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
+
+/*
+ * Parses a float exactly as strtof() would for the same characters, and faster. Parses the
+ * longest valid prefix of [p, end); returns a pointer past it, or p when there is no number.
+ * Accepts what strtof accepts for decimal input (sign, digits, '.', exponent); hex floats,
+ * "inf" and "nan" are not numbers here (the readers refuse them).
+ */
+const char *ecg_parse_float(const char *p, const char *end, float *out);
+
+/* ---------------------------------------------------------------- annotations (evaluation) */
+
+/* Reference beat annotations of a WFDB record (MIT format .atr), beats only. */
+struct ecg_annotations {
+    int64_t *sample;  /* R-peak sample index, input grid */
+    char *symbol;     /* MIT beat symbol: N L R e j A a J S V E F / f Q */
+    size_t n;
+};
+enum ecg_status ecg_annotations_read(const char *path, struct ecg_annotations *out,
+                                     struct ecg_error *err) ECG_WUR;
+void ecg_annotations_free(struct ecg_annotations *ann);
+
+/* AAMI class of an MIT beat symbol: 'N', 'S', 'V', 'F', 'Q', or 0 for a non-beat symbol. */
+char ecg_aami_class(char symbol);
+
+/* ---------------------------------------------------------------- preprocessing parameters */
+
+/*
+ * Every parameter of the signal pipeline. A model records the parameters it was trained with and
+ * the engine always runs with its model's parameters, so that the two cannot drift apart.
+ * Durations are in seconds so they carry over to any sampling rate.
+ */
+struct ecg_params {
+    double analysis_fs_hz;     /* rate the pipeline runs at (250) */
+    double ricker_points_s;    /* Ricker support in seconds (30 samples at 250 Hz = 0.12 s) */
+    double ricker_sigma_s;     /* Ricker width parameter a, in seconds */
+    double nms_window_s;       /* NMS window (180 samples at 250 Hz = 0.72 s) */
+    double refractory_s;       /* minimum distance between two beats */
+    double pre_r_s;            /* beat onset = R - pre_r */
+    double beat_min_s;         /* shorter beats are flagged and not embedded (100 samples) */
+    double beat_max_s;         /* longer beats likewise (256 samples) */
+    uint32_t beat_len;         /* embedding length in samples at the analysis rate (256) */
+    uint32_t normalisation;    /* enum ecg_norm */
+};
+enum ecg_norm { ECG_NORM_MEDIAN_MAD = 1 };
+struct ecg_params ecg_params_default(void);
+
+/* ---------------------------------------------------------------- models */
+
+struct ecg_model; /* opaque: architecture, weights, parameters, calibration, provenance */
+
+/* Loads and verifies a model file. On failure returns NULL and fills err. */
+struct ecg_model *ecg_model_load(const char *path, struct ecg_error *err) ECG_WUR;
+void ecg_model_free(struct ecg_model *model);
+
+struct ecg_model_info {
+    char name[64];             /* file name without extension */
+    char sha256[65];           /* of the whole file, hex */
+    uint32_t beat_len;
+    uint32_t latent_dim;
+    uint32_t channels[3];      /* encoder widths */
+    struct ecg_params params;
+    double threshold;          /* outlier threshold on the score */
+    double threshold_percentile;
+    /* provenance */
+    char records[256];
+    uint64_t train_beats;
+    uint32_t epochs;
+    double final_loss;
+    uint64_t seed;
+};
+void ecg_model_get_info(const struct ecg_model *model, struct ecg_model_info *info);
+
+/* Writes the model's metadata (info, calibration, provenance) as a JSON object. */
+void ecg_model_write_json(const struct ecg_model *model, struct ecg_buf *out);
+
+/*
+ * Runs the decoder on n latent points (n x latent_dim floats) and writes n x beat_len samples
+ * to out (caller allocates). CPU reference implementation.
+ */
+enum ecg_status ecg_model_decode(const struct ecg_model *model, const float *latent, size_t n,
+                                 float *out, struct ecg_error *err) ECG_WUR;
+
+/* ---------------------------------------------------------------- the engine */
+
+enum ecg_backend_kind { ECG_BACKEND_AUTO = 0, ECG_BACKEND_CPU, ECG_BACKEND_CUDA };
+const char *ecg_backend_kind_name(enum ecg_backend_kind kind);
+/* Parses "auto", "cpu", "cuda"; returns false if unknown. */
+bool ecg_backend_kind_parse(const char *name, enum ecg_backend_kind *out);
+
+struct ecg_engine_config {
+    enum ecg_backend_kind backend;
+    const struct ecg_model *model; /* borrowed; must outlive the engine; NULL = signal only */
+    unsigned workers;              /* worker contexts (CUDA: one stream each); 0 = 1 */
+    int device;                    /* CUDA device ordinal; -1 = every visible device */
+};
+
+struct ecg_engine;
+
+/*
+ * Creates an engine: opens the backend (CUDA context, cuFFT/cuDNN handles, model upload) once.
+ * With ECG_BACKEND_AUTO, picks CUDA when a device is present and falls back to the CPU otherwise;
+ * the choice and the reason are available from ecg_engine_describe(). Returns NULL on failure.
+ */
+struct ecg_engine *ecg_engine_create(const struct ecg_engine_config *config,
+                                     struct ecg_error *err) ECG_WUR;
+void ecg_engine_destroy(struct ecg_engine *engine);
+
+/* "cpu" or "cuda". */
+const char *ecg_engine_backend(const struct ecg_engine *engine);
+/* Human description of the backend's device ("NVIDIA H100 80GB HBM3, CUDA 13.0" / "cpu"). */
+const char *ecg_engine_device(const struct ecg_engine *engine);
+/* Why AUTO picked what it picked ("no CUDA device: falling back to cpu"), or "". */
+const char *ecg_engine_note(const struct ecg_engine *engine);
+const struct ecg_params *ecg_engine_params(const struct ecg_engine *engine);
+const struct ecg_model *ecg_engine_model(const struct ecg_engine *engine);
+
+/* Stage timings in milliseconds. */
+struct ecg_timing {
+    double read_ms, resample_ms, filter_ms, detect_ms, embed_ms, encode_ms, total_ms;
+};
+
+/* The analysis of one recording. Columnar per-beat arrays of length n_beats. */
+struct ecg_result {
+    size_t n_beats;
+    int64_t *r_peak;   /* R-peak sample index, input grid */
+    int64_t *onset;    /* beat onset, input grid (may be < 0 for a first beat: clipped to 0) */
+    int64_t *end;      /* beat end (exclusive), input grid */
+    float *rr_ms;      /* RR interval to the previous beat; NaN for the first */
+    uint8_t *kept;     /* 1 if the beat's length is plausible and it was embedded */
+    /* present when the engine has a model; NULL otherwise */
+    float *latent;     /* n_beats x latent_dim; NaN for beats not kept */
+    float *score;      /* NaN for beats not kept */
+    uint8_t *outlier;  /* 0/1; 0 for beats not kept */
+    uint32_t latent_dim;
+    /* the signal */
+    size_t n_samples;
+    double fs_hz;
+    char lead[32];
+    struct ecg_timing timing;
+};
+void ecg_result_free(struct ecg_result *result);
+
+/*
+ * Analyses one recording: resample, filter, detect, segment, embed and (with a model) encode and
+ * score. Thread-safe. On success *out is a new result; on failure NULL and err says why
+ * (ECG_ERR_UNSUPPORTED for a rate outside 100..2000 Hz or a recording too short to analyse).
+ */
+enum ecg_status ecg_engine_analyze(struct ecg_engine *engine, const struct ecg_signal *signal,
+                                   struct ecg_result **out, struct ecg_error *err) ECG_WUR;
+
+/* Which optional parts of the JSON answer to include (bit mask). */
+enum ecg_include {
+    ECG_INCLUDE_BEATS = 1u << 0,   /* r_peak, onset, end, rr_ms, kept */
+    ECG_INCLUDE_LATENT = 1u << 1,
+    ECG_INCLUDE_SCORE = 1u << 2,   /* score and outlier */
+    ECG_INCLUDE_SUMMARY = 1u << 3,
+    ECG_INCLUDE_TIMING = 1u << 4,
+    ECG_INCLUDE_ALL = 0x1f
+};
+/* Parses a comma list ("latent,score"); returns false and names the bad token in err. */
+bool ecg_include_parse(const char *list, unsigned *mask, struct ecg_error *err);
+
+/*
+ * Renders the result as the JSON document shared by the CLI and the service (schema in
+ * README.md). model may be NULL. The output is deterministic apart from "timing_ms".
+ */
+void ecg_result_write_json(const struct ecg_result *result, const struct ecg_engine *engine,
+                           unsigned include, struct ecg_buf *out);
+
+/* ---------------------------------------------------------------- evaluation */
+
+/*
+ * Beat-by-beat comparison of detected R peaks with reference annotations (ANSI/AAMI EC57 style,
+ * as WFDB's bxb): a detection matches the nearest unmatched reference beat within window_s.
+ */
+struct ecg_match_stats {
+    size_t tp, fn, fp;
+    double abs_err_ms_sum; /* sum of |detected - reference| over matches */
+};
+/* match (optional, length n_ref) receives the index of the detection matched to each reference
+ * beat, or -1. */
+void ecg_match_beats(const int64_t *detected, size_t n_detected, const int64_t *reference,
+                     size_t n_reference, double fs_hz, double window_s,
+                     struct ecg_match_stats *stats, int64_t *match);
+
+/* ROC-AUC of scores for positives vs negatives (ties count one half). NaN if a class is empty. */
+double ecg_roc_auc(const float *pos, size_t n_pos, const float *neg, size_t n_neg);
+
+#endif /* ECG_H */
