@@ -85,14 +85,22 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 
 tests: $(TEST_BIN) $(BUILD)/ecgd
 
+# Installs the Debian packages the build needs (no-op when present).
+deps:
+	@scripts/install-deps.sh
+
 # Runs every test binary and end-to-end script; prints one summary line.
-test: tests
+test: deps
+	@$(MAKE) --no-print-directory tests
 	@tests/run.sh $(BUILD)
 
-run: $(BUILD)/ecgd
-	$(BUILD)/ecgd serve --model models/default.ecgm
+# Starts the service on 0.0.0.0:8080 with the bundled model (CPU where there is no GPU).
+run: deps
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/ecgd serve
 
-bench: $(BENCH_BIN) $(BUILD)/ecgd
+bench: deps
+	@$(MAKE) --no-print-directory $(BENCH_BIN) $(BUILD)/ecgd
 	@bench/run.sh $(BUILD)
 
 fuzz:
@@ -101,4 +109,4 @@ fuzz:
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all test tests run bench clean fuzz
+.PHONY: all deps test tests run bench clean fuzz

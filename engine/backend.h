@@ -6,6 +6,8 @@
  * for the CPU, device buffers for CUDA) inside a per-worker context, so that no stage round-trips
  * through the host. Only fetch() brings the beat table back.
  *
+ * Each stage returns when its work is complete, so that the engine's per-stage timings are real.
+ *
  * Threading: open/close are called once per engine. A context is used by one thread at a time
  * (the engine's worker pool guarantees it); different contexts run concurrently.
  *
@@ -16,6 +18,10 @@
 
 #include "ecg.h"
 #include "plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Intermediate buffers a test can read back or inject, stage by stage. */
 enum ecg_stage_buf {
@@ -46,6 +52,13 @@ struct ecg_backend_ops {
 
     /* Pipeline stages, in this order. Each works on the data the previous stage left in ctx. */
     enum ecg_status (*load)(void *ctx, const float *samples, size_t n, struct ecg_error *err);
+    /* Optional (NULL = the engine reads on the host, then calls load): takes the raw bytes of
+     * a recording in a format the backend parses itself. Returns ECG_ERR_UNSUPPORTED (without
+     * touching err) for a format it does not handle, so the engine falls back to the host
+     * reader; any other failure is final. Sets *n and *fs_hz of the loaded signal. */
+    enum ecg_status (*load_bytes)(void *ctx, const void *buf, size_t len,
+                                  const struct ecg_read_opts *opts, size_t *n, double *fs_hz,
+                                  char lead[32], struct ecg_error *err);
     enum ecg_status (*resample)(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
     enum ecg_status (*filter)(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
     /* Finds R peaks; sets *n_beats. */
@@ -70,5 +83,9 @@ struct ecg_backend_ops {
 extern const struct ecg_backend_ops ecg_cpu_backend;
 /* NULL in a build without CUDA. Defined by the one file that decides (engine/backends.c). */
 const struct ecg_backend_ops *ecg_cuda_backend_ops(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ECG_BACKEND_H */

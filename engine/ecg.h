@@ -22,6 +22,10 @@
 #include <stdint.h>
 #include <stdbool.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define ECG_VERSION "0.1.0"
 
 #define ECG_WUR __attribute__((warn_unused_result))
@@ -136,15 +140,24 @@ const char *ecg_parse_float(const char *p, const char *end, float *out);
 
 /* ---------------------------------------------------------------- annotations (evaluation) */
 
-/* Reference beat annotations of a WFDB record (MIT format .atr), beats only. */
+/*
+ * Reference beat annotations of a WFDB record (MIT format .atr): the beats, and the episodes of
+ * ventricular flutter or fibrillation (between '[' and ']' marks), which ANSI/AAMI EC57 and
+ * WFDB's bxb exclude from beat-by-beat detection statistics.
+ */
 struct ecg_annotations {
     int64_t *sample;  /* R-peak sample index, input grid */
     char *symbol;     /* MIT beat symbol: N L R e j A a J S V E F / f Q */
     size_t n;
+    int64_t *vf_start; /* VF episodes [vf_start[i], vf_end[i]], input grid */
+    int64_t *vf_end;
+    size_t n_vf;
 };
 enum ecg_status ecg_annotations_read(const char *path, struct ecg_annotations *out,
                                      struct ecg_error *err) ECG_WUR;
 void ecg_annotations_free(struct ecg_annotations *ann);
+/* True when sample lies inside one of the record's VF episodes. */
+bool ecg_annotations_in_vf(const struct ecg_annotations *ann, int64_t sample);
 
 /* AAMI class of an MIT beat symbol: 'N', 'S', 'V', 'F', 'Q', or 0 for a non-beat symbol. */
 char ecg_aami_class(char symbol);
@@ -275,6 +288,30 @@ void ecg_result_free(struct ecg_result *result);
 enum ecg_status ecg_engine_analyze(struct ecg_engine *engine, const struct ecg_signal *signal,
                                    struct ecg_result **out, struct ecg_error *err) ECG_WUR;
 
+/*
+ * Reads and analyses a recording given as the bytes of a file or request body, in one call.
+ * Equivalent to ecg_read_memory() + ecg_engine_analyze(), but lets the backend take the bytes
+ * straight into its own memory (the CUDA backend parses CSV and binary formats on the GPU).
+ * The service uses this entry point. Same contract as ecg_engine_analyze(); reader errors are
+ * reported exactly as ecg_read_memory() reports them. result->timing.read_ms covers parsing.
+ */
+enum ecg_status ecg_engine_analyze_bytes(struct ecg_engine *engine, const void *buf, size_t len,
+                                         const struct ecg_read_opts *opts,
+                                         struct ecg_result **out, struct ecg_error *err) ECG_WUR;
+
+/*
+ * Like ecg_engine_analyze(), and also hands back the embedded beats the model sees: *embedding is
+ * a malloc'd n_beats x beat_len array (rows of beats not kept are zero), freed by the caller.
+ * For the trainer and evaluation tools.
+ */
+enum ecg_status ecg_engine_analyze_embed(struct ecg_engine *engine,
+                                         const struct ecg_signal *signal,
+                                         struct ecg_result **out, float **embedding,
+                                         struct ecg_error *err) ECG_WUR;
+
+/* Shortest recording the engine analyses, in seconds (shorter ones get ECG_ERR_UNSUPPORTED). */
+#define ECG_MIN_DURATION_S 2.0
+
 /* Which optional parts of the JSON answer to include (bit mask). */
 enum ecg_include {
     ECG_INCLUDE_BEATS = 1u << 0,   /* r_peak, onset, end, rr_ms, kept */
@@ -312,5 +349,9 @@ void ecg_match_beats(const int64_t *detected, size_t n_detected, const int64_t *
 
 /* ROC-AUC of scores for positives vs negatives (ties count one half). NaN if a class is empty. */
 double ecg_roc_auc(const float *pos, size_t n_pos, const float *neg, size_t n_neg);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ECG_H */

@@ -13,7 +13,7 @@ struct ecg_params ecg_params_default(void)
         .analysis_fs_hz = 250.0,
         .ricker_points_s = 30.0 / 250.0,
         .ricker_sigma_s = 4.0 / 250.0,
-        .nms_window_s = 180.0 / 250.0,
+        .nms_window_s = 0.4,
         .refractory_s = 0.2,
         .pre_r_s = 0.25,
         .beat_min_s = 100.0 / 250.0,

@@ -11,6 +11,10 @@
 
 #include "ecg.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Input rates the engine accepts. */
 #define ECG_FS_MIN_HZ 100.0
 #define ECG_FS_MAX_HZ 2000.0
@@ -21,7 +25,9 @@ struct ecg_plan {
     double fs_a_hz;       /* the analysis rate actually used: fs_in * up / down */
 
     /* Polyphase rational resampler: y[j] = sum_k fir[k] * xup[j*down - k + delay], where xup is
-     * x upsampled by `up` with zeros. up == down == 1 means no resampling (fir unused). */
+     * x upsampled by `up` with zeros. up == down == 1 means no resampling (fir unused).
+     * Outside the recording x holds its first and last values (x[-1] = x[0], x[n] = x[n-1]);
+     * each polyphase branch of fir sums to 1. Design and rules: engine/plan.c. */
     uint32_t up, down;
     float *fir;           /* prototype low-pass, fir_len taps, gain `up` */
     size_t fir_len;
@@ -48,9 +54,15 @@ enum ecg_status ecg_plan_init(struct ecg_plan *plan, const struct ecg_params *pa
                               double fs_in_hz, struct ecg_error *err) ECG_WUR;
 void ecg_plan_fini(struct ecg_plan *plan);
 
-/* Number of analysis-rate samples produced from n input samples. */
+/* Number of analysis-rate samples produced from n input samples:
+ * floor((n_in - 1) * up / down) + 1, and 0 for n_in == 0. */
 size_t ecg_plan_resampled_len(const struct ecg_plan *plan, size_t n_in);
-/* Maps an analysis-grid index to the nearest input-grid index. */
+/* Maps an analysis-grid index to the nearest input-grid index: round(index_a * down / up),
+ * halves rounded up, in exact integer arithmetic. */
 int64_t ecg_plan_to_input(const struct ecg_plan *plan, int64_t index_a);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ECG_PLAN_H */

@@ -12,6 +12,10 @@
 #include "ecg.h"
 #include "plan.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Resamples x (n input samples) to the analysis rate with the plan's polyphase filter.
  * y must hold ecg_plan_resampled_len(plan, n) floats. */
 enum ecg_status cpu_resample(const struct ecg_plan *plan, const float *x, size_t n, float *y,
@@ -21,6 +25,15 @@ enum ecg_status cpu_resample(const struct ecg_plan *plan, const float *x, size_t
  * samples in and out. Uses FFTW for long signals and direct convolution for short ones. */
 enum ecg_status cpu_filter(const struct ecg_plan *plan, const float *y, size_t n, float *f,
                            struct ecg_error *err) ECG_WUR;
+
+/* How cpu_filter_with() convolves: AUTO picks the faster for the kernel and signal length (what
+ * cpu_filter does); DIRECT and FFT force one path (tests and benchmarks). Same result within
+ * float rounding. */
+enum cpu_filter_method { CPU_FILTER_AUTO = 0, CPU_FILTER_DIRECT, CPU_FILTER_FFT };
+/* AUTO convolves directly up to this many taps, by FFT beyond (measured by bench/bench_dsp). */
+#define CPU_FILTER_DIRECT_MAX_TAPS 111
+enum ecg_status cpu_filter_with(const struct ecg_plan *plan, const float *y, size_t n, float *f,
+                                enum cpu_filter_method method, struct ecg_error *err) ECG_WUR;
 
 /*
  * R-peak detection. Inputs: the input signal x (n_in samples, input grid), the resampled signal y
@@ -59,5 +72,9 @@ enum ecg_status cpu_embed(const struct ecg_plan *plan, const float *y, size_t n_
 enum ecg_status cpu_vae_score(const struct ecg_model *model, const float *emb,
                               const uint8_t *kept, const float *rr_ms, size_t k, float *latent,
                               float *score, uint8_t *outlier, struct ecg_error *err) ECG_WUR;
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ECG_CPU_H */

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every benchmark binary in BUILD/bench and the HTTP benchmark if present, printing their
+# tables with the machine, commit and date, for bench/RESULTS.md.
+set -u
+build=${1:-build}
+echo "# ecgd benchmarks: $(date -u +%Y-%m-%d) commit $(git rev-parse --short HEAD 2>/dev/null)"
+echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+for b in "$build"/bench/*; do
+    [ -x "$b" ] || continue
+    echo; echo "## $(basename "$b")"
+    "$b"
+done
+if [ -x bench/bench_http.sh ]; then
+    echo; echo "## bench_http.sh"
+    ECGD="$build/ecgd" bench/bench_http.sh
+fi

@@ -1,0 +1,331 @@
+/*
+ * eval.c - `ecgd eval`: score the detector, and the model's outlier scores, on annotated WFDB
+ * records.
+ *
+ * Detection is scored beat by beat as ANSI/AAMI EC57 and WFDB's bxb do: a detected R peak matches
+ * a reference beat annotation within 150 ms, every beat symbol counts, over whole records, except
+ * that episodes of ventricular flutter or fibrillation (marked '[' ... ']' in the reference) are
+ * left out, as the standard and bxb leave them out.
+ * With a model, the scores of detected beats matched to reference beats give ROC-AUCs for
+ * V vs N-class and abnormal (S, V, F, Q classes) vs N-class beats, and the outlier flag's
+ * sensitivity and false-positive rate.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ecg.h"
+
+#define MATCH_WINDOW_S 0.150
+#define MAX_RECORDS 512
+
+struct score_lists {
+    float *v[5];     /* per AAMI class: N S V F Q */
+    size_t n[5], cap[5];
+    size_t flagged[5];
+};
+
+static int class_index(char aami)
+{
+    const char *classes = "NSVFQ";
+    const char *p = aami ? strchr(classes, aami) : NULL;
+    return p ? (int)(p - classes) : -1;
+}
+
+static bool push_score(struct score_lists *s, int cls, float v)
+{
+    if (s->n[cls] == s->cap[cls]) {
+        size_t cap = s->cap[cls] ? s->cap[cls] * 2 : 1024;
+        float *p = realloc(s->v[cls], cap * sizeof *p);
+        if (!p)
+            return false;
+        s->v[cls] = p;
+        s->cap[cls] = cap;
+    }
+    s->v[cls][s->n[cls]++] = v;
+    return true;
+}
+
+struct record_stats {
+    char name[64];
+    size_t n_ref;
+    struct ecg_match_stats m;
+};
+
+/* Evaluates one record; appends matched beats' scores to scores when the result has them. */
+static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, const char *record,
+                                   const char *lead, struct record_stats *rs,
+                                   struct score_lists *scores, struct ecg_error *err)
+{
+    char path[4096];
+    struct ecg_signal sig = {0};
+    struct ecg_annotations ann = {0};
+    struct ecg_result *res = NULL;
+    int64_t *match = NULL, *ref = NULL, *det = NULL;
+    size_t *ref_index = NULL, *det_index = NULL;
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = lead};
+    enum ecg_status status;
+
+    snprintf(path, sizeof path, "%s/%s", dir, record);
+    snprintf(rs->name, sizeof rs->name, "%s", record);
+    status = ecg_read_file(path, &opts, &sig, err);
+    if (status != ECG_OK)
+        goto out;
+    status = ecg_annotations_read(path, &ann, err);
+    if (status != ECG_OK)
+        goto out;
+    status = ecg_engine_analyze(engine, &sig, &res, err);
+    if (status != ECG_OK)
+        goto out;
+    /* EC57: beats and detections inside VF episodes are left out of the comparison. */
+    size_t n_ref = 0, n_det = 0;
+    match = malloc((ann.n ? ann.n : 1) * sizeof *match);
+    ref = malloc((ann.n ? ann.n : 1) * sizeof *ref);
+    ref_index = malloc((ann.n ? ann.n : 1) * sizeof *ref_index);
+    det = malloc((res->n_beats ? res->n_beats : 1) * sizeof *det);
+    det_index = malloc((res->n_beats ? res->n_beats : 1) * sizeof *det_index);
+    if (!match || !ref || !ref_index || !det || !det_index) {
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "match table");
+        goto out;
+    }
+    for (size_t i = 0; i < ann.n; i++) {
+        if (!ecg_annotations_in_vf(&ann, ann.sample[i])) {
+            ref[n_ref] = ann.sample[i];
+            ref_index[n_ref++] = i;
+        }
+    }
+    for (size_t i = 0; i < res->n_beats; i++) {
+        if (!ecg_annotations_in_vf(&ann, res->r_peak[i])) {
+            det[n_det] = res->r_peak[i];
+            det_index[n_det++] = i;
+        }
+    }
+    rs->n_ref = n_ref;
+    ecg_match_beats(det, n_det, ref, n_ref, sig.fs_hz, MATCH_WINDOW_S, &rs->m, match);
+    if (res->score) {
+        for (size_t j = 0; j < n_ref; j++) {
+            size_t i = ref_index[j];
+            int64_t d = match[j] < 0 ? -1 : (int64_t)det_index[match[j]];
+            int cls = class_index(ecg_aami_class(ann.symbol[i]));
+            if (d < 0 || cls < 0 || !res->kept[d] || !isfinite(res->score[d]))
+                continue;
+            if (!push_score(scores, cls, res->score[d])) {
+                status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "scores");
+                goto out;
+            }
+            scores->flagged[cls] += res->outlier[d];
+        }
+    }
+out:
+    free(match);
+    free(ref);
+    free(det);
+    free(ref_index);
+    free(det_index);
+    ecg_result_free(res);
+    ecg_annotations_free(&ann);
+    ecg_signal_free(&sig);
+    return status;
+}
+
+static double pct(size_t num, size_t den)
+{
+    return den ? 100.0 * (double)num / (double)den : NAN;
+}
+
+/* Reads DIR/RECORDS into names (one per line). Returns the count, or -1. */
+static int read_record_list(const char *dir, char names[][64], int max)
+{
+    char path[4096], line[256];
+    snprintf(path, sizeof path, "%s/RECORDS", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int n = 0;
+    while (n < max && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n \t")] = '\0';
+        if (line[0])
+            snprintf(names[n++], 64, "%.63s", line);
+    }
+    fclose(f);
+    return n;
+}
+
+static void print_anomaly(const struct score_lists *s, bool json)
+{
+    /* abnormal = S + V + F + Q */
+    size_t n_abn = s->n[1] + s->n[2] + s->n[3] + s->n[4];
+    float *abn = malloc((n_abn ? n_abn : 1) * sizeof *abn);
+    if (!abn)
+        return;
+    size_t k = 0, flagged_abn = 0;
+    for (int c = 1; c < 5; c++) {
+        memcpy(abn + k, s->v[c], s->n[c] * sizeof *abn);
+        k += s->n[c];
+        flagged_abn += s->flagged[c];
+    }
+    double auc_v = ecg_roc_auc(s->v[2], s->n[2], s->v[0], s->n[0]);
+    double auc_abn = ecg_roc_auc(abn, n_abn, s->v[0], s->n[0]);
+    double sens = pct(flagged_abn, n_abn), fpr = pct(s->flagged[0], s->n[0]);
+    if (json) {
+        printf(",\"anomaly\":{\"beats\":{\"N\":%zu,\"S\":%zu,\"V\":%zu,\"F\":%zu,\"Q\":%zu},"
+               "\"auc_v_vs_n\":%.4f,\"auc_abnormal_vs_n\":%.4f,"
+               "\"outlier_sensitivity_pct\":%.2f,\"outlier_fpr_pct\":%.2f}",
+               s->n[0], s->n[1], s->n[2], s->n[3], s->n[4], auc_v, auc_abn, sens, fpr);
+    } else {
+        printf("\nanomaly scores (matched beats: N %zu, S %zu, V %zu, F %zu, Q %zu)\n", s->n[0],
+               s->n[1], s->n[2], s->n[3], s->n[4]);
+        printf("  ROC-AUC V vs N          %.4f\n", auc_v);
+        printf("  ROC-AUC abnormal vs N   %.4f\n", auc_abn);
+        printf("  outlier flag: sensitivity %.2f%% (abnormal), false-positive rate %.2f%% (N)\n",
+               sens, fpr);
+    }
+    free(abn);
+}
+
+static void eval_usage(FILE *out)
+{
+    fprintf(out, "usage: ecgd eval [--json] [--lead N|NAME] [--model PATH|none] "
+                 "[--backend auto|cpu|cuda] DIR [RECORD...]\n"
+                 "Without RECORD names, reads DIR/RECORDS. The model defaults to %s when it "
+                 "exists; --model none scores detection only.\n",
+                 cli_default_model_path());
+}
+
+int cli_eval(int argc, char **argv)
+{
+    static char names[MAX_RECORDS][64];
+    bool json = false, model_given = false;
+    const char *dir = NULL, *lead = "0", *model_path = cli_default_model_path();
+    enum ecg_backend_kind backend = ECG_BACKEND_AUTO;
+    int n_names = 0, rc = 1;
+    struct ecg_error err = {0};
+    struct ecg_model *model = NULL;
+    struct ecg_engine *engine = NULL;
+    struct record_stats *stats = NULL;
+    struct score_lists scores = {0};
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            eval_usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--json") == 0) {
+            json = true;
+        } else if ((strcmp(a, "--lead") == 0 || strcmp(a, "--model") == 0 ||
+                    strcmp(a, "--backend") == 0) && !v) {
+            fprintf(stderr, "ecgd eval: %s needs a value\n", a);
+            return 2;
+        } else if (strcmp(a, "--lead") == 0) {
+            lead = argv[++i];
+        } else if (strcmp(a, "--model") == 0) {
+            model_path = strcmp(v, "none") == 0 ? NULL : v;
+            model_given = true;
+            i++;
+        } else if (strcmp(a, "--backend") == 0) {
+            if (!ecg_backend_kind_parse(v, &backend)) {
+                fprintf(stderr, "ecgd eval: unknown backend \"%s\"\n", v);
+                return 2;
+            }
+            i++;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "ecgd eval: unknown option %s\n", a);
+            eval_usage(stderr);
+            return 2;
+        } else if (!dir) {
+            dir = a;
+        } else if (n_names < MAX_RECORDS) {
+            snprintf(names[n_names++], 64, "%s", a);
+        }
+    }
+    if (!dir) {
+        eval_usage(stderr);
+        return 2;
+    }
+    if (n_names == 0) {
+        n_names = read_record_list(dir, names, MAX_RECORDS);
+        if (n_names <= 0) {
+            fprintf(stderr, "ecgd eval: no records given and no %s/RECORDS\n", dir);
+            return 2;
+        }
+    }
+    if (model_path) {
+        FILE *probe = fopen(model_path, "rb");
+        if (probe || model_given) {
+            if (probe)
+                fclose(probe);
+            model = ecg_model_load(model_path, &err);
+            if (!model) {
+                fprintf(stderr, "ecgd eval: model %s: %s\n", model_path, err.message);
+                goto out;
+            }
+        }
+    }
+    struct ecg_engine_config config = {.backend = backend, .model = model, .workers = 1};
+    engine = ecg_engine_create(&config, &err);
+    if (!engine) {
+        fprintf(stderr, "ecgd eval: %s\n", err.message);
+        goto out;
+    }
+    stats = calloc((size_t)n_names, sizeof *stats);
+    if (!stats)
+        goto out;
+    struct record_stats total = {.name = "total"};
+    double err_sum = 0;
+    if (json)
+        printf("{\"backend\":\"%s\",\"window_ms\":%.0f,\"records\":[", ecg_engine_backend(engine),
+               MATCH_WINDOW_S * 1e3);
+    else
+        printf("%-8s %7s %7s %5s %5s %8s %8s %9s\n", "record", "beats", "TP", "FN", "FP", "Se%",
+               "+P%", "|err| ms");
+    for (int r = 0; r < n_names; r++) {
+        struct record_stats *rs = &stats[r];
+        if (eval_record(engine, dir, names[r], lead, rs, &scores, &err) != ECG_OK) {
+            fprintf(stderr, "ecgd eval: %s: %s\n", names[r], err.message);
+            goto out;
+        }
+        double mean_err = rs->m.tp ? rs->m.abs_err_ms_sum / (double)rs->m.tp : NAN;
+        if (json)
+            printf("%s{\"record\":\"%s\",\"beats\":%zu,\"tp\":%zu,\"fn\":%zu,\"fp\":%zu,"
+                   "\"se_pct\":%.3f,\"ppv_pct\":%.3f,\"mean_abs_err_ms\":%.2f}",
+                   r ? "," : "", rs->name, rs->n_ref, rs->m.tp, rs->m.fn, rs->m.fp,
+                   pct(rs->m.tp, rs->m.tp + rs->m.fn), pct(rs->m.tp, rs->m.tp + rs->m.fp),
+                   mean_err);
+        else
+            printf("%-8s %7zu %7zu %5zu %5zu %8.3f %8.3f %9.2f\n", rs->name, rs->n_ref, rs->m.tp,
+                   rs->m.fn, rs->m.fp, pct(rs->m.tp, rs->m.tp + rs->m.fn),
+                   pct(rs->m.tp, rs->m.tp + rs->m.fp), mean_err);
+        fflush(stdout);
+        total.n_ref += rs->n_ref;
+        total.m.tp += rs->m.tp;
+        total.m.fn += rs->m.fn;
+        total.m.fp += rs->m.fp;
+        err_sum += rs->m.abs_err_ms_sum;
+    }
+    double se = pct(total.m.tp, total.m.tp + total.m.fn);
+    double ppv = pct(total.m.tp, total.m.tp + total.m.fp);
+    double mean_err = total.m.tp ? err_sum / (double)total.m.tp : NAN;
+    if (json) {
+        printf("],\"total\":{\"beats\":%zu,\"tp\":%zu,\"fn\":%zu,\"fp\":%zu,\"se_pct\":%.3f,"
+               "\"ppv_pct\":%.3f,\"mean_abs_err_ms\":%.2f}",
+               total.n_ref, total.m.tp, total.m.fn, total.m.fp, se, ppv, mean_err);
+        if (model)
+            print_anomaly(&scores, true);
+        printf("}\n");
+    } else {
+        printf("%-8s %7zu %7zu %5zu %5zu %8.3f %8.3f %9.2f\n", "total", total.n_ref, total.m.tp,
+               total.m.fn, total.m.fp, se, ppv, mean_err);
+        if (model)
+            print_anomaly(&scores, false);
+    }
+    rc = 0;
+out:
+    for (int c = 0; c < 5; c++)
+        free(scores.v[c]);
+    free(stats);
+    ecg_engine_destroy(engine);
+    ecg_model_free(model);
+    return rc;
+}

@@ -1,0 +1,299 @@
+/*
+ * cpu_backend.c - the CPU backend's table of operations: the reference pipeline in plain C.
+ *
+ * A context holds the request's arrays on the host; each stage calls the pure function of
+ * cpu.h on them. Buffers grow to the largest request a context has seen and are reused, so a
+ * steady stream of requests allocates nothing but the beat tables.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu.h"
+
+struct cpu_state {
+    const struct ecg_model *model;
+    uint32_t latent_dim;
+};
+
+struct cpu_ctx {
+    const struct cpu_state *state;
+    float *x;           /* input, n_in */
+    size_t n_in, cap_in;
+    float *y, *f;       /* resampled and filtered, n_a */
+    size_t n_a, cap_a;
+    int64_t *peaks_a, *peaks_in;
+    size_t k;
+    int64_t *onset, *end;
+    float *rr_ms;
+    uint8_t *kept;
+    float *emb;         /* k x beat_len */
+    uint32_t beat_len;
+    float *latent, *score;
+    uint8_t *outlier;
+    bool encoded;
+};
+
+static enum ecg_status cpu_open(const struct ecg_engine_config *config, void **state,
+                                struct ecg_error *err)
+{
+    struct cpu_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cpu backend");
+    s->model = config->model;
+    if (s->model) {
+        struct ecg_model_info info;
+        ecg_model_get_info(s->model, &info);
+        s->latent_dim = info.latent_dim;
+    }
+    *state = s;
+    return ECG_OK;
+}
+
+static void cpu_close(void *state)
+{
+    free(state);
+}
+
+static const char *cpu_device(void *state)
+{
+    return "cpu";
+}
+
+static void free_beats(struct cpu_ctx *c)
+{
+    free(c->peaks_a);
+    free(c->peaks_in);
+    free(c->onset);
+    free(c->end);
+    free(c->rr_ms);
+    free(c->kept);
+    free(c->emb);
+    free(c->latent);
+    free(c->score);
+    free(c->outlier);
+    c->peaks_a = c->peaks_in = c->onset = c->end = NULL;
+    c->rr_ms = c->emb = c->latent = c->score = NULL;
+    c->kept = c->outlier = NULL;
+    c->k = 0;
+    c->encoded = false;
+}
+
+static enum ecg_status cpu_ctx_create(void *state, void **ctx, struct ecg_error *err)
+{
+    struct cpu_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cpu context");
+    c->state = state;
+    *ctx = c;
+    return ECG_OK;
+}
+
+static void cpu_ctx_destroy(void *ctx)
+{
+    struct cpu_ctx *c = ctx;
+    if (!c)
+        return;
+    free_beats(c);
+    free(c->x);
+    free(c->y);
+    free(c->f);
+    free(c);
+}
+
+static enum ecg_status grow(float **buf, size_t *cap, size_t n, struct ecg_error *err)
+{
+    if (n <= *cap)
+        return ECG_OK;
+    float *p = realloc(*buf, n * sizeof *p);
+    if (!p)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "%zu samples", n);
+    *buf = p;
+    *cap = n;
+    return ECG_OK;
+}
+
+static enum ecg_status cpu_load(void *ctx, const float *samples, size_t n, struct ecg_error *err)
+{
+    struct cpu_ctx *c = ctx;
+    free_beats(c);
+    c->n_in = c->n_a = 0;
+    enum ecg_status status = grow(&c->x, &c->cap_in, n, err);
+    if (status != ECG_OK)
+        return status;
+    memcpy(c->x, samples, n * sizeof *samples);
+    c->n_in = n;
+    return ECG_OK;
+}
+
+static enum ecg_status cpu_resample_stage(void *ctx, const struct ecg_plan *plan,
+                                          struct ecg_error *err)
+{
+    struct cpu_ctx *c = ctx;
+    size_t n_a = ecg_plan_resampled_len(plan, c->n_in);
+    size_t cap = c->cap_a;
+    enum ecg_status status = grow(&c->y, &cap, n_a, err);
+    if (status == ECG_OK)
+        status = grow(&c->f, &c->cap_a, n_a, err);
+    if (status != ECG_OK)
+        return status;
+    c->n_a = n_a;
+    return cpu_resample(plan, c->x, c->n_in, c->y, err);
+}
+
+static enum ecg_status cpu_filter_stage(void *ctx, const struct ecg_plan *plan,
+                                        struct ecg_error *err)
+{
+    struct cpu_ctx *c = ctx;
+    return cpu_filter(plan, c->y, c->n_a, c->f, err);
+}
+
+static enum ecg_status cpu_detect_stage(void *ctx, const struct ecg_plan *plan, size_t *n_beats,
+                                        struct ecg_error *err)
+{
+    struct cpu_ctx *c = ctx;
+    free_beats(c);
+    enum ecg_status status = cpu_detect(plan, c->x, c->n_in, c->y, c->f, c->n_a, &c->peaks_a,
+                                        &c->peaks_in, &c->k, err);
+    *n_beats = status == ECG_OK ? c->k : 0;
+    return status;
+}
+
+static enum ecg_status cpu_embed_stage(void *ctx, const struct ecg_plan *plan,
+                                       struct ecg_error *err)
+{
+    struct cpu_ctx *c = ctx;
+    size_t k = c->k, m = k ? k : 1;
+    c->beat_len = plan->beat_len;
+    c->onset = malloc(m * sizeof *c->onset);
+    c->end = malloc(m * sizeof *c->end);
+    c->rr_ms = malloc(m * sizeof *c->rr_ms);
+    c->kept = malloc(m);
+    c->emb = malloc(m * plan->beat_len * sizeof *c->emb);
+    if (!c->onset || !c->end || !c->rr_ms || !c->kept || !c->emb)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "beat table for %zu beats", k);
+    cpu_segment(plan, c->peaks_a, c->peaks_in, k, c->n_a, c->n_in, c->onset, c->end, c->rr_ms,
+                c->kept);
+    return cpu_embed(plan, c->y, c->n_a, c->peaks_a, c->kept, k, c->emb, err);
+}
+
+static enum ecg_status cpu_encode_stage(void *ctx, const struct ecg_plan *plan,
+                                        struct ecg_error *err)
+{
+    struct cpu_ctx *c = ctx;
+    const struct cpu_state *s = c->state;
+    size_t m = c->k ? c->k : 1;
+    if (!s->model)
+        return ecg_fail(err, ECG_ERR_INTERNAL, "internal", "encode called without a model");
+    c->latent = malloc(m * s->latent_dim * sizeof *c->latent);
+    c->score = malloc(m * sizeof *c->score);
+    c->outlier = malloc(m);
+    if (!c->latent || !c->score || !c->outlier)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "scores for %zu beats", c->k);
+    enum ecg_status status = cpu_vae_score(s->model, c->emb, c->kept, c->rr_ms, c->k, c->latent,
+                                           c->score, c->outlier, err);
+    c->encoded = status == ECG_OK;
+    return status;
+}
+
+static enum ecg_status cpu_fetch(void *ctx, struct ecg_result *r, struct ecg_error *err)
+{
+    struct cpu_ctx *c = ctx;
+    if (r->n_beats != c->k)
+        return ecg_fail(err, ECG_ERR_INTERNAL, "internal", "fetch of %zu beats, have %zu",
+                        r->n_beats, c->k);
+    size_t k = c->k;
+    memcpy(r->r_peak, c->peaks_in, k * sizeof *r->r_peak);
+    memcpy(r->onset, c->onset, k * sizeof *r->onset);
+    memcpy(r->end, c->end, k * sizeof *r->end);
+    memcpy(r->rr_ms, c->rr_ms, k * sizeof *r->rr_ms);
+    memcpy(r->kept, c->kept, k * sizeof *r->kept);
+    if (r->latent) {
+        if (!c->encoded)
+            return ecg_fail(err, ECG_ERR_INTERNAL, "internal", "fetch of scores before encode");
+        memcpy(r->latent, c->latent, k * r->latent_dim * sizeof *r->latent);
+        memcpy(r->score, c->score, k * sizeof *r->score);
+        memcpy(r->outlier, c->outlier, k * sizeof *r->outlier);
+    }
+    return ECG_OK;
+}
+
+/* The host array behind a stage buffer, its element size and length. */
+static void *stage_array(struct cpu_ctx *c, enum ecg_stage_buf which, size_t *elem, size_t *n)
+{
+    switch (which) {
+    case ECG_BUF_INPUT: *elem = sizeof(float); *n = c->n_in; return c->x;
+    case ECG_BUF_RESAMPLED: *elem = sizeof(float); *n = c->n_a; return c->y;
+    case ECG_BUF_FILTERED: *elem = sizeof(float); *n = c->n_a; return c->f;
+    case ECG_BUF_PEAKS: *elem = sizeof(int64_t); *n = c->k; return c->peaks_in;
+    case ECG_BUF_EMBED: *elem = sizeof(float); *n = c->emb ? c->k * c->beat_len : 0; return c->emb;
+    case ECG_BUF_LATENT:
+        *elem = sizeof(float);
+        *n = c->encoded ? c->k * c->state->latent_dim : 0;
+        return c->latent;
+    case ECG_BUF_SCORE: *elem = sizeof(float); *n = c->encoded ? c->k : 0; return c->score;
+    case ECG_BUF_COUNT: break;
+    }
+    *elem = 0;
+    *n = 0;
+    return NULL;
+}
+
+static enum ecg_status cpu_read_buf(void *ctx, enum ecg_stage_buf which, void *host, size_t cap,
+                                    size_t *n, struct ecg_error *err)
+{
+    size_t elem = 0, len = 0;
+    void *src = stage_array(ctx, which, &elem, &len);
+    if (!elem)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "no stage buffer %d", (int)which);
+    *n = len;
+    if (len && src)
+        memcpy(host, src, (len < cap ? len : cap) * elem);
+    return ECG_OK;
+}
+
+static enum ecg_status cpu_write_buf(void *ctx, enum ecg_stage_buf which, const void *host,
+                                     size_t n, struct ecg_error *err)
+{
+    struct cpu_ctx *c = ctx;
+    switch (which) {
+    case ECG_BUF_INPUT:
+        return cpu_load(ctx, host, n, err);
+    case ECG_BUF_RESAMPLED:
+    case ECG_BUF_FILTERED: {
+        float **dst = which == ECG_BUF_RESAMPLED ? &c->y : &c->f;
+        size_t cap = c->cap_a;
+        enum ecg_status status = grow(&c->y, &cap, n, err);
+        if (status == ECG_OK)
+            status = grow(&c->f, &c->cap_a, n, err);
+        if (status != ECG_OK)
+            return status;
+        memcpy(*dst, host, n * sizeof(float));
+        c->n_a = n;
+        return ECG_OK;
+    }
+    default:
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument",
+                        "stage buffer %d cannot be injected on the cpu backend", (int)which);
+    }
+}
+
+const struct ecg_backend_ops ecg_cpu_backend = {
+    .name = "cpu",
+    .open = cpu_open,
+    .close = cpu_close,
+    .device = cpu_device,
+    .ctx_create = cpu_ctx_create,
+    .ctx_destroy = cpu_ctx_destroy,
+    .load = cpu_load,
+    .load_bytes = NULL,
+    .resample = cpu_resample_stage,
+    .filter = cpu_filter_stage,
+    .detect = cpu_detect_stage,
+    .embed = cpu_embed_stage,
+    .encode = cpu_encode_stage,
+    .fetch = cpu_fetch,
+    .read_buf = cpu_read_buf,
+    .write_buf = cpu_write_buf,
+};

@@ -1,0 +1,392 @@
+/*
+ * engine.c - the backend-neutral orchestration of a request.
+ *
+ * An engine owns one opened backend and a pool of worker contexts. ecg_engine_analyze() takes a
+ * free context (waiting while all are busy), builds the plan for the input's rate, runs the
+ * stages in order, timing each, and fetches the beat table. The backend keeps the data between
+ * stages, so this file never touches samples beyond handing the input over.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "ecg.h"
+#include "plan.h"
+
+struct ecg_engine {
+    const struct ecg_backend_ops *ops;
+    void *state;
+    const struct ecg_model *model;
+    struct ecg_params params;
+    uint32_t latent_dim;
+    char note[ECG_ERROR_MSG_LEN + 64];
+
+    pthread_mutex_t lock;
+    pthread_cond_t released;
+    unsigned n_ctx;
+    void **ctx;
+    bool *busy;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+const char *ecg_backend_kind_name(enum ecg_backend_kind kind)
+{
+    switch (kind) {
+    case ECG_BACKEND_AUTO: return "auto";
+    case ECG_BACKEND_CPU: return "cpu";
+    case ECG_BACKEND_CUDA: return "cuda";
+    }
+    return "unknown";
+}
+
+bool ecg_backend_kind_parse(const char *name, enum ecg_backend_kind *out)
+{
+    static const enum ecg_backend_kind kinds[] = {ECG_BACKEND_AUTO, ECG_BACKEND_CPU,
+                                                  ECG_BACKEND_CUDA};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        if (name && strcmp(name, ecg_backend_kind_name(kinds[i])) == 0) {
+            *out = kinds[i];
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Opens the backend the config asks for; AUTO tries CUDA first and records why it fell back. */
+static enum ecg_status open_backend(struct ecg_engine *engine,
+                                    const struct ecg_engine_config *config, struct ecg_error *err)
+{
+    const struct ecg_backend_ops *cuda = ecg_cuda_backend_ops();
+    if (config->backend == ECG_BACKEND_CUDA && !cuda)
+        return ecg_fail(err, ECG_ERR_DEVICE, "no_cuda", "this build of ecgd has no CUDA backend");
+    if (config->backend != ECG_BACKEND_CPU && cuda) {
+        struct ecg_error cuda_err = {0};
+        enum ecg_status status = cuda->open(config, &engine->state, &cuda_err);
+        if (status == ECG_OK) {
+            engine->ops = cuda;
+            return ECG_OK;
+        }
+        if (config->backend == ECG_BACKEND_CUDA) {
+            if (err)
+                *err = cuda_err;
+            return status;
+        }
+        snprintf(engine->note, sizeof engine->note, "CUDA unavailable (%s): using the CPU",
+                 cuda_err.message);
+    } else if (config->backend == ECG_BACKEND_AUTO) {
+        snprintf(engine->note, sizeof engine->note, "built without CUDA: using the CPU");
+    }
+    engine->ops = &ecg_cpu_backend;
+    return ecg_cpu_backend.open(config, &engine->state, err);
+}
+
+struct ecg_engine *ecg_engine_create(const struct ecg_engine_config *config, struct ecg_error *err)
+{
+    struct ecg_engine *engine = calloc(1, sizeof *engine);
+    if (!engine) {
+        ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "engine");
+        return NULL;
+    }
+    pthread_mutex_init(&engine->lock, NULL);
+    pthread_cond_init(&engine->released, NULL);
+    engine->model = config->model;
+    engine->params = ecg_params_default();
+    if (config->model) {
+        struct ecg_model_info info;
+        ecg_model_get_info(config->model, &info);
+        engine->params = info.params;
+        engine->latent_dim = info.latent_dim;
+    }
+    if (open_backend(engine, config, err) != ECG_OK)
+        goto fail;
+    engine->n_ctx = config->workers ? config->workers : 1;
+    engine->ctx = calloc(engine->n_ctx, sizeof *engine->ctx);
+    engine->busy = calloc(engine->n_ctx, sizeof *engine->busy);
+    if (!engine->ctx || !engine->busy) {
+        ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "worker contexts");
+        goto fail;
+    }
+    for (unsigned i = 0; i < engine->n_ctx; i++) {
+        if (engine->ops->ctx_create(engine->state, &engine->ctx[i], err) != ECG_OK)
+            goto fail;
+    }
+    return engine;
+fail:
+    ecg_engine_destroy(engine);
+    return NULL;
+}
+
+void ecg_engine_destroy(struct ecg_engine *engine)
+{
+    if (!engine)
+        return;
+    if (engine->ctx) {
+        for (unsigned i = 0; i < engine->n_ctx; i++) {
+            if (engine->ctx[i])
+                engine->ops->ctx_destroy(engine->ctx[i]);
+        }
+    }
+    if (engine->ops && engine->state)
+        engine->ops->close(engine->state);
+    free(engine->ctx);
+    free(engine->busy);
+    pthread_cond_destroy(&engine->released);
+    pthread_mutex_destroy(&engine->lock);
+    free(engine);
+}
+
+const char *ecg_engine_backend(const struct ecg_engine *engine)
+{
+    return engine->ops->name;
+}
+
+const char *ecg_engine_device(const struct ecg_engine *engine)
+{
+    return engine->ops->device(engine->state);
+}
+
+const char *ecg_engine_note(const struct ecg_engine *engine)
+{
+    return engine->note;
+}
+
+const struct ecg_params *ecg_engine_params(const struct ecg_engine *engine)
+{
+    return &engine->params;
+}
+
+const struct ecg_model *ecg_engine_model(const struct ecg_engine *engine)
+{
+    return engine->model;
+}
+
+static unsigned acquire_ctx(struct ecg_engine *engine)
+{
+    pthread_mutex_lock(&engine->lock);
+    for (;;) {
+        for (unsigned i = 0; i < engine->n_ctx; i++) {
+            if (!engine->busy[i]) {
+                engine->busy[i] = true;
+                pthread_mutex_unlock(&engine->lock);
+                return i;
+            }
+        }
+        pthread_cond_wait(&engine->released, &engine->lock);
+    }
+}
+
+static void release_ctx(struct ecg_engine *engine, unsigned slot)
+{
+    pthread_mutex_lock(&engine->lock);
+    engine->busy[slot] = false;
+    pthread_cond_signal(&engine->released);
+    pthread_mutex_unlock(&engine->lock);
+}
+
+void ecg_result_free(struct ecg_result *result)
+{
+    if (!result)
+        return;
+    free(result->r_peak);
+    free(result->onset);
+    free(result->end);
+    free(result->rr_ms);
+    free(result->kept);
+    free(result->latent);
+    free(result->score);
+    free(result->outlier);
+    free(result);
+}
+
+static struct ecg_result *result_alloc(size_t k, uint32_t latent_dim, bool with_model)
+{
+    struct ecg_result *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    size_t m = k ? k : 1; /* never malloc(0): NULL must mean failure */
+    r->n_beats = k;
+    r->r_peak = malloc(m * sizeof *r->r_peak);
+    r->onset = malloc(m * sizeof *r->onset);
+    r->end = malloc(m * sizeof *r->end);
+    r->rr_ms = malloc(m * sizeof *r->rr_ms);
+    r->kept = malloc(m * sizeof *r->kept);
+    bool ok = r->r_peak && r->onset && r->end && r->rr_ms && r->kept;
+    if (with_model) {
+        r->latent_dim = latent_dim;
+        r->latent = malloc(m * latent_dim * sizeof *r->latent);
+        r->score = malloc(m * sizeof *r->score);
+        r->outlier = malloc(m * sizeof *r->outlier);
+        ok = ok && r->latent && r->score && r->outlier;
+    }
+    if (!ok) {
+        ecg_result_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* The shared body of the analyze entry points: input is either a decoded signal or raw bytes. */
+struct analyze_input {
+    const struct ecg_signal *signal;
+    const void *bytes;
+    size_t len;
+    const struct ecg_read_opts *opts;
+};
+
+/* Loads the input into the context: raw bytes go to the backend's own parser when it has one. */
+static enum ecg_status load_input(struct ecg_engine *engine, void *ctx,
+                                  const struct analyze_input *in, size_t *n, double *fs_hz,
+                                  char lead[32], struct ecg_error *err)
+{
+    const struct ecg_backend_ops *ops = engine->ops;
+    if (in->signal) {
+        *n = in->signal->n;
+        *fs_hz = in->signal->fs_hz;
+        snprintf(lead, 32, "%s", in->signal->lead);
+        if (!in->signal->samples || in->signal->n == 0)
+            return ecg_fail(err, ECG_ERR_FORMAT, "empty_input", "the recording has no samples");
+        return ops->load(ctx, in->signal->samples, in->signal->n, err);
+    }
+    if (ops->load_bytes) {
+        enum ecg_status status = ops->load_bytes(ctx, in->bytes, in->len, in->opts, n, fs_hz,
+                                                 lead, err);
+        if (status != ECG_ERR_UNSUPPORTED)
+            return status;
+    }
+    struct ecg_signal sig = {0};
+    enum ecg_status status = ecg_read_memory(in->bytes, in->len, in->opts, &sig, err);
+    if (status != ECG_OK)
+        return status;
+    *n = sig.n;
+    *fs_hz = sig.fs_hz;
+    snprintf(lead, 32, "%s", sig.lead);
+    status = ops->load(ctx, sig.samples, sig.n, err);
+    ecg_signal_free(&sig);
+    return status;
+}
+
+static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_input *in,
+                               struct ecg_result **out, float **embedding, struct ecg_error *err)
+{
+    const struct ecg_backend_ops *ops = engine->ops;
+    struct ecg_plan plan = {0};
+    struct ecg_result *result = NULL;
+    struct ecg_timing timing = {0};
+    float *emb = NULL;
+    size_t n_in = 0, n_beats = 0;
+    double fs_hz = 0.0;
+    char lead[32] = "";
+    enum ecg_status status;
+
+    *out = NULL;
+    if (embedding)
+        *embedding = NULL;
+    unsigned slot = acquire_ctx(engine);
+    void *ctx = engine->ctx[slot];
+    double t0 = now_ms(), t = t0, t_next;
+
+#define STAGE(field, call)                                                                     \
+    do {                                                                                       \
+        status = (call);                                                                       \
+        t_next = now_ms();                                                                     \
+        timing.field = t_next - t;                                                             \
+        t = t_next;                                                                            \
+        if (status != ECG_OK)                                                                  \
+            goto out;                                                                          \
+    } while (0)
+
+    STAGE(read_ms, load_input(engine, ctx, in, &n_in, &fs_hz, lead, err));
+    status = ecg_plan_init(&plan, &engine->params, fs_hz, err);
+    if (status != ECG_OK)
+        goto out;
+    if ((double)n_in / fs_hz < ECG_MIN_DURATION_S) {
+        status = ecg_fail(err, ECG_ERR_UNSUPPORTED, "too_short",
+                          "the recording lasts %.3f s (%zu samples at %g Hz); at least %g s are "
+                          "needed", (double)n_in / fs_hz, n_in, fs_hz, ECG_MIN_DURATION_S);
+        goto out;
+    }
+    STAGE(resample_ms, ops->resample(ctx, &plan, err));
+    STAGE(filter_ms, ops->filter(ctx, &plan, err));
+    STAGE(detect_ms, ops->detect(ctx, &plan, &n_beats, err));
+    STAGE(embed_ms, ops->embed(ctx, &plan, err));
+    if (engine->model)
+        STAGE(encode_ms, ops->encode(ctx, &plan, err));
+#undef STAGE
+
+    result = result_alloc(n_beats, engine->latent_dim, engine->model != NULL);
+    if (!result) {
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "result for %zu beats", n_beats);
+        goto out;
+    }
+    status = ops->fetch(ctx, result, err);
+    if (status != ECG_OK)
+        goto out;
+    if (embedding) {
+        size_t count = n_beats * plan.beat_len, got = 0;
+        emb = malloc((count ? count : 1) * sizeof *emb);
+        if (!emb) {
+            status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "embedding");
+            goto out;
+        }
+        status = ops->read_buf(ctx, ECG_BUF_EMBED, emb, count, &got, err);
+        if (status != ECG_OK)
+            goto out;
+        if (got != count) {
+            status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
+                              "embedding has %zu values, expected %zu", got, count);
+            goto out;
+        }
+    }
+    result->n_samples = n_in;
+    result->fs_hz = fs_hz;
+    snprintf(result->lead, sizeof result->lead, "%s", lead);
+    timing.total_ms = now_ms() - t0;
+    result->timing = timing;
+    *out = result;
+    result = NULL;
+    if (embedding) {
+        *embedding = emb;
+        emb = NULL;
+    }
+out:
+    release_ctx(engine, slot);
+    ecg_plan_fini(&plan);
+    ecg_result_free(result);
+    free(emb);
+    return status;
+}
+
+enum ecg_status ecg_engine_analyze(struct ecg_engine *engine, const struct ecg_signal *signal,
+                                   struct ecg_result **out, struct ecg_error *err)
+{
+    struct analyze_input in = {.signal = signal};
+    return analyze(engine, &in, out, NULL, err);
+}
+
+enum ecg_status ecg_engine_analyze_embed(struct ecg_engine *engine,
+                                         const struct ecg_signal *signal,
+                                         struct ecg_result **out, float **embedding,
+                                         struct ecg_error *err)
+{
+    struct analyze_input in = {.signal = signal};
+    return analyze(engine, &in, out, embedding, err);
+}
+
+enum ecg_status ecg_engine_analyze_bytes(struct ecg_engine *engine, const void *buf, size_t len,
+                                         const struct ecg_read_opts *opts,
+                                         struct ecg_result **out, struct ecg_error *err)
+{
+    struct ecg_read_opts defaults = {0};
+    struct analyze_input in = {.bytes = buf, .len = len, .opts = opts ? opts : &defaults};
+    return analyze(engine, &in, out, NULL, err);
+}

@@ -1,0 +1,368 @@
+/*
+ * json_out.c - the JSON answer shared by `ecgd analyze`, the service and the dashboard.
+ *
+ * The per-beat arrays dominate the output (a 20-hour recording has ~100k beats), so numbers are
+ * printed by hand-written formatters straight into the output buffer rather than one cJSON node
+ * or one snprintf per number. Floats are printed with 6 significant digits (%.6g-style, shortest
+ * form without trailing zeros); NaN becomes null. The output is deterministic apart from
+ * "timing_ms".
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ecg.h"
+
+/* Writes the decimal form of v; returns the number of characters. */
+static size_t format_int(int64_t v, char *out)
+{
+    char tmp[24];
+    size_t n = 0, len = 0;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        out[len++] = '-';
+    while (n)
+        out[len++] = tmp[--n];
+    return len;
+}
+
+static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10,
+                               1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21,
+                               1e22};
+
+static double pow10_int(int e)
+{
+    if (e >= 0 && e <= 22)
+        return POW10[e];
+    if (e < 0 && e >= -22)
+        return 1.0 / POW10[-e];
+    return pow(10.0, e);
+}
+
+/*
+ * Writes v with 6 significant digits, like printf's %.6g (fixed notation for exponents -5..5,
+ * otherwise d.ddddde+XX), or "null" for NaN/Inf. Returns the number of characters (<= 16).
+ */
+static size_t format_g6(double v, char *out)
+{
+    if (!isfinite(v)) {
+        memcpy(out, "null", 4);
+        return 4;
+    }
+    size_t len = 0;
+    if (v < 0) {
+        out[len++] = '-';
+        v = -v;
+    }
+    if (v == 0.0) {
+        out[len++] = '0';
+        return len;
+    }
+    int e = (int)floor(log10(v));
+    double scaled = v * pow10_int(5 - e);
+    double frac = scaled - floor(scaled);
+    if (fabs(frac - 0.5) < 1e-6) {
+        /* Near a rounding tie the scaled product is not exact enough: let printf round the
+         * exact binary value (ties to even), as %.6g does. Rare. */
+        int n = snprintf(out + len, 16, "%.6g", v);
+        return len + (size_t)n;
+    }
+    int64_t digits = (int64_t)llround(scaled);
+    if (digits >= 1000000) { /* rounding carried into a new digit: 999999.7 -> 1000000 */
+        digits /= 10;
+        e++;
+    } else if (digits < 100000) { /* log10 landed just below an integer */
+        digits = (int64_t)llround(v * pow10_int(6 - e));
+        e--;
+    }
+    char d[6];
+    for (int i = 5; i >= 0; i--) {
+        d[i] = (char)('0' + digits % 10);
+        digits /= 10;
+    }
+    int last = 5; /* index of the last significant non-zero digit */
+    while (last > 0 && d[last] == '0')
+        last--;
+    if (e >= -5 && e <= 5) {
+        if (e >= 0) {
+            for (int i = 0; i <= e; i++)
+                out[len++] = d[i];
+            if (last > e) {
+                out[len++] = '.';
+                for (int i = e + 1; i <= last; i++)
+                    out[len++] = d[i];
+            }
+        } else {
+            out[len++] = '0';
+            out[len++] = '.';
+            for (int i = 0; i < -e - 1; i++)
+                out[len++] = '0';
+            for (int i = 0; i <= last; i++)
+                out[len++] = d[i];
+        }
+        return len;
+    }
+    out[len++] = d[0];
+    if (last > 0) {
+        out[len++] = '.';
+        for (int i = 1; i <= last; i++)
+            out[len++] = d[i];
+    }
+    out[len++] = 'e';
+    out[len++] = e < 0 ? '-' : '+';
+    int ae = e < 0 ? -e : e;
+    if (ae < 10)
+        out[len++] = '0';
+    len += format_int(ae, out + len);
+    return len;
+}
+
+/* Appends a JSON string with escaping. */
+static void put_string(struct ecg_buf *out, const char *s)
+{
+    ecg_buf_append(out, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        if (*p == '"' || *p == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)*p;
+            ecg_buf_append(out, esc, 2);
+        } else if (*p < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", *p);
+            ecg_buf_append(out, esc, 6);
+        } else {
+            ecg_buf_append(out, (const char *)p, 1);
+        }
+    }
+    ecg_buf_append(out, "\"", 1);
+}
+
+static void put_number(struct ecg_buf *out, double v)
+{
+    char tmp[32];
+    ecg_buf_append(out, tmp, format_g6(v, tmp));
+}
+
+/* Per-element callback writing one array entry into tmp; returns its length. */
+typedef size_t (*element_fn)(const struct ecg_result *r, size_t i, char *tmp);
+
+static size_t el_r_peak(const struct ecg_result *r, size_t i, char *t) { return format_int(r->r_peak[i], t); }
+static size_t el_onset(const struct ecg_result *r, size_t i, char *t) { return format_int(r->onset[i], t); }
+static size_t el_end(const struct ecg_result *r, size_t i, char *t) { return format_int(r->end[i], t); }
+static size_t el_rr(const struct ecg_result *r, size_t i, char *t) { return format_g6(r->rr_ms[i], t); }
+static size_t el_score(const struct ecg_result *r, size_t i, char *t) { return format_g6(r->score[i], t); }
+
+static size_t el_bool(const uint8_t *v, size_t i, char *t)
+{
+    if (v[i]) {
+        memcpy(t, "true", 4);
+        return 4;
+    }
+    memcpy(t, "false", 5);
+    return 5;
+}
+static size_t el_kept(const struct ecg_result *r, size_t i, char *t) { return el_bool(r->kept, i, t); }
+
+static size_t el_outlier(const struct ecg_result *r, size_t i, char *t)
+{
+    if (!r->kept[i]) {
+        memcpy(t, "null", 4);
+        return 4;
+    }
+    return el_bool(r->outlier, i, t);
+}
+
+static size_t el_latent(const struct ecg_result *r, size_t i, char *t)
+{
+    if (!r->kept[i]) {
+        memcpy(t, "null", 4);
+        return 4;
+    }
+    size_t len = 0;
+    t[len++] = '[';
+    for (uint32_t d = 0; d < r->latent_dim; d++) {
+        if (d)
+            t[len++] = ',';
+        len += format_g6(r->latent[i * r->latent_dim + d], t + len);
+    }
+    t[len++] = ']';
+    return len;
+}
+
+/* Writes "name":[...] for n elements. Elements are at most 16 chars each, latents 2 + 17*dim. */
+static void put_array(struct ecg_buf *out, bool *first, const char *name,
+                      const struct ecg_result *r, element_fn fn, size_t max_width)
+{
+    if (!*first)
+        ecg_buf_append(out, ",", 1);
+    *first = false;
+    put_string(out, name);
+    ecg_buf_append(out, ":[", 2);
+    for (size_t i = 0; i < r->n_beats; i++) {
+        char *tail = ecg_buf_reserve(out, max_width + 1);
+        if (!tail)
+            return;
+        size_t len = 0;
+        if (i)
+            tail[len++] = ',';
+        len += fn(r, i, tail + len);
+        out->len += len;
+    }
+    ecg_buf_append(out, "]", 1);
+    if (!out->failed)
+        out->data[out->len] = '\0';
+}
+
+static void put_summary(struct ecg_buf *out, const struct ecg_result *r)
+{
+    size_t kept = 0, outliers = 0, n_rr = 0;
+    double rr_sum = 0, rr_sq = 0, rr_min = INFINITY, rr_max = 0, diff_sq = 0;
+    size_t n_diff = 0;
+    double prev = NAN;
+    for (size_t i = 0; i < r->n_beats; i++) {
+        kept += r->kept[i];
+        if (r->outlier && r->kept[i])
+            outliers += r->outlier[i];
+        double rr = r->rr_ms[i];
+        if (isfinite(rr)) {
+            n_rr++;
+            rr_sum += rr;
+            rr_sq += rr * rr;
+            rr_min = rr < rr_min ? rr : rr_min;
+            rr_max = rr > rr_max ? rr : rr_max;
+            if (isfinite(prev)) {
+                diff_sq += (rr - prev) * (rr - prev);
+                n_diff++;
+            }
+        }
+        prev = rr;
+    }
+    ecg_buf_printf(out, ",\"summary\":{\"beats\":%zu,\"kept\":%zu", r->n_beats, kept);
+    if (r->outlier)
+        ecg_buf_printf(out, ",\"outliers\":%zu", outliers);
+    double mean = n_rr ? rr_sum / (double)n_rr : NAN;
+    double var = n_rr > 1 ? (rr_sq - rr_sum * mean) / (double)(n_rr - 1) : NAN;
+    double sdnn = isfinite(var) ? sqrt(var > 0 ? var : 0) : NAN;
+    double rmssd = n_diff ? sqrt(diff_sq / (double)n_diff) : NAN;
+    ecg_buf_puts(out, ",\"heart_rate_bpm\":{\"mean\":");
+    put_number(out, n_rr ? 60000.0 / mean : NAN);
+    ecg_buf_puts(out, ",\"min\":");
+    put_number(out, n_rr ? 60000.0 / rr_max : NAN);
+    ecg_buf_puts(out, ",\"max\":");
+    put_number(out, n_rr ? 60000.0 / rr_min : NAN);
+    ecg_buf_puts(out, "},\"rr_ms\":{\"mean\":");
+    put_number(out, mean);
+    ecg_buf_puts(out, ",\"sdnn\":");
+    put_number(out, sdnn);
+    ecg_buf_puts(out, ",\"rmssd\":");
+    put_number(out, rmssd);
+    ecg_buf_puts(out, "}}");
+}
+
+static void put_timing(struct ecg_buf *out, const struct ecg_timing *t)
+{
+    const struct {
+        const char *name;
+        double v;
+    } rows[] = {{"read", t->read_ms},     {"resample", t->resample_ms}, {"filter", t->filter_ms},
+                {"detect", t->detect_ms}, {"embed", t->embed_ms},       {"encode", t->encode_ms},
+                {"total", t->total_ms}};
+    ecg_buf_puts(out, ",\"timing_ms\":{");
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        ecg_buf_printf(out, "%s\"%s\":%.3f", i ? "," : "", rows[i].name, rows[i].v);
+    }
+    ecg_buf_puts(out, "}");
+}
+
+void ecg_result_write_json(const struct ecg_result *r, const struct ecg_engine *engine,
+                           unsigned include, struct ecg_buf *out)
+{
+    const struct ecg_model *model = ecg_engine_model(engine);
+    ecg_buf_puts(out, "{\"ecgd_version\":\"" ECG_VERSION "\",\"backend\":");
+    put_string(out, ecg_engine_backend(engine));
+    if (model) {
+        struct ecg_model_info info;
+        ecg_model_get_info(model, &info);
+        ecg_buf_puts(out, ",\"model\":{\"name\":");
+        put_string(out, info.name);
+        ecg_buf_puts(out, ",\"sha256\":");
+        put_string(out, info.sha256);
+        ecg_buf_puts(out, ",\"fs_hz\":");
+        put_number(out, info.params.analysis_fs_hz);
+        ecg_buf_printf(out, ",\"beat_len\":%u,\"latent_dim\":%u}", info.beat_len,
+                       info.latent_dim);
+    }
+    ecg_buf_printf(out, ",\"signal\":{\"samples\":%zu,\"fs_hz\":", r->n_samples);
+    put_number(out, r->fs_hz);
+    ecg_buf_puts(out, ",\"duration_s\":");
+    put_number(out, r->fs_hz > 0 ? (double)r->n_samples / r->fs_hz : NAN);
+    ecg_buf_puts(out, ",\"lead\":");
+    put_string(out, r->lead);
+    ecg_buf_puts(out, "}");
+    if (include & ECG_INCLUDE_SUMMARY)
+        put_summary(out, r);
+    bool with_model = r->latent != NULL;
+    unsigned beat_parts = ECG_INCLUDE_BEATS | (with_model ? ECG_INCLUDE_LATENT | ECG_INCLUDE_SCORE : 0);
+    if (include & beat_parts) {
+        bool first = true;
+        ecg_buf_puts(out, ",\"beats\":{");
+        if (include & ECG_INCLUDE_BEATS) {
+            put_array(out, &first, "r_peak", r, el_r_peak, 20);
+            put_array(out, &first, "onset", r, el_onset, 20);
+            put_array(out, &first, "end", r, el_end, 20);
+            put_array(out, &first, "rr_ms", r, el_rr, 16);
+            put_array(out, &first, "kept", r, el_kept, 5);
+        }
+        if (with_model && (include & ECG_INCLUDE_LATENT))
+            put_array(out, &first, "latent", r, el_latent, 2 + 17 * (size_t)r->latent_dim);
+        if (with_model && (include & ECG_INCLUDE_SCORE)) {
+            put_array(out, &first, "score", r, el_score, 16);
+            put_array(out, &first, "outlier", r, el_outlier, 5);
+        }
+        ecg_buf_puts(out, "}");
+    }
+    if (include & ECG_INCLUDE_TIMING)
+        put_timing(out, &r->timing);
+    ecg_buf_puts(out, "}\n");
+}
+
+bool ecg_include_parse(const char *list, unsigned *mask, struct ecg_error *err)
+{
+    static const struct {
+        const char *name;
+        unsigned bits;
+    } parts[] = {{"beats", ECG_INCLUDE_BEATS},   {"latent", ECG_INCLUDE_LATENT},
+                 {"score", ECG_INCLUDE_SCORE},   {"summary", ECG_INCLUDE_SUMMARY},
+                 {"timing", ECG_INCLUDE_TIMING}, {"all", ECG_INCLUDE_ALL}};
+    unsigned bits = 0;
+    const char *p = list;
+    if (!p || !*p) {
+        *mask = ECG_INCLUDE_ALL;
+        return true;
+    }
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        bool found = false;
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+            if (strlen(parts[i].name) == len && strncmp(parts[i].name, p, len) == 0) {
+                bits |= parts[i].bits;
+                found = true;
+            }
+        }
+        if (!found) {
+            ecg_fail(err, ECG_ERR_FORMAT, "bad_include",
+                     "include: unknown part \"%.*s\" (expected beats, latent, score, summary, "
+                     "timing or all)", (int)(len > 32 ? 32 : len), p);
+            return false;
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    *mask = bits;
+    return true;
+}

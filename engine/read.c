@@ -1,0 +1,404 @@
+/*
+ * read.c - input reader dispatch: format names and guesses, ecg_read_memory(), ecg_read_file(),
+ * and the helpers every reader shares (sample buffer, lead selection, checks, quoting).
+ *
+ * The format-specific parsers live in read_csv.c, read_raw.c, read_npy.c, read_edf.c,
+ * read_json.c and read_wfdb.c; see read_internal.h for their common contract.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ecg.h"
+#include "read_internal.h"
+
+/* ---------------------------------------------------------------- signals and format names */
+
+void ecg_signal_free(struct ecg_signal *sig)
+{
+    if (!sig)
+        return;
+    free(sig->samples);
+    memset(sig, 0, sizeof *sig);
+}
+
+static const char *const format_names[ECG_FORMAT_COUNT] = {
+    [ECG_FORMAT_AUTO] = "auto", [ECG_FORMAT_CSV] = "csv",   [ECG_FORMAT_F32] = "f32",
+    [ECG_FORMAT_F64] = "f64",   [ECG_FORMAT_I16] = "i16",   [ECG_FORMAT_NPY] = "npy",
+    [ECG_FORMAT_EDF] = "edf",   [ECG_FORMAT_JSON] = "json", [ECG_FORMAT_WFDB] = "wfdb",
+};
+
+const char *ecg_format_name(enum ecg_format format)
+{
+    if ((unsigned)format >= ECG_FORMAT_COUNT)
+        return "unknown";
+    return format_names[format];
+}
+
+/* Names and file extensions, lower case. Several spellings map to one format. */
+static const struct {
+    const char *name;
+    enum ecg_format format;
+} format_aliases[] = {
+    {"csv", ECG_FORMAT_CSV},   {"txt", ECG_FORMAT_CSV},   {"text", ECG_FORMAT_CSV},
+    {"f32", ECG_FORMAT_F32},   {"bin", ECG_FORMAT_F32},   {"raw", ECG_FORMAT_F32},
+    {"float32", ECG_FORMAT_F32}, {"f64", ECG_FORMAT_F64}, {"float64", ECG_FORMAT_F64},
+    {"i16", ECG_FORMAT_I16},   {"int16", ECG_FORMAT_I16}, {"npy", ECG_FORMAT_NPY},
+    {"edf", ECG_FORMAT_EDF},   {"bdf", ECG_FORMAT_EDF},   {"json", ECG_FORMAT_JSON},
+    {"wfdb", ECG_FORMAT_WFDB}, {"hea", ECG_FORMAT_WFDB},  {"dat", ECG_FORMAT_WFDB},
+};
+
+enum ecg_format ecg_format_from_name(const char *name)
+{
+    if (!name)
+        return ECG_FORMAT_AUTO;
+    for (size_t i = 0; i < sizeof format_aliases / sizeof format_aliases[0]; i++)
+        if (strcasecmp(name, format_aliases[i].name) == 0)
+            return format_aliases[i].format;
+    return ECG_FORMAT_AUTO;
+}
+
+/* True if PATH.hea exists (a WFDB record named without its extension). */
+static bool has_wfdb_header(const char *path)
+{
+    char hea[PATH_MAX];
+    int n = snprintf(hea, sizeof hea, "%s.hea", path);
+    if (n < 0 || (size_t)n >= sizeof hea)
+        return false;
+    struct stat st;
+    return stat(hea, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+enum ecg_format ecg_format_from_path(const char *path)
+{
+    if (!path || !*path)
+        return ECG_FORMAT_AUTO;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strrchr(base, '.');
+    if (!dot || dot == base) /* no extension (a leading dot is a hidden file, not one) */
+        return has_wfdb_header(path) ? ECG_FORMAT_WFDB : ECG_FORMAT_AUTO;
+    if (strcasecmp(dot + 1, "wfdb") == 0) /* "wfdb" is a format name, not an extension */
+        return ECG_FORMAT_AUTO;
+    enum ecg_format format = ecg_format_from_name(dot + 1);
+    if (format == ECG_FORMAT_AUTO && has_wfdb_header(path))
+        return ECG_FORMAT_WFDB; /* record names may contain dots ("rec.1") */
+    return format;
+}
+
+/* ---------------------------------------------------------------- shared helpers */
+
+enum ecg_status sample_buf_reserve(struct sample_buf *sb, size_t extra, struct ecg_error *err)
+{
+    if (extra <= sb->cap - sb->n)
+        return ECG_OK;
+    if (extra > SIZE_MAX / sizeof(float) - sb->n)
+        return ecg_fail(err, ECG_ERR_TOO_LARGE, "too_many_samples", "too many samples");
+    size_t need = sb->n + extra;
+    if (sb->max && need > sb->max)
+        return ecg_fail(err, ECG_ERR_TOO_LARGE, "too_many_samples",
+                        "more than the limit of %zu samples", sb->max);
+    size_t cap = sb->cap ? sb->cap : 4096;
+    while (cap < need)
+        cap = cap > SIZE_MAX / sizeof(float) / 2 ? need : cap * 2;
+    if (sb->max && cap > sb->max)
+        cap = sb->max;
+    float *grown = realloc(sb->v, cap * sizeof(float));
+    if (!grown)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cannot allocate %zu samples", cap);
+    sb->v = grown;
+    sb->cap = cap;
+    return ECG_OK;
+}
+
+void sample_buf_fini(struct sample_buf *sb)
+{
+    free(sb->v);
+    memset(sb, 0, sizeof *sb);
+}
+
+bool read_lead_index(const char *lead, long *index)
+{
+    *index = 0;
+    if (!lead || !*lead)
+        return true;
+    long value = 0;
+    for (const char *p = lead; *p; p++) {
+        if (*p < '0' || *p > '9') {
+            *index = -1;
+            return false;
+        }
+        value = value > (LONG_MAX - 9) / 10 ? LONG_MAX : value * 10 + (*p - '0');
+    }
+    *index = value;
+    return true;
+}
+
+enum ecg_status read_check_rate(double fs_hz, const char *format_name, const char *code,
+                                struct ecg_error *err)
+{
+    if (!isfinite(fs_hz) || fs_hz <= 0)
+        return ecg_fail(err, ECG_ERR_FORMAT, code, "%s: sampling rate %g Hz is not positive",
+                        format_name, fs_hz);
+    return ECG_OK;
+}
+
+enum ecg_status read_rate_from_opts(const struct ecg_read_opts *opts, const char *format_name,
+                                    double *fs_hz, struct ecg_error *err)
+{
+    double fs = opts ? opts->fs_hz : 0;
+    if (fs == 0)
+        return ecg_fail(err, ECG_ERR_ARG, "fs_required",
+                        "%s carries no sampling rate: give fs", format_name);
+    if (!isfinite(fs) || fs < 0)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_fs", "sampling rate %g Hz is not positive", fs);
+    *fs_hz = fs;
+    return ECG_OK;
+}
+
+enum ecg_status read_check_finite(const float *v, size_t n, const char *format_name,
+                                  struct ecg_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(v[i]))
+            return ecg_fail(err, ECG_ERR_FORMAT, "nan_in_input", "%s: sample %zu is %s",
+                            format_name, i, isnan(v[i]) ? "NaN" : "infinite");
+    }
+    return ECG_OK;
+}
+
+enum ecg_status read_check_count(size_t n, const struct ecg_read_opts *opts,
+                                 struct ecg_error *err)
+{
+    if (opts && opts->max_samples && n > opts->max_samples)
+        return ecg_fail(err, ECG_ERR_TOO_LARGE, "too_many_samples",
+                        "%zu samples exceed the limit of %zu", n, opts->max_samples);
+    return ECG_OK;
+}
+
+void read_quote(char *dst, size_t cap, const char *src, size_t len)
+{
+    size_t o = 0;
+    size_t shown = len < READ_QUOTE_MAX ? len : READ_QUOTE_MAX;
+    if (cap == 0)
+        return;
+    for (size_t i = 0; i < shown; i++) {
+        unsigned char c = (unsigned char)src[i];
+        char piece[5];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+            piece[0] = (char)c, piece[1] = 0;
+        else
+            snprintf(piece, sizeof piece, "\\x%02x", c);
+        size_t pl = strlen(piece);
+        if (o + pl + 4 >= cap)
+            break;
+        memcpy(dst + o, piece, pl);
+        o += pl;
+    }
+    if (shown < len && o + 4 <= cap) {
+        memcpy(dst + o, "...", 3);
+        o += 3;
+    }
+    dst[o] = 0;
+}
+
+void read_set_lead(struct ecg_signal *sig, const char *label, size_t len)
+{
+    while (len && isspace((unsigned char)*label))
+        label++, len--;
+    while (len && isspace((unsigned char)label[len - 1]))
+        len--;
+    size_t i = 0;
+    for (; i < len && i + 1 < sizeof sig->lead; i++) {
+        unsigned char c = (unsigned char)label[i];
+        sig->lead[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    sig->lead[i] = 0;
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+/* Guesses the format of bytes in memory from their first bytes; AUTO if it cannot tell. */
+static enum ecg_format sniff_format(const unsigned char *b, size_t len)
+{
+    if (len >= 6 && memcmp(b, "\x93NUMPY", 6) == 0)
+        return ECG_FORMAT_NPY;
+    if (len >= 8 && (memcmp(b, "0       ", 8) == 0 || memcmp(b, "\xff" "BIOSEMI", 8) == 0))
+        return ECG_FORMAT_EDF;
+    size_t i = 0;
+    if (len >= 3 && memcmp(b, "\xef\xbb\xbf", 3) == 0) /* UTF-8 byte order mark */
+        i = 3;
+    while (i < len && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n'))
+        i++;
+    if (i < len && (b[i] == '{' || b[i] == '['))
+        return ECG_FORMAT_JSON;
+    /* Text: the first bytes are printable ASCII or whitespace. */
+    size_t probe = len < 512 ? len : 512;
+    for (size_t k = 0; k < probe; k++)
+        if ((b[k] < 0x20 && b[k] != '\t' && b[k] != '\r' && b[k] != '\n') || b[k] >= 0x7f)
+            return ECG_FORMAT_AUTO;
+    return ECG_FORMAT_CSV;
+}
+
+enum ecg_status ecg_read_memory(const void *buf, size_t len, const struct ecg_read_opts *opts,
+                                struct ecg_signal *out, struct ecg_error *err)
+{
+    static const struct ecg_read_opts defaults = {0};
+    if (!out)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "no output signal");
+    memset(out, 0, sizeof *out);
+    if (!opts)
+        opts = &defaults;
+    if (!buf && len)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "no input buffer");
+    if (len == 0)
+        return ecg_fail(err, ECG_ERR_FORMAT, "empty_input", "input is empty");
+
+    enum ecg_format format = opts->format;
+    if (format == ECG_FORMAT_AUTO) {
+        format = sniff_format(buf, len);
+        if (format == ECG_FORMAT_AUTO)
+            return ecg_fail(err, ECG_ERR_ARG, "format_required",
+                            "cannot tell the format of this binary input: give the format "
+                            "(csv, f32, f64, i16, npy, edf, json)");
+    }
+    switch (format) {
+    case ECG_FORMAT_CSV: return read_csv(buf, len, opts, out, err);
+    case ECG_FORMAT_F32:
+    case ECG_FORMAT_F64:
+    case ECG_FORMAT_I16: return read_raw(buf, len, format, opts, out, err);
+    case ECG_FORMAT_NPY: return read_npy(buf, len, opts, out, err);
+    case ECG_FORMAT_EDF: return read_edf_memory(buf, len, opts, out, err);
+    case ECG_FORMAT_JSON: return read_json(buf, len, opts, out, err);
+    case ECG_FORMAT_WFDB:
+        return ecg_fail(err, ECG_ERR_ARG, "format_unsupported",
+                        "WFDB records need their .hea and .dat files: read them from files");
+    case ECG_FORMAT_AUTO:
+    case ECG_FORMAT_COUNT: break;
+    }
+    return ecg_fail(err, ECG_ERR_ARG, "bad_format", "unknown input format %d", (int)format);
+}
+
+/* Reads a whole regular file into a new buffer (*data, *len). */
+static enum ecg_status slurp_file(const char *path, char **data, size_t *len,
+                                  struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    char *bytes = NULL;
+    size_t have = 0, cap = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        status = ecg_fail(err, errno == ENOENT ? ECG_ERR_NOT_FOUND : ECG_ERR_IO,
+                          errno == ENOENT ? "not_found" : "io_error", "%s: %s", path,
+                          strerror(errno));
+        goto out;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        status = ecg_fail(err, ECG_ERR_IO, "io_error", "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        status = ecg_fail(err, ECG_ERR_IO, "io_error", "%s: is a directory", path);
+        goto out;
+    }
+    /* Regular files are read in one allocation; pipes and devices grow as they come. */
+    cap = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size + 1 : 65536;
+    for (;;) {
+        if (have == cap || !bytes) {
+            size_t next = bytes ? cap * 2 : cap;
+            char *grown = realloc(bytes, next);
+            if (!grown) {
+                status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory",
+                                  "%s: cannot allocate %zu bytes", path, next);
+                goto out;
+            }
+            bytes = grown;
+            cap = next;
+        }
+        ssize_t got = read(fd, bytes + have, cap - have);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            status = ecg_fail(err, ECG_ERR_IO, "io_error", "%s: %s", path, strerror(errno));
+            goto out;
+        }
+        if (got == 0)
+            break;
+        have += (size_t)got;
+    }
+    *data = bytes;
+    *len = have;
+    bytes = NULL;
+out:
+    free(bytes);
+    if (fd >= 0)
+        close(fd);
+    return status;
+}
+
+enum ecg_status ecg_read_file(const char *path, const struct ecg_read_opts *opts,
+                              struct ecg_signal *out, struct ecg_error *err)
+{
+    static const struct ecg_read_opts defaults = {0};
+    enum ecg_status status = ECG_OK;
+    char *data = NULL;
+    size_t len = 0;
+
+    if (!out)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "no output signal");
+    memset(out, 0, sizeof *out);
+    if (!path || !*path)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "no input path");
+    if (!opts)
+        opts = &defaults;
+
+    enum ecg_format format = opts->format;
+    if (format == ECG_FORMAT_AUTO)
+        format = ecg_format_from_path(path);
+    if (format == ECG_FORMAT_WFDB) {
+        /* A record is named by its base path; "rec.dat" stands for "rec". */
+        size_t plen = strlen(path);
+        if (plen > 4 && strcasecmp(path + plen - 4, ".dat") == 0) {
+            char base[PATH_MAX];
+            if (plen - 4 >= sizeof base)
+                return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "path too long");
+            memcpy(base, path, plen - 4);
+            base[plen - 4] = 0;
+            return read_wfdb_file(base, opts, out, err);
+        }
+        return read_wfdb_file(path, opts, out, err);
+    }
+    if (format == ECG_FORMAT_EDF)
+        return read_edf_file(path, opts, out, err);
+
+    status = slurp_file(path, &data, &len, err);
+    if (status != ECG_OK)
+        goto out;
+    struct ecg_read_opts resolved = *opts;
+    resolved.format = format; /* AUTO here lets ecg_read_memory sniff the content */
+    status = ecg_read_memory(data, len, &resolved, out, err);
+    if (status != ECG_OK && err && strncmp(err->message, path, strlen(path)) != 0) {
+        /* Prefix the file name so that the message says where (cut to fit). */
+        size_t cap = sizeof err->message;
+        size_t plen = strnlen(path, cap / 2);
+        size_t mlen = strnlen(err->message, cap - 1);
+        if (plen + 2 + mlen >= cap)
+            mlen = cap - 1 - plen - 2;
+        memmove(err->message + plen + 2, err->message, mlen);
+        memcpy(err->message, path, plen);
+        memcpy(err->message + plen, ": ", 2);
+        err->message[plen + 2 + mlen] = 0;
+    }
+out:
+    free(data);
+    return status;
+}

@@ -1,0 +1,386 @@
+/*
+ * read_csv.c - delimited text: one or more numeric columns, one sample per row.
+ *
+ * Accepted: LF or CRLF line ends; blank (or all-space) lines anywhere; an optional UTF-8 byte
+ * order mark; an optional header row (the first non-blank line, when one of its fields starts
+ * with a letter, '_' or a quote); columns separated by ',', ';' or tab (whichever the first
+ * non-blank line uses, in that order of preference); spaces around fields. Only the selected
+ * column (opts->lead: 0-based index, or a header name) must hold numbers; every field of the
+ * rows must still be text (no control bytes). Numbers are decimal (ecg_parse_float): "nan",
+ * "inf" and values beyond the float range are refused with their line and column.
+ *
+ * Speed: the file is scanned once, in place, with no per-line allocation; the output grows
+ * geometrically. For the common one-column file the scanner parses the number at the start of
+ * the line and checks the byte after it, so each line costs one ecg_parse_float call.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "ecg.h"
+#include "read_internal.h"
+
+struct csv_state {
+    const char *buf; /* start of the whole input */
+    const char *end;
+    char delim;      /* ',', ';', '\t', or 0 for a single column */
+    size_t line;     /* 1-based number of the line being read */
+};
+
+static inline bool is_blank(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* A byte that can open a number (ecg_parse_float would skip spaces and newlines). */
+static inline bool starts_number(char c)
+{
+    return (unsigned char)(c - '0') < 10 || c == '-' || c == '+' || c == '.';
+}
+
+static inline enum ecg_status push(struct sample_buf *sb, float v, struct ecg_error *err)
+{
+    if (sb->n == sb->cap) {
+        enum ecg_status status = sample_buf_reserve(sb, 1, err);
+        if (status != ECG_OK)
+            return status;
+    }
+    sb->v[sb->n++] = v;
+    return ECG_OK;
+}
+
+/* End of the line that starts at p: the '\n' (or end); a '\r' before it is not included. */
+static const char *line_end(const char *p, const char *end, const char **next)
+{
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl) {
+        *next = end;
+        nl = end;
+    } else {
+        *next = nl + 1;
+    }
+    if (nl > p && nl[-1] == '\r')
+        nl--;
+    return nl;
+}
+
+/* Field [*fs, *fe) trimmed of spaces (and of tabs when tab is not the delimiter). */
+static void trim_field(const struct csv_state *st, const char **fs, const char **fe)
+{
+    const char *s = *fs, *e = *fe;
+    while (s < e && (*s == ' ' || (*s == '\t' && st->delim != '\t')))
+        s++;
+    while (e > s && (e[-1] == ' ' || (e[-1] == '\t' && st->delim != '\t')))
+        e--;
+    *fs = s;
+    *fe = e;
+}
+
+/* End of the field starting at p within a line ending at le: the delimiter or le. */
+static const char *field_end(const struct csv_state *st, const char *p, const char *le)
+{
+    if (!st->delim)
+        return le;
+    const char *d = memchr(p, st->delim, (size_t)(le - p));
+    return d ? d : le;
+}
+
+/* Refuses control bytes (NUL, escape...) in a line: binary data is not text. */
+static enum ecg_status check_text(const struct csv_state *st, const char *ls, const char *le,
+                                  struct ecg_error *err)
+{
+    for (const char *c = ls; c < le; c++) {
+        unsigned char u = (unsigned char)*c;
+        if (u < 0x20 && u != '\t') {
+            char q[4 * READ_QUOTE_MAX + 8];
+            read_quote(q, sizeof q, ls, (size_t)(le - ls));
+            return ecg_fail(err, ECG_ERR_FORMAT, "bad_csv",
+                            "line %zu: control byte 0x%02x at byte %zu of the line, not text: "
+                            "\"%s\"",
+                            st->line, u, (size_t)(c - ls) + 1, q);
+        }
+    }
+    return ECG_OK;
+}
+
+/* True if a field looks like a column name rather than a value. */
+static bool looks_like_name(const char *s, const char *e)
+{
+    if (s == e)
+        return false;
+    char c = *s;
+    bool name_start = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' ||
+                      c == '"' || c == '\'';
+    if (!name_start)
+        return false;
+    /* Spelled-out non-numbers are bad values, not names. */
+    static const char *const specials[] = {"nan", "inf", "infinity", "null", "none"};
+    size_t len = (size_t)(e - s);
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        if (len == strlen(specials[i]) && strncasecmp(s, specials[i], len) == 0)
+            return false;
+    return true;
+}
+
+/* Reports a bad value in the selected column: NaN/Inf spelled out, or not a number. */
+static enum ecg_status bad_value(const struct csv_state *st, size_t column, const char *fs,
+                                 const char *fe, struct ecg_error *err)
+{
+    char q[4 * READ_QUOTE_MAX + 8];
+    read_quote(q, sizeof q, fs, (size_t)(fe - fs));
+    const char *s = fs;
+    if (s < fe && (*s == '+' || *s == '-'))
+        s++;
+    size_t len = (size_t)(fe - s);
+    bool spelled = (len == 3 && (strncasecmp(s, "nan", 3) == 0 || strncasecmp(s, "inf", 3) == 0)) ||
+                   (len == 8 && strncasecmp(s, "infinity", 8) == 0);
+    if (spelled)
+        return ecg_fail(err, ECG_ERR_FORMAT, "nan_in_input",
+                        "line %zu, column %zu: \"%s\" is not a finite number", st->line,
+                        column + 1, q);
+    if (fs == fe)
+        return ecg_fail(err, ECG_ERR_FORMAT, "bad_csv",
+                        "line %zu, column %zu: expected a number, got an empty field", st->line,
+                        column + 1);
+    return ecg_fail(err, ECG_ERR_FORMAT, "bad_csv",
+                    "line %zu, column %zu: expected a number, got \"%s\"", st->line, column + 1,
+                    q);
+}
+
+/* Picks the delimiter from the first non-blank line [ls, le). */
+static char sniff_delim(const char *ls, const char *le)
+{
+    static const char candidates[] = {',', ';', '\t'};
+    for (size_t i = 0; i < sizeof candidates; i++)
+        if (memchr(ls, candidates[i], (size_t)(le - ls)))
+            return candidates[i];
+    return 0;
+}
+
+/*
+ * Reads the header row [ls, le): finds the column named `name` (quotes stripped, exact match
+ * first, then case-insensitive) or, for an index, the column's label. Sets *column and the
+ * signal's lead label.
+ */
+static enum ecg_status header_select(const struct csv_state *st, const char *ls, const char *le,
+                                     const char *name, long index, size_t *column,
+                                     struct ecg_signal *out, struct ecg_error *err)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        size_t col = 0;
+        const char *p = ls;
+        for (;;) {
+            const char *fe = field_end(st, p, le);
+            const char *s = p, *e = fe;
+            trim_field(st, &s, &e);
+            if (e - s >= 2 && (*s == '"' || *s == '\'') && e[-1] == *s)
+                s++, e--;
+            size_t len = (size_t)(e - s);
+            bool match = name ? (len == strlen(name) &&
+                                 (pass == 0 ? strncmp(s, name, len) == 0
+                                            : strncasecmp(s, name, len) == 0))
+                              : (long)col == index;
+            if (match) {
+                *column = col;
+                read_set_lead(out, s, len);
+                return ECG_OK;
+            }
+            if (fe == le)
+                break;
+            p = fe + 1;
+            col++;
+        }
+        if (!name)
+            return ecg_fail(err, ECG_ERR_NOT_FOUND, "lead_not_found",
+                            "column %ld does not exist: the header (line %zu) has %zu columns",
+                            index, st->line, col + 1);
+    }
+    char q[4 * READ_QUOTE_MAX + 8];
+    read_quote(q, sizeof q, name, strlen(name));
+    return ecg_fail(err, ECG_ERR_NOT_FOUND, "lead_not_found",
+                    "no column named \"%s\" in the header (line %zu)", q, st->line);
+}
+
+/* Counts the fields of a line. */
+static size_t count_fields(const struct csv_state *st, const char *ls, const char *le)
+{
+    if (!st->delim)
+        return 1;
+    size_t n = 1;
+    for (const char *p = ls; (p = memchr(p, st->delim, (size_t)(le - p))) != NULL; p++)
+        n++;
+    return n;
+}
+
+enum ecg_status read_csv(const char *buf, size_t len, const struct ecg_read_opts *opts,
+                         struct ecg_signal *out, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct sample_buf sb = {.max = opts->max_samples};
+    struct csv_state st = {.buf = buf, .end = buf + len, .line = 1};
+    const char *p = buf;
+    double fs_hz = 0;
+
+    if (len == 0)
+        return ecg_fail(err, ECG_ERR_FORMAT, "empty_input", "CSV input is empty");
+    status = read_rate_from_opts(opts, "CSV", &fs_hz, err);
+    if (status != ECG_OK)
+        return status;
+    if (len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0)
+        p += 3;
+
+    /* First non-blank line: delimiter, header, column choice. */
+    const char *next = p, *ls = p, *le = p;
+    for (;;) {
+        if (p >= st.end) {
+            status = ecg_fail(err, ECG_ERR_FORMAT, "empty_input", "CSV holds no data rows");
+            goto out;
+        }
+        ls = p;
+        le = line_end(p, st.end, &next);
+        const char *s = ls;
+        while (s < le && (is_blank(*s) || *s == '\r'))
+            s++;
+        if (s < le)
+            break;
+        p = next;
+        st.line++;
+    }
+    status = check_text(&st, ls, le, err);
+    if (status != ECG_OK)
+        goto out;
+    st.delim = sniff_delim(ls, le);
+
+    long index;
+    const char *name = read_lead_index(opts->lead, &index) ? NULL : opts->lead;
+    size_t column = name ? 0 : (size_t)index;
+    bool header = false;
+    {
+        const char *q = ls;
+        for (;;) {
+            const char *fe = field_end(&st, q, le), *s = q, *e = fe;
+            trim_field(&st, &s, &e);
+            if (looks_like_name(s, e))
+                header = true;
+            if (fe == le)
+                break;
+            q = fe + 1;
+        }
+    }
+    if (header) {
+        status = header_select(&st, ls, le, name, index, &column, out, err);
+        if (status != ECG_OK)
+            goto out;
+        p = next;
+        st.line++;
+    } else if (name) {
+        char q[4 * READ_QUOTE_MAX + 8];
+        read_quote(q, sizeof q, name, strlen(name));
+        status = ecg_fail(err, ECG_ERR_NOT_FOUND, "lead_not_found",
+                          "CSV has no header row, so there is no column named \"%s\": give a "
+                          "0-based column index",
+                          q);
+        goto out;
+    } else {
+        size_t fields = count_fields(&st, ls, le);
+        if (index < 0 || (size_t)index >= fields) {
+            status = ecg_fail(err, ECG_ERR_NOT_FOUND, "lead_not_found",
+                              "column %ld does not exist: line %zu has %zu column%s", index,
+                              st.line, fields, fields == 1 ? "" : "s");
+            goto out;
+        }
+    }
+
+    /* Data rows. */
+    while (p < st.end) {
+        ls = p;
+        const char *fs = p;
+        if (column == 0) {
+            /* Fast path: a number right at the line start, then the line end or a delimiter. */
+            float v;
+            const char *q = starts_number(*p) ? ecg_parse_float(p, st.end, &v) : p;
+            bool line_ends = q < st.end && (*q == '\n' ||
+                                            (*q == '\r' && q + 1 < st.end && q[1] == '\n'));
+            if (q != p && line_ends) {
+                if (!isfinite(v))
+                    goto bad_range;
+                status = push(&sb, v, err);
+                if (status != ECG_OK)
+                    goto out;
+                p = q + 1 + (*q == '\r');
+                st.line++;
+                continue;
+            }
+        }
+        /* General path: find the selected field in the line. */
+        le = line_end(p, st.end, &next);
+        {
+            const char *s = ls;
+            while (s < le && (is_blank(*s) || *s == '\r'))
+                s++;
+            if (s == le) { /* blank line */
+                p = next;
+                st.line++;
+                continue;
+            }
+        }
+        status = check_text(&st, ls, le, err);
+        if (status != ECG_OK)
+            goto out;
+        fs = ls;
+        for (size_t col = 0; col < column; col++) {
+            const char *d = st.delim ? memchr(fs, st.delim, (size_t)(le - fs)) : NULL;
+            if (!d) {
+                status = ecg_fail(err, ECG_ERR_FORMAT, "ragged_csv",
+                                  "line %zu: missing column %zu (the line has %zu)", st.line,
+                                  column + 1, col + 1);
+                goto out;
+            }
+            fs = d + 1;
+        }
+        const char *fe = field_end(&st, fs, le);
+        trim_field(&st, &fs, &fe);
+        float v = 0;
+        const char *q = (fs < fe) ? ecg_parse_float(fs, fe, &v) : fs;
+        if (q == fs || q != fe) {
+            status = bad_value(&st, column, fs, fe, err);
+            goto out;
+        }
+        if (!isfinite(v)) {
+            p = fs;
+            goto bad_range;
+        }
+        status = push(&sb, v, err);
+        if (status != ECG_OK)
+            goto out;
+        p = next;
+        st.line++;
+    }
+    if (sb.n == 0) {
+        status = ecg_fail(err, ECG_ERR_FORMAT, "empty_input", "CSV holds no data rows");
+        goto out;
+    }
+    out->samples = sb.v;
+    out->n = sb.n;
+    out->fs_hz = fs_hz;
+    sb.v = NULL;
+    goto out;
+
+bad_range: {
+    /* p is the start of a number that overflowed the float range. */
+    const char *fe = p;
+    while (fe < st.end && *fe != '\n' && *fe != '\r' && *fe != st.delim && !is_blank(*fe))
+        fe++;
+    char q[4 * READ_QUOTE_MAX + 8];
+    read_quote(q, sizeof q, p, (size_t)(fe - p));
+    status = ecg_fail(err, ECG_ERR_FORMAT, "nan_in_input",
+                      "line %zu, column %zu: \"%s\" is outside the float range", st.line,
+                      column + 1, q);
+}
+out:
+    sample_buf_fini(&sb);
+    if (status != ECG_OK)
+        memset(out, 0, sizeof *out);
+    return status;
+}

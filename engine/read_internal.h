@@ -1,0 +1,99 @@
+/*
+ * read_internal.h - the input readers behind ecg_read_memory() and ecg_read_file() (internal).
+ *
+ * engine/read.c dispatches on the format; each engine/read_<format>.c parses one format into a
+ * struct ecg_signal. Every reader obeys the contract of ecg_read_memory(): on failure it returns
+ * the status, fills err with where and what, and leaves *out empty (no allocation to free). It
+ * never reads outside [buf, buf + len), refuses NaN and Inf with their position, refuses empty
+ * input and enforces opts->max_samples (ECG_ERR_TOO_LARGE).
+ *
+ * Threading: all functions are reentrant; no global state.
+ */
+#ifndef ECG_READ_INTERNAL_H
+#define ECG_READ_INTERNAL_H
+
+#include "ecg.h"
+
+/* Excerpts of bad input quoted in messages are cut to this many bytes. */
+#define READ_QUOTE_MAX 32
+
+/* ---------------------------------------------------------------- one reader per format */
+
+/* CSV/text: one or more columns; rate from opts->fs_hz. */
+enum ecg_status read_csv(const char *buf, size_t len, const struct ecg_read_opts *opts,
+                         struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
+
+/* Raw little-endian samples: format is ECG_FORMAT_F32, _F64 or _I16; rate from opts->fs_hz. */
+enum ecg_status read_raw(const void *buf, size_t len, enum ecg_format format,
+                         const struct ecg_read_opts *opts, struct ecg_signal *out,
+                         struct ecg_error *err) ECG_WUR;
+
+/* NumPy .npy, versions 1 to 3; rate from opts->fs_hz. */
+enum ecg_status read_npy(const void *buf, size_t len, const struct ecg_read_opts *opts,
+                         struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
+
+/* EDF, EDF+ and BDF through EDFlib, from a file or from memory (via a memfd). */
+enum ecg_status read_edf_file(const char *path, const struct ecg_read_opts *opts,
+                              struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
+enum ecg_status read_edf_memory(const void *buf, size_t len, const struct ecg_read_opts *opts,
+                                struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
+
+/* JSON {"fs": 360, "signal": [...], "lead": "MLII"} through cJSON. */
+enum ecg_status read_json(const char *buf, size_t len, const struct ecg_read_opts *opts,
+                          struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
+
+/* WFDB record (engine/read_wfdb.c): PATH with or without ".hea". */
+enum ecg_status read_wfdb_file(const char *path, const struct ecg_read_opts *opts,
+                               struct ecg_signal *out, struct ecg_error *err);
+
+/* ---------------------------------------------------------------- helpers shared by readers */
+
+/*
+ * A growing array of samples. Starts zeroed; grows geometrically; refuses to hold more than
+ * max samples (0 = no limit). Owned by the reader until handed to an ecg_signal.
+ */
+struct sample_buf {
+    float *v;
+    size_t n;
+    size_t cap;
+    size_t max;
+};
+
+/* Makes room for at least `extra` more samples. ECG_ERR_TOO_LARGE past max, ECG_ERR_NOMEM. */
+enum ecg_status sample_buf_reserve(struct sample_buf *sb, size_t extra,
+                                   struct ecg_error *err) ECG_WUR;
+void sample_buf_fini(struct sample_buf *sb);
+
+/*
+ * Selects a lead: NULL or "" means index 0; a string of decimal digits is a 0-based index
+ * (written to *index, returns true); anything else is a name (returns false, *index = -1).
+ * An index too large to be real is clamped to LONG_MAX so that it fails as "not found".
+ */
+bool read_lead_index(const char *lead, long *index);
+
+/* The rate to use when the format carries none: opts->fs_hz, checked; names the format. */
+enum ecg_status read_rate_from_opts(const struct ecg_read_opts *opts, const char *format_name,
+                                    double *fs_hz, struct ecg_error *err) ECG_WUR;
+
+/* Checks a rate read from a file: finite and > 0. */
+enum ecg_status read_check_rate(double fs_hz, const char *format_name, const char *code,
+                                struct ecg_error *err) ECG_WUR;
+
+/* Refuses NaN/Inf: returns ECG_ERR_FORMAT naming the 0-based sample index of the first one. */
+enum ecg_status read_check_finite(const float *v, size_t n, const char *format_name,
+                                  struct ecg_error *err) ECG_WUR;
+
+/* Checks n against opts->max_samples (0 = no limit). */
+enum ecg_status read_check_count(size_t n, const struct ecg_read_opts *opts,
+                                 struct ecg_error *err) ECG_WUR;
+
+/*
+ * Renders bytes for a message: at most READ_QUOTE_MAX bytes, printable ASCII kept, anything else
+ * as \xNN, "..." appended when cut. dst gets a NUL-terminated string (cap >= 4 * 32 + 8 is ample).
+ */
+void read_quote(char *dst, size_t cap, const char *src, size_t len);
+
+/* Copies a lead label into sig->lead, trimmed of spaces and cut to fit. */
+void read_set_lead(struct ecg_signal *sig, const char *label, size_t len);
+
+#endif /* ECG_READ_INTERNAL_H */

@@ -1,0 +1,593 @@
+/*
+ * cuda_backend.cu - the CUDA backend's table of operations (backend.h): device discovery and
+ * the per-process CUDA contexts, model upload, per-worker contexts (stream, cuDNN handle,
+ * buffers), loading samples, the test hooks read_buf/write_buf and fetch.
+ *
+ * One CUDA primary context per device, created at open and reused by every request. With
+ * config->device == -1 every visible device (as CUDA_VISIBLE_DEVICES leaves them) gets one
+ * and ctx_create deals workers out over them round-robin; otherwise only that ordinal is used.
+ * The stage kernels live in the other gpu/*.cu files (see cuda_internal.h).
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+/* ---------------------------------------------------------------- errors */
+
+const char *cufft_result_str(cufftResult code)
+{
+    switch (code) {
+    case CUFFT_SUCCESS: return "success";
+    case CUFFT_INVALID_PLAN: return "invalid plan handle";
+    case CUFFT_ALLOC_FAILED: return "failed to allocate GPU or CPU memory";
+    case CUFFT_INVALID_TYPE: return "invalid type";
+    case CUFFT_INVALID_VALUE: return "invalid pointer or parameter";
+    case CUFFT_INTERNAL_ERROR: return "driver or internal cuFFT library error";
+    case CUFFT_EXEC_FAILED: return "failed to execute an FFT on the GPU";
+    case CUFFT_SETUP_FAILED: return "the cuFFT library failed to initialize";
+    case CUFFT_INVALID_SIZE: return "invalid transform size";
+    case CUFFT_UNALIGNED_DATA: return "unaligned data";
+    case CUFFT_INVALID_DEVICE: return "execution of a plan was on a different GPU than plan creation";
+    case CUFFT_NO_WORKSPACE: return "no work area provided";
+    case CUFFT_NOT_IMPLEMENTED: return "functionality not implemented";
+    case CUFFT_NOT_SUPPORTED: return "operation not supported for the parameters";
+    case CUFFT_MISSING_DEPENDENCY: return "a dependency library is missing";
+    case CUFFT_NVRTC_FAILURE: return "NVRTC failure";
+    case CUFFT_NVJITLINK_FAILURE: return "nvJitLink failure";
+    case CUFFT_NVSHMEM_FAILURE: return "NVSHMEM failure";
+    }
+    return "unknown cuFFT result";
+}
+
+/* Strips the directory from __FILE__ so messages read "cuda_filter.cu:88". */
+static const char *base_name(const char *file)
+{
+    const char *slash = strrchr(file, '/');
+    return slash ? slash + 1 : file;
+}
+
+enum ecg_status cuda_fail(struct ecg_error *err, cudaError_t code, const char *file, int line,
+                          const char *call)
+{
+    /* Clear a non-sticky error so the next request on this thread starts clean. */
+    (void)cudaGetLastError();
+    bool oom = code == cudaErrorMemoryAllocation;
+    return ecg_fail(err, oom ? ECG_ERR_DEVICE_OOM : ECG_ERR_DEVICE,
+                    oom ? "device_oom" : "cuda_error", "%s:%d: %s: %s (%s)", base_name(file),
+                    line, call, cudaGetErrorString(code), cudaGetErrorName(code));
+}
+
+enum ecg_status cufft_fail(struct ecg_error *err, cufftResult code, const char *file, int line,
+                           const char *call)
+{
+    (void)cudaGetLastError();
+    bool oom = code == CUFFT_ALLOC_FAILED;
+    return ecg_fail(err, oom ? ECG_ERR_DEVICE_OOM : ECG_ERR_DEVICE,
+                    oom ? "device_oom" : "cufft_error", "%s:%d: %s: cuFFT error %d: %s",
+                    base_name(file), line, call, (int)code, cufft_result_str(code));
+}
+
+enum ecg_status cudnn_fail(struct ecg_error *err, cudnnStatus_t code, const char *file, int line,
+                           const char *call)
+{
+    (void)cudaGetLastError();
+    bool oom = code == CUDNN_STATUS_ALLOC_FAILED;
+    return ecg_fail(err, oom ? ECG_ERR_DEVICE_OOM : ECG_ERR_DEVICE,
+                    oom ? "device_oom" : "cudnn_error", "%s:%d: %s: %s", base_name(file), line,
+                    call, cudnnGetErrorString(code));
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+enum ecg_status dbuf_reserve(struct cuda_ctx *ctx, struct dbuf *buf, size_t bytes,
+                             struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    size_t cap = 0;
+    if (bytes <= buf->cap && buf->ptr)
+        return ECG_OK;
+    /* Grow by at least a quarter so slowly growing requests do not reallocate each time. */
+    cap = bytes + bytes / 4;
+    if (cap < 4096)
+        cap = 4096;
+    if (buf->ptr) {
+        CUDA_TRY(cudaFreeAsync(buf->ptr, ctx->stream));
+        buf->ptr = NULL;
+        buf->cap = 0;
+    }
+    CUDA_TRY(cudaMallocAsync(&buf->ptr, cap, ctx->stream));
+    buf->cap = cap;
+out:
+    if (status == ECG_ERR_DEVICE_OOM) {
+        /* Hand cached blocks back and say how much was asked for. */
+        (void)cudaMemPoolTrimTo(ctx->dev->pool, 0);
+        ecg_fail(err, ECG_ERR_DEVICE_OOM, "device_oom",
+                 "device %d (%s): out of memory allocating %zu MiB for this request",
+                 ctx->dev->ordinal, ctx->dev->name, (bytes + (1u << 20) - 1) >> 20);
+    }
+    return status;
+}
+
+void dbuf_release(struct cuda_ctx *ctx, struct dbuf *buf)
+{
+    if (buf->ptr)
+        (void)cudaFreeAsync(buf->ptr, ctx->stream);
+    buf->ptr = NULL;
+    buf->cap = 0;
+}
+
+enum ecg_status stage_reserve(struct cuda_ctx *ctx, size_t bytes, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    if (bytes <= ctx->h_stage_cap && ctx->h_stage)
+        return ECG_OK;
+    if (ctx->h_stage) {
+        CUDA_TRY(cudaFreeHost(ctx->h_stage));
+        ctx->h_stage = NULL;
+        ctx->h_stage_cap = 0;
+    }
+    bytes += bytes / 4 + 4096;
+    CUDA_TRY(cudaMallocHost(&ctx->h_stage, bytes));
+    ctx->h_stage_cap = bytes;
+out:
+    if (status == ECG_ERR_DEVICE_OOM)
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory",
+                          "cannot pin %zu MiB of host memory for staging", bytes >> 20);
+    return status;
+}
+
+enum ecg_status upload_bytes(struct cuda_ctx *ctx, void *d_dst, const void *src, size_t len,
+                             struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    size_t off = 0;
+    unsigned which = 0;
+    while (off < len) {
+        size_t chunk = len - off < CUDA_STAGE_CHUNK ? len - off : CUDA_STAGE_CHUNK;
+        /* Wait until the DMA that last read this half is done, then refill it. */
+        CUDA_TRY(cudaEventSynchronize(ctx->chunk_free[which]));
+        memcpy(ctx->h_chunk[which], (const char *)src + off, chunk);
+        CUDA_TRY(cudaMemcpyAsync((char *)d_dst + off, ctx->h_chunk[which], chunk,
+                                 cudaMemcpyHostToDevice, ctx->stream));
+        CUDA_TRY(cudaEventRecord(ctx->chunk_free[which], ctx->stream));
+        off += chunk;
+        which ^= 1u;
+    }
+out:
+    return status;
+}
+
+static size_t align_up(size_t x)
+{
+    return (x + 255) & ~(size_t)255;
+}
+
+void table_layout(size_t k, size_t z, struct table_layout *t)
+{
+    size_t off = 0;
+    t->r_peak = off;  off = align_up(off + k * sizeof(int64_t));
+    t->onset = off;   off = align_up(off + k * sizeof(int64_t));
+    t->end = off;     off = align_up(off + k * sizeof(int64_t));
+    t->rr_ms = off;   off = align_up(off + k * sizeof(float));
+    t->kept = off;    off = align_up(off + k);
+    t->latent = off;  off = align_up(off + k * z * sizeof(float));
+    t->score = off;   off = align_up(off + k * sizeof(float));
+    t->outlier = off; off = align_up(off + k);
+    t->bytes = off;
+}
+
+enum ecg_status ctx_enter(struct cuda_ctx *ctx, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    if (!ctx)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cuda: NULL context");
+    CUDA_TRY(cudaSetDevice(ctx->dev->ordinal));
+out:
+    return status;
+}
+
+enum ecg_status ctx_sync(struct cuda_ctx *ctx, const char *stage, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    cudaError_t code = cudaStreamSynchronize(ctx->stream);
+    if (code != cudaSuccess) {
+        status = cuda_fail(err, code, __FILE__, __LINE__, stage);
+    }
+    return status;
+}
+
+/* ---------------------------------------------------------------- open / close */
+
+static void device_fini(struct cuda_device *dev)
+{
+    if (dev->model.d_weights) {
+        (void)cudaSetDevice(dev->ordinal);
+        (void)cudaFree(dev->model.d_weights);
+        dev->model.d_weights = NULL;
+    }
+}
+
+static enum ecg_status device_init(struct cuda_device *dev, int ordinal,
+                                   const struct ecg_model *model, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cudaDeviceProp prop;
+    uint64_t keep = CUDA_POOL_KEEP_BYTES;
+    dev->ordinal = ordinal;
+    CUDA_TRY(cudaSetDevice(ordinal));
+    CUDA_TRY(cudaFree(0)); /* creates the primary context now, not in the first request */
+    CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal));
+    snprintf(dev->name, sizeof dev->name, "%s", prop.name);
+    CUDA_TRY(cudaDeviceGetDefaultMemPool(&dev->pool, ordinal));
+    CUDA_TRY(cudaMemPoolSetAttribute(dev->pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    if (model) {
+        size_t bytes = model->layout.n_weights * sizeof(float);
+        CUDA_TRY(cudaMalloc(&dev->model.d_weights, bytes));
+        CUDA_TRY(cudaMemcpy(dev->model.d_weights, model->weights, bytes,
+                            cudaMemcpyHostToDevice));
+    }
+out:
+    return status;
+}
+
+static void cuda_close(void *state_ptr)
+{
+    struct cuda_state *state = (struct cuda_state *)state_ptr;
+    if (!state)
+        return;
+    for (int i = 0; i < state->n_devices; i++)
+        device_fini(&state->dev[i]);
+    free(state);
+}
+
+static enum ecg_status cuda_open(const struct ecg_engine_config *config, void **state_out,
+                                 struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_state *state = NULL;
+    int count = 0, first = 0, runtime = 0, driver = 0;
+    cudaError_t code;
+
+    *state_out = NULL;
+    code = cudaGetDeviceCount(&count);
+    if (code != cudaSuccess || count <= 0) {
+        (void)cudaGetLastError();
+        return ecg_fail(err, ECG_ERR_DEVICE, "no_device", "no usable CUDA device: %s",
+                        code != cudaSuccess ? cudaGetErrorString(code) : "none visible");
+    }
+    state = (struct cuda_state *)calloc(1, sizeof *state);
+    if (!state)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda: backend state");
+    state->model = config ? config->model : NULL;
+    if (config && config->device >= 0) {
+        if (config->device >= count) {
+            status = ecg_fail(err, ECG_ERR_DEVICE, "no_device",
+                              "CUDA device %d requested but only %d visible", config->device,
+                              count);
+            goto out;
+        }
+        first = config->device;
+        count = 1;
+    }
+    if (count > CUDA_MAX_DEVICES)
+        count = CUDA_MAX_DEVICES;
+    for (int i = 0; i < count; i++) {
+        ECG_TRY(device_init(&state->dev[i], first + i, state->model, err));
+        state->n_devices = i + 1;
+    }
+    (void)cudaRuntimeGetVersion(&runtime);
+    (void)cudaDriverGetVersion(&driver);
+    snprintf(state->description, sizeof state->description, "%s%s, CUDA %d.%d (driver %d.%d)",
+             state->dev[0].name, count > 1 ? " (and more)" : "", runtime / 1000,
+             (runtime % 1000) / 10, driver / 1000, (driver % 1000) / 10);
+    if (count > 1) {
+        char more[32];
+        snprintf(more, sizeof more, " x%d", count);
+        char *p = strstr(state->description, " (and more)");
+        if (p) {
+            size_t tail = strlen(p + 11);
+            memmove(p + strlen(more), p + 11, tail + 1);
+            memcpy(p, more, strlen(more));
+        }
+    }
+    *state_out = state;
+    state = NULL;
+out:
+    cuda_close(state);
+    return status;
+}
+
+static const char *cuda_device_name(void *state_ptr)
+{
+    struct cuda_state *state = (struct cuda_state *)state_ptr;
+    return state ? state->description : "cuda";
+}
+
+/* ---------------------------------------------------------------- contexts */
+
+static void cuda_ctx_destroy(void *ctx_ptr)
+{
+    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
+    if (!ctx)
+        return;
+    (void)cudaSetDevice(ctx->dev->ordinal);
+    if (ctx->stream)
+        (void)cudaStreamSynchronize(ctx->stream);
+    cuda_filter_release(ctx);
+    struct dbuf *bufs[] = {&ctx->input,   &ctx->resampled, &ctx->filtered, &ctx->peaks_a,
+                           &ctx->table,   &ctx->emb,       &ctx->scratch,  &ctx->cub_temp,
+                           &ctx->fft_buf, &ctx->fft_work,  &ctx->vae_work};
+    if (ctx->stream) {
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            dbuf_release(ctx, bufs[i]);
+        (void)cudaStreamSynchronize(ctx->stream);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (ctx->h_chunk[i])
+            (void)cudaFreeHost(ctx->h_chunk[i]);
+        if (ctx->chunk_free[i])
+            (void)cudaEventDestroy(ctx->chunk_free[i]);
+    }
+    if (ctx->h_stage)
+        (void)cudaFreeHost(ctx->h_stage);
+    if (ctx->cudnn)
+        (void)cudnnDestroy(ctx->cudnn);
+    if (ctx->stream)
+        (void)cudaStreamDestroy(ctx->stream);
+    free(ctx);
+}
+
+static enum ecg_status cuda_ctx_create(void *state_ptr, void **ctx_out, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_state *state = (struct cuda_state *)state_ptr;
+    struct cuda_ctx *ctx = NULL;
+    unsigned slot;
+
+    *ctx_out = NULL;
+    ctx = (struct cuda_ctx *)calloc(1, sizeof *ctx);
+    if (!ctx)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda: worker context");
+    slot = __atomic_fetch_add(&state->next_ctx, 1u, __ATOMIC_RELAXED);
+    ctx->state = state;
+    ctx->dev = &state->dev[slot % (unsigned)state->n_devices];
+    CUDA_TRY(cudaSetDevice(ctx->dev->ordinal));
+    CUDA_TRY(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; i++) {
+        CUDA_TRY(cudaMallocHost(&ctx->h_chunk[i], CUDA_STAGE_CHUNK));
+        CUDA_TRY(cudaEventCreateWithFlags(&ctx->chunk_free[i], cudaEventDisableTiming));
+    }
+    if (state->model) {
+        CUDNN_TRY(cudnnCreate(&ctx->cudnn));
+        CUDNN_TRY(cudnnSetStream(ctx->cudnn, ctx->stream));
+    }
+    *ctx_out = ctx;
+    ctx = NULL;
+out:
+    cuda_ctx_destroy(ctx);
+    return status;
+}
+
+/* ---------------------------------------------------------------- load */
+
+/* Forgets everything downstream of the input (a new request starts). */
+static void ctx_reset_request(struct cuda_ctx *ctx)
+{
+    ctx->n_in = ctx->n_a = ctx->n_beats = 0;
+    ctx->latent_dim = ctx->state->model ? ctx->state->model->arch.latent_dim : 0;
+}
+
+static enum ecg_status cuda_load(void *ctx_ptr, const float *samples, size_t n,
+                                 struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
+    ECG_TRY(ctx_enter(ctx, err));
+    ctx_reset_request(ctx);
+    ECG_TRY(dbuf_reserve(ctx, &ctx->input, n * sizeof(float), err));
+    ECG_TRY(upload_bytes(ctx, ctx->input.ptr, samples, n * sizeof(float), err));
+    ECG_TRY(ctx_sync(ctx, "load", err));
+    ctx->n_in = n;
+out:
+    return status;
+}
+
+/* ---------------------------------------------------------------- fetch and test hooks */
+
+static enum ecg_status cuda_fetch(void *ctx_ptr, struct ecg_result *result, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
+    struct table_layout t;
+    size_t k;
+    const char *h;
+    ECG_TRY(ctx_enter(ctx, err));
+    k = ctx->n_beats;
+    if (result->n_beats != k) {
+        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
+                          "cuda fetch: result has %zu beats, device has %zu", result->n_beats, k);
+        goto out;
+    }
+    if (k == 0)
+        goto out;
+    table_layout(k, ctx->latent_dim, &t);
+    ECG_TRY(stage_reserve(ctx, t.bytes, err));
+    /* One copy of the whole table, then split on the host. */
+    CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, ctx->table.ptr, t.bytes, cudaMemcpyDeviceToHost,
+                             ctx->stream));
+    ECG_TRY(ctx_sync(ctx, "fetch", err));
+    h = (const char *)ctx->h_stage;
+    memcpy(result->r_peak, h + t.r_peak, k * sizeof(int64_t));
+    memcpy(result->onset, h + t.onset, k * sizeof(int64_t));
+    memcpy(result->end, h + t.end, k * sizeof(int64_t));
+    memcpy(result->rr_ms, h + t.rr_ms, k * sizeof(float));
+    memcpy(result->kept, h + t.kept, k);
+    if (result->latent && ctx->latent_dim)
+        memcpy(result->latent, h + t.latent, k * ctx->latent_dim * sizeof(float));
+    if (result->score)
+        memcpy(result->score, h + t.score, k * sizeof(float));
+    if (result->outlier)
+        memcpy(result->outlier, h + t.outlier, k);
+out:
+    return status;
+}
+
+/* Where a stage buffer lives on the device, its element size and current length. */
+static void stage_buf_where(struct cuda_ctx *ctx, enum ecg_stage_buf which, void **d_ptr,
+                            size_t *elem, size_t *len)
+{
+    struct table_layout t;
+    table_layout(ctx->n_beats, ctx->latent_dim, &t);
+    char *table = (char *)ctx->table.ptr;
+    *d_ptr = NULL;
+    *elem = sizeof(float);
+    *len = 0;
+    switch (which) {
+    case ECG_BUF_INPUT: *d_ptr = ctx->input.ptr; *len = ctx->n_in; break;
+    case ECG_BUF_RESAMPLED: *d_ptr = ctx->resampled.ptr; *len = ctx->n_a; break;
+    case ECG_BUF_FILTERED: *d_ptr = ctx->filtered.ptr; *len = ctx->n_a; break;
+    case ECG_BUF_PEAKS:
+        *d_ptr = table ? table + t.r_peak : NULL;
+        *elem = sizeof(int64_t);
+        *len = ctx->n_beats;
+        break;
+    case ECG_BUF_EMBED: *d_ptr = ctx->emb.ptr; *len = ctx->emb_len; break;
+    case ECG_BUF_LATENT:
+        *d_ptr = table ? table + t.latent : NULL;
+        *len = ctx->n_beats * ctx->latent_dim;
+        break;
+    case ECG_BUF_SCORE: *d_ptr = table ? table + t.score : NULL; *len = ctx->n_beats; break;
+    case ECG_BUF_COUNT: break;
+    }
+}
+
+static enum ecg_status cuda_read_buf(void *ctx_ptr, enum ecg_stage_buf which, void *host,
+                                     size_t cap, size_t *n, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
+    void *d_ptr;
+    size_t elem, len, copy;
+    ECG_TRY(ctx_enter(ctx, err));
+    if ((unsigned)which >= ECG_BUF_COUNT) {
+        status = ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cuda read_buf: buffer %d",
+                          (int)which);
+        goto out;
+    }
+    stage_buf_where(ctx, which, &d_ptr, &elem, &len);
+    *n = len;
+    copy = len < cap ? len : cap;
+    if (copy && d_ptr) {
+        CUDA_TRY(cudaMemcpyAsync(host, d_ptr, copy * elem, cudaMemcpyDeviceToHost, ctx->stream));
+        ECG_TRY(ctx_sync(ctx, "read_buf", err));
+    }
+out:
+    return status;
+}
+
+static enum ecg_status cuda_write_buf(void *ctx_ptr, enum ecg_stage_buf which, const void *host,
+                                      size_t n, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
+    struct dbuf *target = NULL;
+    ECG_TRY(ctx_enter(ctx, err));
+    switch (which) {
+    case ECG_BUF_INPUT:
+        ctx_reset_request(ctx);
+        target = &ctx->input;
+        ctx->n_in = n;
+        break;
+    case ECG_BUF_RESAMPLED:
+        target = &ctx->resampled;
+        ctx->n_a = n;
+        break;
+    case ECG_BUF_FILTERED:
+        target = &ctx->filtered;
+        ctx->n_a = n;
+        break;
+    case ECG_BUF_EMBED:
+        target = &ctx->emb;
+        ctx->emb_len = n;
+        break;
+    case ECG_BUF_PEAKS:
+    case ECG_BUF_LATENT:
+    case ECG_BUF_SCORE:
+    case ECG_BUF_COUNT:
+        status = ecg_fail(err, ECG_ERR_ARG, "bad_argument",
+                          "cuda write_buf: buffer %d cannot be injected", (int)which);
+        goto out;
+    }
+    ECG_TRY(dbuf_reserve(ctx, target, n * sizeof(float), err));
+    if (n)
+        ECG_TRY(upload_bytes(ctx, target->ptr, host, n * sizeof(float), err));
+    ECG_TRY(ctx_sync(ctx, "write_buf", err));
+out:
+    return status;
+}
+
+/* ---------------------------------------------------------------- statistics */
+
+int cuda_memory_stats(size_t *used_now, size_t *used_peak, size_t *reserved_peak)
+{
+    int count = 0;
+    *used_now = *used_peak = *reserved_peak = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    for (int i = 0; i < count; i++) {
+        cudaMemPool_t pool;
+        uint64_t v = 0;
+        if (cudaDeviceGetDefaultMemPool(&pool, i) != cudaSuccess)
+            continue;
+        if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v) == cudaSuccess)
+            *used_now += v;
+        if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &v) == cudaSuccess)
+            *used_peak += v;
+        if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &v) == cudaSuccess)
+            *reserved_peak += v;
+    }
+    return count;
+}
+
+void cuda_memory_reset_peak(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    for (int i = 0; i < count; i++) {
+        cudaMemPool_t pool;
+        uint64_t zero = 0;
+        if (cudaDeviceGetDefaultMemPool(&pool, i) != cudaSuccess)
+            continue;
+        (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero);
+        (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero);
+    }
+}
+
+/* ---------------------------------------------------------------- the table */
+
+extern "C" const struct ecg_backend_ops ecg_cuda_backend = {
+    /* .name = */ "cuda",
+    /* .open = */ cuda_open,
+    /* .close = */ cuda_close,
+    /* .device = */ cuda_device_name,
+    /* .ctx_create = */ cuda_ctx_create,
+    /* .ctx_destroy = */ cuda_ctx_destroy,
+    /* .load = */ cuda_load,
+    /* .load_bytes = */ cuda_load_bytes,
+    /* .resample = */ cuda_resample,
+    /* .filter = */ cuda_filter,
+    /* .detect = */ cuda_detect,
+    /* .embed = */ cuda_embed,
+    /* .encode = */ cuda_encode,
+    /* .fetch = */ cuda_fetch,
+    /* .read_buf = */ cuda_read_buf,
+    /* .write_buf = */ cuda_write_buf,
+};

@@ -1,0 +1,251 @@
+/*
+ * cuda_embed.cu - segmentation, robust normalisation and embedding on the device (twin of
+ * engine/cpu/segment.c: cpu_segment and cpu_embed; its comment defines every rule).
+ *
+ *   segment_kernel   one thread per beat: onset/end in both grids, RR, kept flag. The CPU
+ *                    carries onset[i] = end[i - 1] along its loop; here thread i recomputes
+ *                    beat i - 1's end, which is the same integer arithmetic.
+ *   median / MAD     over all n_a samples: a radix sort of a copy (cub::DeviceRadixSort), the
+ *                    middle element(s) read on the device, |y - median| sorted again. Exact: the
+ *                    same values as the CPU's quickselect, combined with the same float/double
+ *                    operations.
+ *   embed_kernel     one thread per output value (beat, t): zero-padded normalised rows.
+ * Nothing returns to the host.
+ */
+#include <math.h>
+
+#include <cub/cub.cuh>
+
+#include "cuda_internal.h"
+
+struct segment_args {
+    const int64_t *peaks_a, *peaks_in;
+    size_t k, n_a, n_in;
+    int64_t pre_r, beat_min, beat_max;
+    uint32_t up, down;
+    double fs_in_hz;
+    int64_t *onset, *end;   /* table columns */
+    float *rr_ms;
+    uint8_t *kept;
+};
+
+static __device__ int64_t to_input(int64_t index_a, uint32_t up, uint32_t down)
+{
+    int64_t num = 2 * index_a * (int64_t)down + (int64_t)up;
+    int64_t den = 2 * (int64_t)up;
+    int64_t q = num / den;
+    if ((num % den != 0) && (num < 0))
+        q--;
+    return q;
+}
+
+static __device__ int64_t onset_a_of(const struct segment_args *a, size_t i)
+{
+    int64_t onset = a->peaks_a[i] - a->pre_r;
+    if (i > 0) {
+        int64_t gap = a->peaks_a[i] - a->peaks_a[i - 1];
+        int64_t floor_onset = a->peaks_a[i - 1] + (gap + 1) / 2;
+        if (onset < floor_onset)
+            onset = floor_onset;
+    }
+    return onset < 0 ? 0 : onset;
+}
+
+static __device__ int64_t end_a_of(const struct segment_args *a, size_t i, int64_t onset)
+{
+    if (i + 1 < a->k)
+        return onset_a_of(a, i + 1);
+    int64_t end = onset + a->beat_max;
+    if (end > (int64_t)a->n_a)
+        end = (int64_t)a->n_a;
+    if (end <= a->peaks_a[i])
+        end = a->peaks_a[i] + 1;
+    return end;
+}
+
+/* Input-grid end of beat i given its analysis-grid end (segment.c's clamping). */
+static __device__ int64_t end_in_of(const struct segment_args *a, size_t i, int64_t end_a)
+{
+    int64_t end_in = to_input(end_a, a->up, a->down);
+    if (i + 1 < a->k) {
+        if (end_in <= a->peaks_in[i])
+            end_in = a->peaks_in[i] + 1;
+        if (end_in >= a->peaks_in[i + 1])
+            end_in = a->peaks_in[i + 1] - 1;
+    } else {
+        if (end_in > (int64_t)a->n_in)
+            end_in = (int64_t)a->n_in;
+        if (end_in <= a->peaks_in[i])
+            end_in = a->peaks_in[i] + 1;
+    }
+    return end_in;
+}
+
+static __global__ void segment_kernel(struct segment_args a)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.k;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int64_t onset_a = onset_a_of(&a, i);
+        int64_t end_a = end_a_of(&a, i, onset_a);
+        int64_t onset_in;
+        if (i == 0) {
+            onset_in = onset_a == 0 ? 0 : to_input(onset_a, a.up, a.down);
+            if (onset_in >= a.peaks_in[0])
+                onset_in = a.peaks_in[0] - 1;
+            if (onset_in < 0)
+                onset_in = 0;
+        } else {
+            /* beat i - 1 ends where beat i starts in the analysis grid */
+            onset_in = end_in_of(&a, i - 1, onset_a);
+        }
+        a.onset[i] = onset_in;
+        a.end[i] = end_in_of(&a, i, end_a);
+        int64_t length = end_a - onset_a;
+        a.kept[i] = length >= a.beat_min && length <= a.beat_max;
+        a.rr_ms[i] = i == 0 ? NAN
+                            : (float)__ddiv_rn(__dmul_rn((double)(a.peaks_in[i] - a.peaks_in[i - 1]),
+                                                         1000.0),
+                                               a.fs_in_hz);
+    }
+}
+
+/* Normalisation constants, computed on the device from sorted copies. */
+struct norm {
+    float median;
+    float scale;
+    float inv_scale;
+};
+
+/* median_inplace(): middle value, or the mean (in double) of the two middle ones. */
+static __device__ float middle_of_sorted(const float *s, size_t n)
+{
+    size_t mid = n / 2;
+    float upper = s[mid];
+    if (n % 2 == 1)
+        return upper;
+    float lower = s[mid - 1];
+    return (float)__dmul_rn(0.5, __dadd_rn((double)lower, (double)upper));
+}
+
+static __global__ void median_kernel(const float *sorted, size_t n, struct norm *out)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        out->median = middle_of_sorted(sorted, n);
+}
+
+/* dev[i] = |y[i] - median| */
+static __global__ void deviation_kernel(const float *y, size_t n, const struct norm *nm,
+                                        float *dev)
+{
+    const float median = nm->median;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dev[i] = fabsf(__fsub_rn(y[i], median));
+}
+
+static __global__ void scale_kernel(const float *sorted_dev, size_t n, struct norm *out)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    float mad = middle_of_sorted(sorted_dev, n);
+    float scale = 1.0f;
+    if (mad > 0.0f && isfinite(mad))
+        scale = __fmul_rn(1.4826f, mad);
+    out->scale = scale;
+    out->inv_scale = __fdiv_rn(1.0f, scale);
+}
+
+/* Thread (i, t) over k * beat_len values: row i of the embedding. */
+static __global__ void embed_kernel(struct segment_args a, const float *y, const struct norm *nm,
+                                    size_t beat_len, float *emb)
+{
+    const float median = nm->median, inv_scale = nm->inv_scale;
+    const size_t total = a.k * beat_len;
+    for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < total;
+         v += (size_t)gridDim.x * blockDim.x) {
+        size_t i = v / beat_len, t = v % beat_len;
+        float out = 0.0f;
+        if (a.kept[i]) {
+            int64_t onset = onset_a_of(&a, i);
+            int64_t end = end_a_of(&a, i, onset);
+            int64_t len = end - onset;
+            if (len > (int64_t)beat_len)
+                len = (int64_t)beat_len;
+            if (onset + len > (int64_t)a.n_a)
+                len = (int64_t)a.n_a - onset;
+            if ((int64_t)t < len)
+                out = __fmul_rn(__fsub_rn(y[onset + (int64_t)t], median), inv_scale);
+        }
+        emb[v] = out;
+    }
+}
+
+extern "C" enum ecg_status cuda_embed(void *ctx_ptr, const struct ecg_plan *plan,
+                                      struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
+    struct segment_args a;
+    struct table_layout t;
+    size_t k, n_a, temp_bytes = 0, sort_bytes;
+    char *table;
+    float *keys_in, *keys_out;
+    struct norm *d_norm;
+    ECG_TRY(ctx_enter(ctx, err));
+    k = ctx->n_beats;
+    n_a = ctx->n_a;
+    ctx->emb_len = 0;
+    if (k == 0)
+        goto out;
+    table_layout(k, ctx->latent_dim, &t);
+    table = (char *)ctx->table.ptr;
+    a.peaks_a = (const int64_t *)ctx->peaks_a.ptr;
+    a.peaks_in = (const int64_t *)(table + t.r_peak);
+    a.k = k;
+    a.n_a = n_a;
+    a.n_in = ctx->n_in;
+    a.pre_r = plan->pre_r;
+    a.beat_min = plan->beat_min;
+    a.beat_max = plan->beat_max;
+    a.up = plan->up;
+    a.down = plan->down;
+    a.fs_in_hz = plan->fs_in_hz;
+    a.onset = (int64_t *)(table + t.onset);
+    a.end = (int64_t *)(table + t.end);
+    a.rr_ms = (float *)(table + t.rr_ms);
+    a.kept = (uint8_t *)(table + t.kept);
+    segment_kernel<<<grid_for(k), CUDA_THREADS, 0, ctx->stream>>>(a);
+    CUDA_LAUNCH_CHECK();
+
+    /* scratch: keys_in | keys_out | norm */
+    sort_bytes = (n_a * sizeof(float) + 255) & ~(size_t)255;
+    ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, 2 * sort_bytes + 256, err));
+    keys_in = (float *)ctx->scratch.ptr;
+    keys_out = (float *)((char *)ctx->scratch.ptr + sort_bytes);
+    d_norm = (struct norm *)((char *)ctx->scratch.ptr + 2 * sort_bytes);
+    CUDA_TRY(cub::DeviceRadixSort::SortKeys(NULL, temp_bytes, keys_in, keys_out, n_a, 0,
+                                            (int)(8 * sizeof(float)), ctx->stream));
+    ECG_TRY(dbuf_reserve(ctx, &ctx->cub_temp, temp_bytes, err));
+    CUDA_TRY(cudaMemcpyAsync(keys_in, ctx->resampled.ptr, n_a * sizeof(float),
+                             cudaMemcpyDeviceToDevice, ctx->stream));
+    CUDA_TRY(cub::DeviceRadixSort::SortKeys(ctx->cub_temp.ptr, temp_bytes, keys_in, keys_out,
+                                            n_a, 0, (int)(8 * sizeof(float)), ctx->stream));
+    median_kernel<<<1, 1, 0, ctx->stream>>>(keys_out, n_a, d_norm);
+    CUDA_LAUNCH_CHECK();
+    deviation_kernel<<<grid_for(n_a), CUDA_THREADS, 0, ctx->stream>>>(
+        (const float *)ctx->resampled.ptr, n_a, d_norm, keys_in);
+    CUDA_LAUNCH_CHECK();
+    CUDA_TRY(cub::DeviceRadixSort::SortKeys(ctx->cub_temp.ptr, temp_bytes, keys_in, keys_out,
+                                            n_a, 0, (int)(8 * sizeof(float)), ctx->stream));
+    scale_kernel<<<1, 1, 0, ctx->stream>>>(keys_out, n_a, d_norm);
+    CUDA_LAUNCH_CHECK();
+
+    ECG_TRY(dbuf_reserve(ctx, &ctx->emb, k * plan->beat_len * sizeof(float), err));
+    embed_kernel<<<grid_for(k * plan->beat_len), CUDA_THREADS, 0, ctx->stream>>>(
+        a, (const float *)ctx->resampled.ptr, d_norm, plan->beat_len, (float *)ctx->emb.ptr);
+    CUDA_LAUNCH_CHECK();
+    ECG_TRY(ctx_sync(ctx, "embed", err));
+    ctx->emb_len = k * plan->beat_len;
+out:
+    return status;
+}

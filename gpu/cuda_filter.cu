@@ -1,0 +1,292 @@
+/*
+ * cuda_filter.cu - the Ricker band-pass on the device (twin of engine/cpu/filter.c):
+ *     f[i] = sum_{k<K} ricker[k] * y[i + half - k],   y = 0 outside [0, n)   (linear, 'same')
+ *
+ * Two paths, chosen as cpu_filter chooses (direct up to FILTER_DIRECT_MAX_TAPS taps, FFT
+ * beyond), or forced with the environment variable ECG_CUDA_FILTER=direct|fft read at open:
+ * - direct: one thread per output, the taps in the CPU's order with the CPU's rounding (FMA in
+ *   the tiles' vector part, separate multiply and add in the scalar tail of the last tile, as
+ *   filter.c's AVX2 path; multiply and add everywhere on a host without AVX2/FMA). Bit-identical
+ *   to the CPU's direct path and, for 31 taps, memory-bound: about n * 8 bytes moved.
+ * - FFT: one in-place cuFFT R2C of the whole signal zero-padded to a 2^a 3^b 5^c 7^d length
+ *   N >= n + K - 1 (so the circular convolution equals the linear one: no wrap-around), a
+ *   pointwise product with the Ricker spectrum (cached per N, scaled by 1/N), one C2R, and the
+ *   'same' part copied out. Plans are cached per ctx by N (CUDA_FFT_CACHE of them, least
+ *   recently used evicted); their work areas come from the ctx's pool buffer, so a failure to
+ *   get memory is ECG_ERR_DEVICE_OOM for this request. Agrees with the CPU within float FFT
+ *   rounding (tests: relative to max |f|).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+#define FILTER_TILE 4096          /* filter.c's tile: decides which outputs use FMA */
+#define FILTER_DIRECT_MAX_TAPS 95 /* filter.c's crossover */
+
+/* The reversed kernel, passed by value: kernel parameters live in constant memory, which
+ * serves the warp-uniform tap reads, and each launch carries its own copy (no shared symbol
+ * that concurrent contexts would race on). Longer kernels take the FFT path. */
+struct direct_taps {
+    float g[FILTER_DIRECT_MAX_TAPS + 1];
+};
+
+/* ---------------------------------------------------------------- direct path */
+
+/* Thread i computes f[i] from the reversed kernel, as filter.c's tile code would. */
+static __global__ void filter_direct_kernel(const float *y, size_t n, size_t taps, float *f,
+                                            bool fma_path, const struct direct_taps g)
+{
+    const size_t half = (taps - 1) / 2;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t i0 = i / FILTER_TILE * FILTER_TILE;
+        size_t count = n - i0 < FILTER_TILE ? n - i0 : FILTER_TILE;
+        bool vector_part = fma_path && (i - i0) < count / 8 * 8;
+        float acc = 0.0f;
+        for (size_t k = 0; k < taps; k++) {
+            /* buf[u + k] = y[i - half + k], zero outside [0, n) */
+            float v = 0.0f;
+            if (i + k >= half && i + k - half < n)
+                v = y[i + k - half];
+            acc = vector_part ? __fmaf_rn(g.g[k], v, acc) : __fadd_rn(acc, __fmul_rn(g.g[k], v));
+        }
+        f[i] = acc;
+    }
+}
+
+static enum ecg_status launch_filter_direct(cudaStream_t stream, const float *d_y, size_t n,
+                                            const float *ricker, size_t taps, float *d_f,
+                                            bool fma_path, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct direct_taps g;
+    memset(&g, 0, sizeof g);
+    for (size_t k = 0; k < taps; k++)
+        g.g[k] = ricker[taps - 1 - k];
+    filter_direct_kernel<<<grid_for(n), CUDA_THREADS, 0, stream>>>(d_y, n, taps, d_f, fma_path,
+                                                                   g);
+    CUDA_LAUNCH_CHECK();
+out:
+    return status;
+}
+
+/* ---------------------------------------------------------------- FFT path */
+
+/* Smallest 2^a 3^b 5^c 7^d >= n (filter.c's fast_fft_len). */
+static size_t fast_fft_len(size_t n)
+{
+    size_t best = 1;
+    while (best < n)
+        best *= 2;
+    for (size_t p7 = 1; p7 < best; p7 *= 7)
+        for (size_t p5 = p7; p5 < best; p5 *= 5)
+            for (size_t p3 = p5; p3 < best; p3 *= 3) {
+                size_t v = p3;
+                while (v < n)
+                    v *= 2;
+                if (v < best)
+                    best = v;
+            }
+    return best;
+}
+
+/* buf[t] = src[t] for t < n, 0 for n <= t < total (the padded real input of an R2C). */
+static __global__ void pad_kernel(const float *src, size_t n, float *buf, size_t total)
+{
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total;
+         t += (size_t)gridDim.x * blockDim.x)
+        buf[t] = t < n ? src[t] : 0.0f;
+}
+
+/* Thread b: spec[b] *= kernel[b] (complex). */
+static __global__ void multiply_kernel(float2 *spec, const float2 *kernel, size_t bins)
+{
+    for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b < bins;
+         b += (size_t)gridDim.x * blockDim.x) {
+        float2 s = spec[b], k = kernel[b];
+        spec[b] = make_float2(s.x * k.x - s.y * k.y, s.x * k.y + s.y * k.x);
+    }
+}
+
+/* Thread b: spec[b] *= scale (the 1/N of the unnormalised inverse, folded into the kernel). */
+static __global__ void scale_kernel(float2 *spec, size_t bins, float scale)
+{
+    for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b < bins;
+         b += (size_t)gridDim.x * blockDim.x) {
+        spec[b].x *= scale;
+        spec[b].y *= scale;
+    }
+}
+
+/* Thread i: f[i] = conv[i + half]. */
+static __global__ void same_part_kernel(const float *conv, size_t n, size_t half, float *f)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        f[i] = conv[i + half];
+}
+
+static void fft_entry_release(struct cuda_ctx *ctx, struct fft_entry *e)
+{
+    if (!e->n_pad)
+        return;
+    (void)cufftDestroy(e->r2c);
+    (void)cufftDestroy(e->c2r);
+    if (e->d_spectrum)
+        (void)cudaFreeAsync(e->d_spectrum, ctx->stream);
+    free(e->h_taps);
+    memset(e, 0, sizeof *e);
+}
+
+extern "C" void cuda_filter_release(struct cuda_ctx *ctx)
+{
+    for (int i = 0; i < CUDA_FFT_CACHE; i++)
+        fft_entry_release(ctx, &ctx->fft[i]);
+}
+
+/* Finds or builds the plans and Ricker spectrum for length n_pad. */
+static enum ecg_status fft_entry_get(struct cuda_ctx *ctx, const struct ecg_plan *plan,
+                                     size_t n_pad, struct fft_entry **out,
+                                     struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct fft_entry *e = NULL;
+    size_t ws_r2c = 0, ws_c2r = 0, bins = n_pad / 2 + 1;
+    int slot = 0;
+    for (int i = 0; i < CUDA_FFT_CACHE; i++) {
+        struct fft_entry *c = &ctx->fft[i];
+        if (c->n_pad == n_pad && c->n_taps == plan->ricker_len &&
+            memcmp(c->h_taps, plan->ricker, plan->ricker_len * sizeof(float)) == 0) {
+            c->last_use = ++ctx->fft_clock;
+            *out = c;
+            return ECG_OK;
+        }
+        if (!c->n_pad || (ctx->fft[slot].n_pad && c->last_use < ctx->fft[slot].last_use))
+            slot = i;
+    }
+    e = &ctx->fft[slot];
+    fft_entry_release(ctx, e);
+    e->n_pad = n_pad;
+    e->r2c = e->c2r = 0;
+    CUFFT_TRY(cufftCreate(&e->r2c));
+    CUFFT_TRY(cufftCreate(&e->c2r));
+    CUFFT_TRY(cufftSetAutoAllocation(e->r2c, 0));
+    CUFFT_TRY(cufftSetAutoAllocation(e->c2r, 0));
+    CUFFT_TRY(cufftMakePlan1d(e->r2c, (int)n_pad, CUFFT_R2C, 1, &ws_r2c));
+    CUFFT_TRY(cufftMakePlan1d(e->c2r, (int)n_pad, CUFFT_C2R, 1, &ws_c2r));
+    CUFFT_TRY(cufftSetStream(e->r2c, ctx->stream));
+    CUFFT_TRY(cufftSetStream(e->c2r, ctx->stream));
+    e->work_bytes = ws_r2c > ws_c2r ? ws_r2c : ws_c2r;
+    e->h_taps = (float *)malloc(plan->ricker_len * sizeof(float));
+    if (!e->h_taps) {
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda_filter: taps");
+        goto out;
+    }
+    memcpy(e->h_taps, plan->ricker, plan->ricker_len * sizeof(float));
+    e->n_taps = plan->ricker_len;
+
+    /* The Ricker spectrum: R2C of the zero-padded taps, in place, then scaled by 1/N. */
+    CUDA_TRY(cudaMallocAsync((void **)&e->d_spectrum, bins * sizeof(float2), ctx->stream));
+    ECG_TRY(dbuf_reserve(ctx, &ctx->fft_work, e->work_bytes ? e->work_bytes : 1, err));
+    ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, plan->ricker_len * sizeof(float), err));
+    ECG_TRY(stage_reserve(ctx, plan->ricker_len * sizeof(float), err));
+    ECG_TRY(ctx_sync(ctx, "filter", err)); /* h_stage free for reuse */
+    memcpy(ctx->h_stage, plan->ricker, plan->ricker_len * sizeof(float));
+    CUDA_TRY(cudaMemcpyAsync(ctx->scratch.ptr, ctx->h_stage, plan->ricker_len * sizeof(float),
+                             cudaMemcpyHostToDevice, ctx->stream));
+    pad_kernel<<<grid_for(2 * bins), CUDA_THREADS, 0, ctx->stream>>>(
+        (const float *)ctx->scratch.ptr, plan->ricker_len, (float *)e->d_spectrum, 2 * bins);
+    CUDA_LAUNCH_CHECK();
+    CUFFT_TRY(cufftSetWorkArea(e->r2c, ctx->fft_work.ptr));
+    CUFFT_TRY(cufftExecR2C(e->r2c, (cufftReal *)e->d_spectrum, (cufftComplex *)e->d_spectrum));
+    scale_kernel<<<grid_for(bins), CUDA_THREADS, 0, ctx->stream>>>(e->d_spectrum, bins,
+                                                                     1.0f / (float)n_pad);
+    CUDA_LAUNCH_CHECK();
+    e->last_use = ++ctx->fft_clock;
+    *out = e;
+    e = NULL;
+out:
+    if (e)
+        fft_entry_release(ctx, e);
+    return status;
+}
+
+static enum ecg_status filter_fft(struct cuda_ctx *ctx, const struct ecg_plan *plan,
+                                  struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct fft_entry *e = NULL;
+    const size_t n = ctx->n_a, taps = plan->ricker_len;
+    size_t n_pad = fast_fft_len(n + taps - 1), bins = n_pad / 2 + 1;
+    if (n_pad > (size_t)INT32_MAX) {
+        status = ecg_fail(err, ECG_ERR_TOO_LARGE, "too_large",
+                          "cuda_filter: %zu samples exceed one cuFFT transform", n);
+        goto out;
+    }
+    ECG_TRY(fft_entry_get(ctx, plan, n_pad, &e, err));
+    ECG_TRY(dbuf_reserve(ctx, &ctx->fft_buf, bins * sizeof(float2), err));
+    ECG_TRY(dbuf_reserve(ctx, &ctx->fft_work, e->work_bytes ? e->work_bytes : 1, err));
+    pad_kernel<<<grid_for(2 * bins), CUDA_THREADS, 0, ctx->stream>>>(
+        (const float *)ctx->resampled.ptr, n, (float *)ctx->fft_buf.ptr, 2 * bins);
+    CUDA_LAUNCH_CHECK();
+    CUFFT_TRY(cufftSetWorkArea(e->r2c, ctx->fft_work.ptr));
+    CUFFT_TRY(cufftSetWorkArea(e->c2r, ctx->fft_work.ptr));
+    CUFFT_TRY(cufftExecR2C(e->r2c, (cufftReal *)ctx->fft_buf.ptr,
+                           (cufftComplex *)ctx->fft_buf.ptr));
+    multiply_kernel<<<grid_for(bins), CUDA_THREADS, 0, ctx->stream>>>(
+        (float2 *)ctx->fft_buf.ptr, e->d_spectrum, bins);
+    CUDA_LAUNCH_CHECK();
+    CUFFT_TRY(cufftExecC2R(e->c2r, (cufftComplex *)ctx->fft_buf.ptr,
+                           (cufftReal *)ctx->fft_buf.ptr));
+    same_part_kernel<<<grid_for(n), CUDA_THREADS, 0, ctx->stream>>>(
+        (const float *)ctx->fft_buf.ptr, n, (taps - 1) / 2, (float *)ctx->filtered.ptr);
+    CUDA_LAUNCH_CHECK();
+out:
+    return status;
+}
+
+/* ---------------------------------------------------------------- entry point */
+
+/* ECG_CUDA_FILTER=direct|fft forces a path; anything else (or unset) mirrors cpu_filter. */
+static int forced_method(void)
+{
+    const char *v = getenv("ECG_CUDA_FILTER");
+    if (v && strcmp(v, "direct") == 0)
+        return 1;
+    if (v && strcmp(v, "fft") == 0)
+        return 2;
+    return 0;
+}
+
+extern "C" enum ecg_status cuda_filter(void *ctx_ptr, const struct ecg_plan *plan,
+                                       struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
+    const size_t taps = plan->ricker_len;
+    int method = forced_method();
+    ECG_TRY(ctx_enter(ctx, err));
+    if (!plan->ricker || taps % 2 == 0) {
+        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
+                          "cuda_filter: plan has no odd-length Ricker kernel");
+        goto out;
+    }
+    ECG_TRY(dbuf_reserve(ctx, &ctx->filtered, (ctx->n_a ? ctx->n_a : 1) * sizeof(float), err));
+    if (ctx->n_a == 0)
+        goto out;
+    if (method == 0)
+        method = taps <= FILTER_DIRECT_MAX_TAPS ? 1 : 2;
+    if (taps > FILTER_DIRECT_MAX_TAPS + 1)
+        method = 2;
+    if (method == 1) {
+        ECG_TRY(launch_filter_direct(ctx->stream, (const float *)ctx->resampled.ptr, ctx->n_a,
+                                     plan->ricker, taps, (float *)ctx->filtered.ptr,
+                                     cuda_host_has_avx2_fma(), err));
+    } else {
+        ECG_TRY(filter_fft(ctx, plan, err));
+    }
+    ECG_TRY(ctx_sync(ctx, "filter", err));
+out:
+    return status;
+}

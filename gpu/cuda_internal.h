@@ -1,0 +1,181 @@
+/*
+ * cuda_internal.h - the CUDA backend's state, per-worker contexts and stage entry points
+ * (gpu/ only; CUDA types are allowed here and nowhere outside gpu/).
+ *
+ * Layout of the backend:
+ *   cuda_backend.cu   the ops table: open/close, contexts, load, read_buf/write_buf, fetch
+ *   cuda_read.cu      load_bytes: CSV parsed on the device, raw float32/float64/int16
+ *   cuda_resample.cu  polyphase resampler            (twin of engine/cpu/resample.c)
+ *   cuda_filter.cu    Ricker filter through cuFFT    (twin of engine/cpu/filter.c)
+ *   cuda_detect.cu    NMS candidates + adaptive pass (twin of engine/cpu/detect.c)
+ *   cuda_embed.cu     segmentation, median/MAD, embedding (twin of segment.c / embed)
+ *   cuda_vae.cu       VAE encoder/decoder with cuDNN, score (twin of engine/cpu/vae.c)
+ *
+ * Ownership and threading: one struct cuda_state per engine, created by open() and read-only
+ * afterwards except next_ctx (atomic). It holds one entry per device used (model weights on
+ * that device, the device's memory pool). A struct cuda_ctx belongs to one worker: its stream,
+ * its cuDNN handle, its cuFFT plans and its device buffers. One thread at a time uses a ctx;
+ * every entry point first makes the ctx's device current for the calling thread.
+ *
+ * Memory: every device buffer comes from the device's stream-ordered pool (cudaMallocAsync on
+ * the ctx's stream) and grows on demand; the pool keeps freed memory up to a release threshold
+ * so that steady-state requests allocate nothing from the driver. An allocation failure is
+ * ECG_ERR_DEVICE_OOM for that request only.
+ *
+ * Every stage synchronises its stream before returning: stage timings measured by the engine
+ * are then real, and a device fault is reported by the stage that caused it.
+ */
+#ifndef ECG_GPU_CUDA_INTERNAL_H
+#define ECG_GPU_CUDA_INTERNAL_H
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+#include <cufft.h>
+#include <cudnn.h>
+
+#include "backend.h"
+#include "cuda_check.h"
+#include "model.h"
+
+#define CUDA_MAX_DEVICES 16
+#define CUDA_FFT_CACHE 4                 /* cuFFT plans kept per ctx (by padded length) */
+#define CUDA_POOL_KEEP_BYTES (4ull << 30) /* memory the pool keeps cached after frees */
+#define CUDA_STAGE_CHUNK (8u << 20)      /* pinned staging chunk for host-to-device input */
+#define CUDA_THREADS 256                 /* default block size */
+
+/* The model on one device. */
+struct cuda_model {
+    float *d_weights;        /* layout.n_weights floats, in the order of model.h */
+};
+
+struct cuda_device {
+    int ordinal;
+    cudaMemPool_t pool;
+    struct cuda_model model; /* d_weights NULL when the engine has no model */
+    char name[256];
+};
+
+struct cuda_state {
+    const struct ecg_model *model;
+    int n_devices;
+    struct cuda_device dev[CUDA_MAX_DEVICES];
+    unsigned next_ctx;       /* round-robin of contexts over devices (atomic) */
+    char description[512];
+};
+
+/* A growable device buffer. Contents are not kept across growth. */
+struct dbuf {
+    void *ptr;
+    size_t cap;              /* bytes */
+};
+
+/* A cached cuFFT plan pair and the Ricker spectrum for one padded length. */
+struct fft_entry {
+    size_t n_pad;            /* 0 = unused slot */
+    cufftHandle r2c, c2r;
+    size_t work_bytes;       /* the larger of the two plans' work areas */
+    float2 *d_spectrum;      /* n_pad / 2 + 1 bins of the Ricker taps, scaled by 1 / n_pad */
+    float *h_taps;           /* the taps the spectrum was made from (cache key with n_pad) */
+    size_t n_taps;
+    uint64_t last_use;
+};
+
+struct cuda_ctx {
+    struct cuda_state *state;
+    struct cuda_device *dev;
+    cudaStream_t stream;
+    cudnnHandle_t cudnn;
+
+    /* the request in flight */
+    double fs_in_hz;
+    size_t n_in;             /* input samples */
+    size_t n_a;              /* analysis samples (after resample) */
+    size_t n_beats;          /* after detect */
+    size_t latent_dim;       /* the model's, 0 without a model */
+    size_t emb_len;          /* floats in emb (n_beats * beat_len after embed) */
+
+    /* stage buffers */
+    struct dbuf input;       /* float[n_in] */
+    struct dbuf resampled;   /* float[n_a] */
+    struct dbuf filtered;    /* float[n_a] */
+    struct dbuf peaks_a;     /* int64[n_beats], analysis grid */
+    struct dbuf table;       /* the beat table, laid out by table_layout() */
+    struct dbuf emb;         /* float[n_beats * beat_len] */
+    /* scratch */
+    struct dbuf scratch;     /* temporary arrays of one stage */
+    struct dbuf cub_temp;    /* CUB temporary storage */
+    struct dbuf fft_buf;     /* in-place R2C/C2R buffer */
+    struct dbuf fft_work;    /* cuFFT work area */
+    struct dbuf vae_work;    /* activations and cuDNN work space */
+
+    /* pinned host staging */
+    void *h_chunk[2];        /* CUDA_STAGE_CHUNK bytes each, double-buffered input upload */
+    cudaEvent_t chunk_free[2];
+    void *h_stage;           /* grown: beat table download and small transfers */
+    size_t h_stage_cap;
+
+    struct fft_entry fft[CUDA_FFT_CACHE];
+    uint64_t fft_clock;
+};
+
+/* Offsets (bytes) of the beat table's columns for k beats and latent dimension z. */
+struct table_layout {
+    size_t r_peak, onset, end, rr_ms, kept, latent, score, outlier, bytes;
+};
+#ifdef __cplusplus
+extern "C" {
+#endif
+void table_layout(size_t k, size_t z, struct table_layout *t);
+
+/* Grows buf to at least bytes (contents lost). ECG_ERR_DEVICE_OOM when the pool is exhausted. */
+enum ecg_status dbuf_reserve(struct cuda_ctx *ctx, struct dbuf *buf, size_t bytes,
+                             struct ecg_error *err);
+void dbuf_release(struct cuda_ctx *ctx, struct dbuf *buf);
+/* Grows the pinned staging buffer. */
+enum ecg_status stage_reserve(struct cuda_ctx *ctx, size_t bytes, struct ecg_error *err);
+/* Copies len host bytes to d_dst through the pinned double buffer (overlapping memcpy and
+ * DMA). Returns once the copies are queued and the host buffer may be reused. */
+enum ecg_status upload_bytes(struct cuda_ctx *ctx, void *d_dst, const void *src, size_t len,
+                             struct ecg_error *err);
+/* Makes the ctx's device current and checks that the ctx is usable. */
+enum ecg_status ctx_enter(struct cuda_ctx *ctx, struct ecg_error *err);
+/* Waits for the ctx's stream and reports a failure of anything queued on it. */
+enum ecg_status ctx_sync(struct cuda_ctx *ctx, const char *stage, struct ecg_error *err);
+
+/* Stage entry points (one per operation family; each source file exports one). */
+enum ecg_status cuda_load_bytes(void *ctx, const void *buf, size_t len,
+                                const struct ecg_read_opts *opts, size_t *n, double *fs_hz,
+                                char lead[32], struct ecg_error *err);
+enum ecg_status cuda_resample(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
+enum ecg_status cuda_filter(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
+enum ecg_status cuda_detect(void *ctx, const struct ecg_plan *plan, size_t *n_beats,
+                            struct ecg_error *err);
+enum ecg_status cuda_embed(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
+enum ecg_status cuda_encode(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
+/* Whether the CPU reference takes its AVX2/FMA code paths on this host: the device kernels
+ * that mirror it bit for bit follow the same arithmetic. */
+bool cuda_host_has_avx2_fma(void);
+/* Frees the cuFFT plans of a ctx. */
+void cuda_filter_release(struct cuda_ctx *ctx);
+
+/* Statistics for benchmarks (declared for C in gpu/cuda_stats.h). */
+int cuda_memory_stats(size_t *used_now, size_t *used_peak, size_t *reserved_peak);
+void cuda_memory_reset_peak(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* Grid size for n elements at CUDA_THREADS per block (capped; kernels are grid-stride). */
+static inline unsigned grid_for(size_t n)
+{
+    size_t blocks = (n + CUDA_THREADS - 1) / CUDA_THREADS;
+    if (blocks < 1)
+        blocks = 1;
+    if (blocks > 65535u * 8u)
+        blocks = 65535u * 8u;
+    return (unsigned)blocks;
+}
+
+#endif /* ECG_GPU_CUDA_INTERNAL_H */

@@ -1,0 +1,170 @@
+/*
+ * cuda_resample.cu - the polyphase rational resampler on the device (twin of
+ * engine/cpu/resample.c, whose comment defines the computation and the edge rule).
+ *
+ * Bit-identical to the CPU reference on the same host: the table of reversed, zero-padded
+ * polyphase branches is built exactly as the CPU builds it, and each output is the same dot
+ * product in the same order of float operations as the CPU path that host would take (the
+ * AVX2/FMA path: two 8-lane FMA accumulators and the same horizontal reduction; or the portable
+ * path: 8 lanes of separate multiply and add). Edge outputs accumulate in double as on the CPU.
+ * Explicit __fmaf_rn / __fmul_rn / __fadd_rn keep nvcc from contracting differently.
+ *
+ * Threads: one thread per output sample (grid-stride).
+ */
+#include <string.h>
+
+#include "cuda_internal.h"
+
+#define LANES 8
+
+/* Whether the CPU reference takes its AVX2/FMA paths on this host (resample.c, filter.c). */
+extern "C" bool cuda_host_has_avx2_fma(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return false;
+#endif
+}
+
+struct resample_args {
+    const float *x;
+    size_t n;
+    const float *table; /* up rows x width */
+    size_t width;
+    uint32_t up, down;
+    uint64_t delay;
+    float *y;
+    size_t n_out;
+    bool fma_path;
+};
+
+static __device__ float dot_fma(const float *h, const float *xs, size_t width)
+{
+    float acc0[LANES], acc1[LANES];
+    for (int l = 0; l < LANES; l++)
+        acc0[l] = acc1[l] = 0.0f;
+    size_t k = 0;
+    for (; k + 2 * LANES <= width; k += 2 * LANES) {
+        for (int l = 0; l < LANES; l++) {
+            acc0[l] = __fmaf_rn(h[k + l], xs[k + l], acc0[l]);
+            acc1[l] = __fmaf_rn(h[k + LANES + l], xs[k + LANES + l], acc1[l]);
+        }
+    }
+    if (k < width)
+        for (int l = 0; l < LANES; l++)
+            acc0[l] = __fmaf_rn(h[k + l], xs[k + l], acc0[l]);
+    float a[LANES];
+    for (int l = 0; l < LANES; l++)
+        a[l] = __fadd_rn(acc0[l], acc1[l]);
+    /* 256 -> 128 bits: lanes l and l + 4; then movehl: (0,2) (1,3); then lane 0 + lane 1 */
+    float s0 = __fadd_rn(a[0], a[4]), s1 = __fadd_rn(a[1], a[5]);
+    float s2 = __fadd_rn(a[2], a[6]), s3 = __fadd_rn(a[3], a[7]);
+    return __fadd_rn(__fadd_rn(s0, s2), __fadd_rn(s1, s3));
+}
+
+static __device__ float dot_portable(const float *h, const float *xs, size_t width)
+{
+    float acc[LANES];
+    for (int l = 0; l < LANES; l++)
+        acc[l] = 0.0f;
+    for (size_t k = 0; k < width; k += LANES)
+        for (int l = 0; l < LANES; l++)
+            acc[l] = __fadd_rn(acc[l], __fmul_rn(h[k + l], xs[k + l]));
+    return __fadd_rn(__fadd_rn(__fadd_rn(acc[0], acc[4]), __fadd_rn(acc[1], acc[5])),
+                     __fadd_rn(__fadd_rn(acc[2], acc[6]), __fadd_rn(acc[3], acc[7])));
+}
+
+static __global__ void resample_kernel(struct resample_args a)
+{
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < a.n_out;
+         j += (size_t)gridDim.x * blockDim.x) {
+        uint64_t m = (uint64_t)j * a.down + a.delay;
+        size_t i = (size_t)(m / a.up);
+        uint32_t p = (uint32_t)(m % a.up);
+        const float *h = a.table + (size_t)p * a.width;
+        if (i + 1 >= a.width && i <= a.n - 1) {
+            const float *xs = a.x + i + 1 - a.width;
+            a.y[j] = a.fma_path ? dot_fma(h, xs, a.width) : dot_portable(h, xs, a.width);
+        } else {
+            /* edge hold: input index clamped to [0, n - 1], double accumulation */
+            double acc = 0.0;
+            for (size_t s = 0; s < a.width; s++) {
+                size_t idx = i + 1 + s < a.width ? 0 : i + 1 + s - a.width;
+                if (idx > a.n - 1)
+                    idx = a.n - 1;
+                acc = __dadd_rn(acc, __dmul_rn((double)h[s], (double)a.x[idx]));
+            }
+            a.y[j] = (float)acc;
+        }
+    }
+}
+
+static enum ecg_status launch_resample(cudaStream_t stream, const struct resample_args *args,
+                                       struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    resample_kernel<<<grid_for(args->n_out), CUDA_THREADS, 0, stream>>>(*args);
+    CUDA_LAUNCH_CHECK();
+out:
+    return status;
+}
+
+extern "C" enum ecg_status cuda_resample(void *ctx_ptr, const struct ecg_plan *plan,
+                                         struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
+    struct resample_args args;
+    size_t n_out, branch_len, width, table_bytes;
+    float *h_table;
+    ECG_TRY(ctx_enter(ctx, err));
+    n_out = ecg_plan_resampled_len(plan, ctx->n_in);
+    ECG_TRY(dbuf_reserve(ctx, &ctx->resampled, (n_out ? n_out : 1) * sizeof(float), err));
+    ECG_TRY(dbuf_reserve(ctx, &ctx->filtered, (n_out ? n_out : 1) * sizeof(float), err));
+    ctx->n_a = n_out;
+    ctx->n_beats = 0;
+    if (n_out == 0)
+        goto out;
+    if (plan->up == 1 && plan->down == 1) {
+        CUDA_TRY(cudaMemcpyAsync(ctx->resampled.ptr, ctx->input.ptr, n_out * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, ctx->stream));
+        ECG_TRY(ctx_sync(ctx, "resample", err));
+        goto out;
+    }
+    if (!plan->fir || plan->fir_len == 0 || plan->up == 0 || plan->down == 0) {
+        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal", "cuda_resample: plan has no filter");
+        goto out;
+    }
+    /* The table exactly as resample.c lays it out. */
+    branch_len = (plan->fir_len + plan->up - 1) / plan->up;
+    width = (branch_len + LANES - 1) / LANES * LANES;
+    table_bytes = (size_t)plan->up * width * sizeof(float);
+    ECG_TRY(stage_reserve(ctx, table_bytes, err));
+    ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, table_bytes, err));
+    /* the staging buffer may still feed an earlier copy: wait for the stream first */
+    ECG_TRY(ctx_sync(ctx, "resample", err));
+    h_table = (float *)ctx->h_stage;
+    for (uint32_t p = 0; p < plan->up; p++) {
+        for (size_t s = 0; s < width; s++) {
+            size_t k = p + (size_t)plan->up * (width - 1 - s);
+            h_table[(size_t)p * width + s] = k < plan->fir_len ? plan->fir[k] : 0.0f;
+        }
+    }
+    CUDA_TRY(cudaMemcpyAsync(ctx->scratch.ptr, h_table, table_bytes, cudaMemcpyHostToDevice,
+                             ctx->stream));
+    args.x = (const float *)ctx->input.ptr;
+    args.n = ctx->n_in;
+    args.table = (const float *)ctx->scratch.ptr;
+    args.width = width;
+    args.up = plan->up;
+    args.down = plan->down;
+    args.delay = plan->fir_delay;
+    args.y = (float *)ctx->resampled.ptr;
+    args.n_out = n_out;
+    args.fma_path = cuda_host_has_avx2_fma();
+    ECG_TRY(launch_resample(ctx->stream, &args, err));
+    ECG_TRY(ctx_sync(ctx, "resample", err));
+out:
+    return status;
+}

@@ -1,0 +1,272 @@
+/*
+ * config.c - defaults, ECGD_* environment variables and command-line options of `ecgd serve`.
+ *
+ * One table lists every setting with its flag, its variable, its bounds and its help line. The
+ * environment is applied first and the command line second, so a flag wins over its variable.
+ * Every value is checked completely (no trailing garbage, no silent wrap-around).
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+enum opt_kind { OPT_STR, OPT_UINT, OPT_INT, OPT_BACKEND, OPT_MB };
+
+struct opt_def {
+    const char *flag;     /* "--port" */
+    const char *env;      /* "ECGD_PORT" */
+    enum opt_kind kind;
+    size_t offset;        /* of the field in struct svc_config */
+    size_t size;          /* of a string field */
+    long long min, max;   /* bounds of a number */
+    const char *metavar;
+    const char *help;
+};
+
+#define FIELD(name) offsetof(struct svc_config, name), sizeof(((struct svc_config *)0)->name)
+
+static const struct opt_def opts[] = {
+    {"--port", "ECGD_PORT", OPT_UINT, FIELD(port), 0, 65535, "N",
+     "TCP port to listen on (0 = any free port; default 8080)"},
+    {"--bind", "ECGD_BIND", OPT_STR, FIELD(bind), 0, 0, "ADDR",
+     "numeric IPv4 or IPv6 address to listen on (default 0.0.0.0)"},
+    {"--backend", "ECGD_BACKEND", OPT_BACKEND, FIELD(backend), 0, 0, "auto|cpu|cuda",
+     "compute backend (default auto: CUDA when a device exists, else cpu)"},
+    {"--device", "ECGD_DEVICE", OPT_INT, FIELD(device), -1, 64, "N",
+     "CUDA device ordinal, -1 = every visible device (default -1)"},
+    {"--model-dir", "ECGD_MODEL_DIR", OPT_STR, FIELD(model_dir), 0, 0, "DIR",
+     "directory of .ecgm model files served under /v1/models (default models)"},
+    {"--model", "ECGD_MODEL", OPT_STR, FIELD(model), 0, 0, "NAME|PATH",
+     "default model: a name in the model directory, a path to a .ecgm file, or none "
+     "(default default)"},
+    {"--workers", "ECGD_WORKERS", OPT_UINT, FIELD(workers), 1, SVC_MAX_WORKERS, "N",
+     "concurrent analyses = engine worker contexts (default: number of CPUs)"},
+    {"--io-threads", "ECGD_IO_THREADS", OPT_UINT, FIELD(io_threads), 1, 64, "N",
+     "HTTP threads in the libmicrohttpd pool (default: workers, at least 2)"},
+    {"--max-body-mb", "ECGD_MAX_BODY_MB", OPT_MB, FIELD(max_body_bytes), 1, 1u << 20, "MB",
+     "largest request body in MiB, checked while it streams (default 256)"},
+    {"--timeout-s", "ECGD_TIMEOUT_S", OPT_UINT, FIELD(timeout_s), 1, 86400, "S",
+     "idle connection timeout in seconds: stops slow clients (default 30)"},
+    {"--queue-depth", "ECGD_QUEUE_DEPTH", OPT_UINT, FIELD(queue_depth), 0, 1u << 20, "N",
+     "analyses that may wait beyond the busy workers before 503 (default 64)"},
+    {"--drain-s", "ECGD_DRAIN_S", OPT_UINT, FIELD(drain_s), 0, 3600, "S",
+     "on SIGTERM, longest wait for in-flight requests (default 25)"},
+    {"--token", "ECGD_TOKEN", OPT_STR, FIELD(token), 0, 0, "TOKEN",
+     "require 'Authorization: Bearer TOKEN' on /v1/ routes (default: none; prefer the "
+     "variable, a flag shows in ps)"},
+};
+
+#define N_OPTS (sizeof opts / sizeof opts[0])
+
+static void config_defaults(struct svc_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->bind, sizeof cfg->bind, "%s", SVC_DEFAULT_BIND);
+    cfg->port = SVC_DEFAULT_PORT;
+    cfg->backend = ECG_BACKEND_AUTO;
+    cfg->device = -1;
+    snprintf(cfg->model_dir, sizeof cfg->model_dir, "%s", SVC_DEFAULT_MODEL_DIR);
+    snprintf(cfg->model, sizeof cfg->model, "%s", SVC_DEFAULT_MODEL);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cfg->workers = cpus < 1 ? 1u : cpus > 64 ? 64u : (unsigned)cpus;
+    cfg->io_threads = 0; /* derived from workers after parsing */
+    cfg->max_body_bytes = (size_t)SVC_DEFAULT_MAX_BODY_MB << 20;
+    cfg->timeout_s = SVC_DEFAULT_TIMEOUT_S;
+    cfg->queue_depth = SVC_DEFAULT_QUEUE_DEPTH;
+    cfg->drain_s = SVC_DEFAULT_DRAIN_S;
+}
+
+/* Parses a whole decimal integer within [min, max]; false on anything else. */
+static bool parse_integer(const char *text, long long min, long long max, long long *out)
+{
+    if (!text || !*text)
+        return false;
+    errno = 0;
+    char *end = NULL;
+    long long value = strtoll(text, &end, 10);
+    if (errno || end == text || *end != '\0' || value < min || value > max)
+        return false;
+    *out = value;
+    return true;
+}
+
+/* Stores one value; prints why it is refused to errs and returns false. */
+static bool opt_set(const struct opt_def *opt, const char *value, const char *source,
+                    struct svc_config *cfg, FILE *errs)
+{
+    char *field = (char *)cfg + opt->offset;
+    long long number = 0;
+    switch (opt->kind) {
+    case OPT_STR:
+        if (strlen(value) >= opt->size) {
+            fprintf(errs, "ecgd serve: %s: value too long (at most %zu characters)\n", source,
+                    opt->size - 1);
+            return false;
+        }
+        memcpy(field, value, strlen(value) + 1);
+        return true;
+    case OPT_BACKEND:
+        if (!ecg_backend_kind_parse(value, (enum ecg_backend_kind *)(void *)field)) {
+            fprintf(errs, "ecgd serve: %s: expected auto, cpu or cuda, got \"%s\"\n", source,
+                    value);
+            return false;
+        }
+        return true;
+    case OPT_UINT:
+    case OPT_INT:
+    case OPT_MB:
+        if (!parse_integer(value, opt->min, opt->max, &number)) {
+            fprintf(errs, "ecgd serve: %s: expected an integer in [%lld, %lld], got \"%s\"\n",
+                    source, opt->min, opt->max, value);
+            return false;
+        }
+        if (opt->kind == OPT_UINT)
+            *(unsigned *)(void *)field = (unsigned)number;
+        else if (opt->kind == OPT_INT)
+            *(int *)(void *)field = (int)number;
+        else
+            *(size_t *)(void *)field = (size_t)number << 20;
+        return true;
+    }
+    return false;
+}
+
+static void print_help(FILE *out)
+{
+    fprintf(out,
+            "usage: ecgd serve [options]\n"
+            "\n"
+            "Serves ECG analysis over HTTP. Every option can also be set by its environment\n"
+            "variable; an option on the command line wins over its variable.\n"
+            "\n"
+            "options:\n");
+    for (size_t i = 0; i < N_OPTS; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "%s %s", opts[i].flag, opts[i].metavar);
+        fprintf(out, "  %-26s %-18s %s\n", left, opts[i].env, opts[i].help);
+    }
+    fprintf(out,
+            "  %-26s %-18s %s\n  %-26s %-18s %s\n  %-26s %-18s %s\n", "--print-config", "",
+            "print the effective configuration as JSON and exit", "--list-routes", "",
+            "print the HTTP routes (METHOD PATH) and exit", "--help", "", "this text");
+    fprintf(out,
+            "\n"
+            "routes: POST /v1/analyze, GET /v1/models, GET /v1/models/{name},\n"
+            "        POST /v1/models/{name}/decode, GET /v1/info, GET /healthz, GET /readyz,\n"
+            "        GET /v2/health/live, GET /v2/health/ready, GET /metrics, GET /openapi.json\n"
+            "signals: SIGTERM or SIGINT stop accepting, finish in-flight requests (up to\n"
+            "        --drain-s), then exit 0. Access logs are JSON lines on stderr.\n");
+}
+
+static const struct opt_def *opt_find(const char *flag, size_t flag_len)
+{
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (strlen(opts[i].flag) == flag_len && !strncmp(opts[i].flag, flag, flag_len))
+            return &opts[i];
+    return NULL;
+}
+
+enum svc_config_action svc_config_parse(struct svc_config *cfg, int argc, char **argv, FILE *out,
+                                        FILE *errs)
+{
+    config_defaults(cfg);
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const char *value = getenv(opts[i].env);
+        if (value && *value && !opt_set(&opts[i], value, opts[i].env, cfg, errs))
+            return SVC_CONFIG_EXIT_USAGE;
+    }
+
+    bool print_config = false, list_routes = false;
+    int first = 1;
+    if (argc > 1 && !strcmp(argv[1], "serve"))
+        first = 2;
+    for (int i = first; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            print_help(out);
+            return SVC_CONFIG_EXIT_OK;
+        }
+        if (!strcmp(arg, "--print-config")) {
+            print_config = true;
+            continue;
+        }
+        if (!strcmp(arg, "--list-routes")) {
+            list_routes = true;
+            continue;
+        }
+        const char *eq = strchr(arg, '=');
+        size_t flag_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const struct opt_def *opt = strncmp(arg, "--", 2) ? NULL : opt_find(arg, flag_len);
+        if (!opt) {
+            fprintf(errs, "ecgd serve: unknown option \"%s\" (see ecgd serve --help)\n", arg);
+            return SVC_CONFIG_EXIT_USAGE;
+        }
+        const char *value = eq ? eq + 1 : NULL;
+        if (!value) {
+            if (i + 1 >= argc) {
+                fprintf(errs, "ecgd serve: %s needs a value\n", opt->flag);
+                return SVC_CONFIG_EXIT_USAGE;
+            }
+            value = argv[++i];
+        }
+        if (!opt_set(opt, value, opt->flag, cfg, errs))
+            return SVC_CONFIG_EXIT_USAGE;
+    }
+
+    if (!cfg->io_threads)
+        cfg->io_threads = cfg->workers < 2 ? 2 : cfg->workers > 64 ? 64 : cfg->workers;
+    if (!cfg->model[0]) {
+        fprintf(errs, "ecgd serve: --model must not be empty (use \"none\" for no model)\n");
+        return SVC_CONFIG_EXIT_USAGE;
+    }
+    if (list_routes)
+        return SVC_CONFIG_LIST_ROUTES;
+    if (print_config) {
+        struct ecg_buf json = {0};
+        svc_config_write_json(cfg, &json);
+        if (json.failed) {
+            ecg_buf_fini(&json);
+            fprintf(errs, "ecgd serve: out of memory\n");
+            return SVC_CONFIG_EXIT_USAGE;
+        }
+        fprintf(out, "%s\n", json.data);
+        ecg_buf_fini(&json);
+        return SVC_CONFIG_EXIT_OK;
+    }
+    return SVC_CONFIG_RUN;
+}
+
+/* Appends a JSON string literal; the values here are configuration, never signal data. */
+static void put_string(struct ecg_buf *out, const char *str)
+{
+    ecg_buf_puts(out, "\"");
+    for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            ecg_buf_printf(out, "\\%c", *p);
+        else if (*p < 0x20)
+            ecg_buf_printf(out, "\\u%04x", *p);
+        else
+            ecg_buf_append(out, (const char *)p, 1);
+    }
+    ecg_buf_puts(out, "\"");
+}
+
+void svc_config_write_json(const struct svc_config *cfg, struct ecg_buf *out)
+{
+    ecg_buf_puts(out, "{\"bind\":");
+    put_string(out, cfg->bind);
+    ecg_buf_printf(out, ",\"port\":%u,\"backend\":", cfg->port);
+    put_string(out, ecg_backend_kind_name(cfg->backend));
+    ecg_buf_printf(out, ",\"device\":%d,\"model_dir\":", cfg->device);
+    put_string(out, cfg->model_dir);
+    ecg_buf_puts(out, ",\"model\":");
+    put_string(out, cfg->model);
+    ecg_buf_printf(out,
+                   ",\"workers\":%u,\"io_threads\":%u,\"max_body_bytes\":%zu,\"timeout_s\":%u,"
+                   "\"queue_depth\":%u,\"drain_s\":%u,\"token\":%s}",
+                   cfg->workers, cfg->io_threads, cfg->max_body_bytes, cfg->timeout_s,
+                   cfg->queue_depth, cfg->drain_s, cfg->token[0] ? "\"(set)\"" : "null");
+}

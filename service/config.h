@@ -1,0 +1,60 @@
+/*
+ * config.h - the service's configuration: defaults, ECGD_* environment variables and command-line
+ * options, with one table describing all three (config.c), so that `--help`, `--print-config`
+ * and the parser cannot drift apart.
+ *
+ * Threading: filled once on the main thread before the server starts; read-only afterwards.
+ */
+#ifndef SVC_CONFIG_H
+#define SVC_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "ecg.h"
+
+#define SVC_DEFAULT_PORT 8080u
+#define SVC_DEFAULT_BIND "0.0.0.0"
+#define SVC_DEFAULT_MODEL_DIR "models"
+#define SVC_DEFAULT_MODEL "default"
+#define SVC_DEFAULT_MAX_BODY_MB 256u
+#define SVC_DEFAULT_TIMEOUT_S 30u
+#define SVC_DEFAULT_QUEUE_DEPTH 64u
+#define SVC_DEFAULT_DRAIN_S 25u
+#define SVC_MAX_WORKERS 256u
+
+struct svc_config {
+    char bind[64];                 /* numeric IPv4 or IPv6 address to listen on */
+    unsigned port;                 /* 0 = any free port (logged at start) */
+    enum ecg_backend_kind backend;
+    int device;                    /* CUDA device ordinal, -1 = every visible device */
+    char model_dir[512];
+    char model[512];               /* default model: a name in model_dir, a path, or "none" */
+    unsigned workers;              /* analysis threads = engine worker contexts */
+    unsigned io_threads;           /* libmicrohttpd thread pool size */
+    size_t max_body_bytes;
+    unsigned timeout_s;            /* idle connection timeout */
+    unsigned queue_depth;          /* analyses allowed to wait beyond the busy workers */
+    unsigned drain_s;              /* longest wait for in-flight requests at shutdown */
+    char token[256];               /* bearer token for /v1/ routes; "" = none */
+};
+
+enum svc_config_action {
+    SVC_CONFIG_RUN = 0,     /* start the server */
+    SVC_CONFIG_EXIT_OK,     /* --help or --print-config: done, exit 0 */
+    SVC_CONFIG_EXIT_USAGE,  /* bad option or value: message printed, exit 2 */
+    SVC_CONFIG_LIST_ROUTES, /* --list-routes: the caller prints the route table, exit 0 */
+};
+
+/*
+ * Fills cfg from the defaults, then the environment, then argv (argv[0] is "serve"). Prints help,
+ * the effective configuration or errors to out/errs. Never exits the process.
+ */
+enum svc_config_action svc_config_parse(struct svc_config *cfg, int argc, char **argv, FILE *out,
+                                        FILE *errs);
+
+/* Writes the configuration as one JSON object (token redacted) into out. */
+void svc_config_write_json(const struct svc_config *cfg, struct ecg_buf *out);
+
+#endif /* SVC_CONFIG_H */

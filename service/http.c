@@ -1,0 +1,169 @@
+/*
+ * http.c - answers: the status mapping, JSON error bodies, sending, and the token check.
+ */
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "server.h"
+
+unsigned svc_http_status(enum ecg_status status)
+{
+    switch (status) {
+    case ECG_OK:
+        return MHD_HTTP_OK;
+    case ECG_ERR_ARG:
+    case ECG_ERR_FORMAT:
+        return MHD_HTTP_BAD_REQUEST;
+    case ECG_ERR_NOT_FOUND:
+        return MHD_HTTP_NOT_FOUND;
+    case ECG_ERR_TOO_LARGE:
+        return MHD_HTTP_CONTENT_TOO_LARGE;
+    case ECG_ERR_UNSUPPORTED:
+        return MHD_HTTP_UNPROCESSABLE_CONTENT;
+    case ECG_ERR_BUSY:
+    case ECG_ERR_DEVICE:
+    case ECG_ERR_DEVICE_OOM:
+        return MHD_HTTP_SERVICE_UNAVAILABLE;
+    case ECG_ERR_MODEL:
+    case ECG_ERR_INTERNAL:
+    case ECG_ERR_IO:
+    case ECG_ERR_NOMEM:
+        return MHD_HTTP_INTERNAL_SERVER_ERROR;
+    case ECG_STATUS_COUNT:
+        break;
+    }
+    return MHD_HTTP_INTERNAL_SERVER_ERROR;
+}
+
+/* Resets the answer fields of req (a request answers once, but an error may replace a
+ * half-built success). */
+static void answer_reset(struct svc_request *req)
+{
+    ecg_buf_fini(&req->answer);
+    req->status = 0;
+    req->content_type = NULL;
+    req->allow = NULL;
+    req->retry_after_s = 0;
+    req->www_authenticate = false;
+}
+
+void svc_answer_error(struct svc_request *req, unsigned http_status, const char *code,
+                      const char *fmt, ...)
+{
+    char message[ECG_ERROR_MSG_LEN + 64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+
+    answer_reset(req);
+    req->status = http_status;
+    req->content_type = "application/json";
+    cJSON *root = cJSON_CreateObject();
+    cJSON *error = cJSON_AddObjectToObject(root, "error");
+    char *text = NULL;
+    if (error && cJSON_AddNumberToObject(error, "status", http_status) &&
+        cJSON_AddStringToObject(error, "code", code) &&
+        cJSON_AddStringToObject(error, "message", message))
+        text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (text) {
+        ecg_buf_puts(&req->answer, text);
+        ecg_buf_puts(&req->answer, "\n");
+        cJSON_free(text);
+    }
+    /* When memory is that short the answer goes out with an empty body (svc_answer_send). */
+}
+
+void svc_answer_ecg_error(struct svc_request *req, const struct ecg_error *err)
+{
+    unsigned http_status = svc_http_status(err->status);
+    svc_answer_error(req, http_status, err->code[0] ? err->code : ecg_status_str(err->status),
+                     "%s", err->message[0] ? err->message : ecg_status_str(err->status));
+    if (http_status == MHD_HTTP_SERVICE_UNAVAILABLE)
+        req->retry_after_s = 1;
+}
+
+void svc_answer_body(struct svc_request *req, unsigned http_status, struct ecg_buf *body,
+                     const char *content_type)
+{
+    answer_reset(req);
+    req->status = http_status;
+    req->content_type = content_type;
+    req->answer = *body;
+    memset(body, 0, sizeof *body);
+}
+
+enum MHD_Result svc_answer_send(struct svc_request *req)
+{
+    if (req->answer.failed) {
+        ecg_buf_fini(&req->answer);
+        svc_answer_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out_of_memory",
+                         "the answer could not be built: out of memory");
+    }
+    size_t len = req->answer.data ? req->answer.len : 0;
+    struct MHD_Response *response;
+    if (len) {
+        /* The answer's buffer goes to libmicrohttpd as is: no copy of a big beat table. */
+        response = MHD_create_response_from_buffer_with_free_callback(len, req->answer.data, free);
+        if (response)
+            memset(&req->answer, 0, sizeof req->answer);
+    } else {
+        response = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    }
+    if (!response)
+        return MHD_NO;
+    enum MHD_Result ok = MHD_YES;
+    if (req->content_type)
+        ok &= MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, req->content_type);
+    ok &= MHD_add_response_header(response, "X-Request-Id", req->id);
+    ok &= MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (req->allow)
+        ok &= MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, req->allow);
+    if (req->retry_after_s) {
+        char seconds[16];
+        snprintf(seconds, sizeof seconds, "%u", req->retry_after_s);
+        ok &= MHD_add_response_header(response, MHD_HTTP_HEADER_RETRY_AFTER, seconds);
+    }
+    if (req->www_authenticate)
+        ok &= MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                      "Bearer realm=\"ecgd\"");
+    if (atomic_load(&req->srv->draining))
+        ok &= MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
+    (void)ok; /* a missing optional header is not worth failing the answer */
+    req->bytes_out = len;
+    enum MHD_Result queued = MHD_queue_response(req->conn, req->status, response);
+    MHD_destroy_response(response);
+    req->phase = SVC_PHASE_ANSWERED;
+    return queued;
+}
+
+bool svc_token_ok(const struct svc_server *srv, struct MHD_Connection *conn)
+{
+    const char *expected = srv->cfg.token;
+    size_t expected_len = strlen(expected);
+    if (!expected_len)
+        return true;
+    const char *header = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!header || strncasecmp(header, "Bearer ", 7))
+        return false;
+    const char *given = header + 7;
+    while (*given == ' ')
+        given++;
+    size_t given_len = strlen(given);
+    while (given_len && given[given_len - 1] == ' ')
+        given_len--;
+    /* Constant time in the given token: every byte of the expected one is compared, whatever
+     * the given one holds, and the lengths are folded into the same difference. */
+    volatile unsigned char diff = (unsigned char)(given_len != expected_len);
+    for (size_t i = 0; i < expected_len; i++) {
+        unsigned char g = i < given_len ? (unsigned char)given[i] : 0;
+        diff |= (unsigned char)(g ^ (unsigned char)expected[i]);
+    }
+    return diff == 0;
+}

@@ -1,0 +1,205 @@
+/*
+ * metrics.c - Prometheus counters, the request duration histogram and the text rendering.
+ */
+#include <string.h>
+
+#include "metrics.h"
+
+/* Upper bounds (seconds) of the request duration histogram; the last bucket is +Inf. */
+static const double duration_bounds[SVC_N_DURATION_BUCKETS - 1] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+};
+
+/* HTTP statuses with a slot of their own; anything else counts in the last slot ("other"). */
+static const unsigned status_slots[SVC_N_STATUS_SLOTS - 1] = {
+    0, 200, 400, 401, 404, 405, 408, 413, 415, 422, 429, 500, 503, 204, 304,
+};
+
+static const char *const stage_names[SVC_STAGE_COUNT] = {
+    "read", "resample", "filter", "detect", "embed", "encode", "total",
+};
+
+void svc_metrics_init(struct svc_metrics *metrics)
+{
+    memset(metrics, 0, sizeof *metrics);
+    pthread_mutex_init(&metrics->mutex, NULL);
+}
+
+void svc_metrics_fini(struct svc_metrics *metrics)
+{
+    if (metrics)
+        pthread_mutex_destroy(&metrics->mutex);
+}
+
+static size_t status_slot(unsigned status)
+{
+    for (size_t i = 0; i < SVC_N_STATUS_SLOTS - 1; i++)
+        if (status_slots[i] == status)
+            return i;
+    return SVC_N_STATUS_SLOTS - 1;
+}
+
+void svc_metrics_request(struct svc_metrics *metrics, enum svc_route route, unsigned status,
+                         double duration_s, uint64_t bytes_in, uint64_t bytes_out)
+{
+    if ((unsigned)route >= SVC_ROUTE_COUNT)
+        route = SVC_ROUTE_UNKNOWN;
+    size_t bucket = 0;
+    while (bucket < SVC_N_DURATION_BUCKETS - 1 && duration_s > duration_bounds[bucket])
+        bucket++;
+    pthread_mutex_lock(&metrics->mutex);
+    metrics->c.requests[route][status_slot(status)]++;
+    metrics->c.duration_buckets[route][bucket]++;
+    metrics->c.duration_sum[route] += duration_s;
+    metrics->c.duration_count[route]++;
+    metrics->c.bytes_received += bytes_in;
+    metrics->c.bytes_sent += bytes_out;
+    pthread_mutex_unlock(&metrics->mutex);
+}
+
+void svc_metrics_analysis(struct svc_metrics *metrics, const struct ecg_timing *timing,
+                          uint64_t samples, uint64_t beats, uint64_t outliers)
+{
+    const double stage_ms[SVC_STAGE_COUNT] = {
+        timing->read_ms,  timing->resample_ms, timing->filter_ms, timing->detect_ms,
+        timing->embed_ms, timing->encode_ms,   timing->total_ms,
+    };
+    pthread_mutex_lock(&metrics->mutex);
+    for (size_t i = 0; i < SVC_STAGE_COUNT; i++)
+        if (stage_ms[i] > 0)
+            metrics->c.stage_sum_s[i] += stage_ms[i] / 1000.0;
+    metrics->c.analyses++;
+    metrics->c.samples += samples;
+    metrics->c.beats += beats;
+    metrics->c.outliers += outliers;
+    pthread_mutex_unlock(&metrics->mutex);
+}
+
+/* Appends a label value with the escapes the exposition format requires. */
+static void put_label(struct ecg_buf *out, const char *value)
+{
+    for (const char *p = value; *p; p++) {
+        if (*p == '\\' || *p == '"')
+            ecg_buf_printf(out, "\\%c", *p);
+        else if (*p == '\n')
+            ecg_buf_puts(out, "\\n");
+        else
+            ecg_buf_append(out, p, 1);
+    }
+}
+
+static void render_requests(const struct svc_counters *m, struct ecg_buf *out)
+{
+    ecg_buf_puts(out, "# HELP ecgd_http_requests_total HTTP requests answered, by route and "
+                      "status (code 0: the client left before the answer).\n"
+                      "# TYPE ecgd_http_requests_total counter\n");
+    for (int route = 0; route < SVC_ROUTE_COUNT; route++)
+        for (size_t slot = 0; slot < SVC_N_STATUS_SLOTS; slot++) {
+            if (!m->requests[route][slot])
+                continue;
+            char code[16];
+            if (slot < SVC_N_STATUS_SLOTS - 1)
+                snprintf(code, sizeof code, "%u", status_slots[slot]);
+            else
+                snprintf(code, sizeof code, "other");
+            ecg_buf_printf(out, "ecgd_http_requests_total{route=\"%s\",code=\"%s\"} %llu\n",
+                           svc_route_def((enum svc_route)route)->pattern, code,
+                           (unsigned long long)m->requests[route][slot]);
+        }
+
+    ecg_buf_puts(out, "# HELP ecgd_http_request_duration_seconds Time from the request's "
+                      "headers to the end of its answer.\n"
+                      "# TYPE ecgd_http_request_duration_seconds histogram\n");
+    for (int route = 0; route < SVC_ROUTE_COUNT; route++) {
+        if (!m->duration_count[route])
+            continue;
+        const char *label = svc_route_def((enum svc_route)route)->pattern;
+        uint64_t cumulative = 0;
+        for (size_t b = 0; b < SVC_N_DURATION_BUCKETS; b++) {
+            cumulative += m->duration_buckets[route][b];
+            if (b < SVC_N_DURATION_BUCKETS - 1)
+                ecg_buf_printf(out,
+                               "ecgd_http_request_duration_seconds_bucket{route=\"%s\","
+                               "le=\"%g\"} %llu\n",
+                               label, duration_bounds[b], (unsigned long long)cumulative);
+            else
+                ecg_buf_printf(out,
+                               "ecgd_http_request_duration_seconds_bucket{route=\"%s\","
+                               "le=\"+Inf\"} %llu\n",
+                               label, (unsigned long long)cumulative);
+        }
+        ecg_buf_printf(out, "ecgd_http_request_duration_seconds_sum{route=\"%s\"} %.9g\n", label,
+                       m->duration_sum[route]);
+        ecg_buf_printf(out, "ecgd_http_request_duration_seconds_count{route=\"%s\"} %llu\n",
+                       label, (unsigned long long)m->duration_count[route]);
+    }
+}
+
+void svc_metrics_render(struct svc_metrics *metrics, const struct svc_metrics_gauges *gauges,
+                        struct ecg_buf *out)
+{
+    struct svc_counters m;
+    pthread_mutex_lock(&metrics->mutex);
+    m = metrics->c; /* a consistent snapshot; rendering happens outside the lock */
+    pthread_mutex_unlock(&metrics->mutex);
+
+    render_requests(&m, out);
+
+    ecg_buf_puts(out, "# HELP ecgd_engine_stage_seconds Engine time per pipeline stage, summed "
+                      "over analyses.\n"
+                      "# TYPE ecgd_engine_stage_seconds summary\n");
+    for (size_t i = 0; i < SVC_STAGE_COUNT; i++) {
+        ecg_buf_printf(out, "ecgd_engine_stage_seconds_sum{stage=\"%s\"} %.9g\n",
+                       stage_names[i], m.stage_sum_s[i]);
+        ecg_buf_printf(out, "ecgd_engine_stage_seconds_count{stage=\"%s\"} %llu\n",
+                       stage_names[i], (unsigned long long)m.analyses);
+    }
+    ecg_buf_printf(out,
+                   "# HELP ecgd_http_received_bytes_total Request body bytes received.\n"
+                   "# TYPE ecgd_http_received_bytes_total counter\n"
+                   "ecgd_http_received_bytes_total %llu\n"
+                   "# HELP ecgd_http_sent_bytes_total Response body bytes sent.\n"
+                   "# TYPE ecgd_http_sent_bytes_total counter\n"
+                   "ecgd_http_sent_bytes_total %llu\n"
+                   "# HELP ecgd_analyses_total Recordings analysed successfully.\n"
+                   "# TYPE ecgd_analyses_total counter\n"
+                   "ecgd_analyses_total %llu\n"
+                   "# HELP ecgd_samples_analysed_total Input samples analysed.\n"
+                   "# TYPE ecgd_samples_analysed_total counter\n"
+                   "ecgd_samples_analysed_total %llu\n"
+                   "# HELP ecgd_beats_analysed_total Beats detected in analysed recordings.\n"
+                   "# TYPE ecgd_beats_analysed_total counter\n"
+                   "ecgd_beats_analysed_total %llu\n"
+                   "# HELP ecgd_outlier_beats_total Beats scored above the model's threshold.\n"
+                   "# TYPE ecgd_outlier_beats_total counter\n"
+                   "ecgd_outlier_beats_total %llu\n",
+                   (unsigned long long)m.bytes_received, (unsigned long long)m.bytes_sent,
+                   (unsigned long long)m.analyses, (unsigned long long)m.samples,
+                   (unsigned long long)m.beats, (unsigned long long)m.outliers);
+    ecg_buf_printf(out,
+                   "# HELP ecgd_http_requests_in_flight HTTP requests being received, processed "
+                   "or answered.\n"
+                   "# TYPE ecgd_http_requests_in_flight gauge\n"
+                   "ecgd_http_requests_in_flight %ld\n"
+                   "# HELP ecgd_analysis_queued Analyses waiting for a worker.\n"
+                   "# TYPE ecgd_analysis_queued gauge\n"
+                   "ecgd_analysis_queued %ld\n"
+                   "# HELP ecgd_analysis_running Analyses running on a worker.\n"
+                   "# TYPE ecgd_analysis_running gauge\n"
+                   "ecgd_analysis_running %ld\n"
+                   "# HELP ecgd_workers Analysis workers (engine contexts).\n"
+                   "# TYPE ecgd_workers gauge\n"
+                   "ecgd_workers %u\n"
+                   "# HELP ecgd_ready 1 when the engine and the default model are loaded.\n"
+                   "# TYPE ecgd_ready gauge\n"
+                   "ecgd_ready %d\n",
+                   gauges->in_flight, gauges->queued, gauges->busy_workers, gauges->workers,
+                   gauges->ready ? 1 : 0);
+    ecg_buf_puts(out, "# HELP ecgd_build_info Version, backend and device of this server.\n"
+                      "# TYPE ecgd_build_info gauge\n"
+                      "ecgd_build_info{version=\"" ECG_VERSION "\",backend=\"");
+    put_label(out, gauges->backend);
+    ecg_buf_puts(out, "\",device=\"");
+    put_label(out, gauges->device);
+    ecg_buf_puts(out, "\"} 1\n");
+}

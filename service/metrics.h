@@ -1,0 +1,79 @@
+/*
+ * metrics.h - the service's Prometheus metrics, rendered as text at GET /metrics.
+ *
+ * Base units (seconds, bytes), prefix ecgd_. Counters and the duration histogram live in one
+ * struct svc_metrics guarded by its own mutex (updates are a handful of additions per request);
+ * gauges that change on every request (in flight, queued) are atomics owned by the server and
+ * passed in when rendering.
+ *
+ * Threading: every function may be called from any thread.
+ */
+#ifndef SVC_METRICS_H
+#define SVC_METRICS_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "ecg.h"
+#include "routes.h"
+
+#define SVC_N_DURATION_BUCKETS 16
+#define SVC_N_STATUS_SLOTS 16
+
+enum svc_stage {
+    SVC_STAGE_READ = 0,
+    SVC_STAGE_RESAMPLE,
+    SVC_STAGE_FILTER,
+    SVC_STAGE_DETECT,
+    SVC_STAGE_EMBED,
+    SVC_STAGE_ENCODE,
+    SVC_STAGE_TOTAL,
+    SVC_STAGE_COUNT
+};
+
+struct svc_counters {
+    uint64_t requests[SVC_ROUTE_COUNT][SVC_N_STATUS_SLOTS];
+    uint64_t duration_buckets[SVC_ROUTE_COUNT][SVC_N_DURATION_BUCKETS];
+    double duration_sum[SVC_ROUTE_COUNT];
+    uint64_t duration_count[SVC_ROUTE_COUNT];
+    double stage_sum_s[SVC_STAGE_COUNT];
+    uint64_t analyses;
+    uint64_t beats;
+    uint64_t outliers;
+    uint64_t samples;
+    uint64_t bytes_received;
+    uint64_t bytes_sent;
+};
+
+struct svc_metrics {
+    pthread_mutex_t mutex;
+    struct svc_counters c;
+};
+
+/* Values read at render time from the server object. */
+struct svc_metrics_gauges {
+    long in_flight;          /* HTTP requests being received, processed or answered */
+    long queued;             /* analysis jobs waiting for a worker */
+    long busy_workers;       /* analysis jobs running */
+    unsigned workers;
+    bool ready;
+    const char *backend;     /* "" until the engine exists */
+    const char *device;
+};
+
+void svc_metrics_init(struct svc_metrics *metrics);
+void svc_metrics_fini(struct svc_metrics *metrics);
+
+/* Records one finished request (status 0 = the client went away before an answer). */
+void svc_metrics_request(struct svc_metrics *metrics, enum svc_route route, unsigned status,
+                         double duration_s, uint64_t bytes_in, uint64_t bytes_out);
+
+/* Records one finished analysis: stage timings and beat counts. */
+void svc_metrics_analysis(struct svc_metrics *metrics, const struct ecg_timing *timing,
+                          uint64_t samples, uint64_t beats, uint64_t outliers);
+
+/* Renders the Prometheus text exposition format (version 0.0.4) into out. */
+void svc_metrics_render(struct svc_metrics *metrics, const struct svc_metrics_gauges *gauges,
+                        struct ecg_buf *out);
+
+#endif /* SVC_METRICS_H */

@@ -1,0 +1,283 @@
+/*
+ * route_analyze.c - POST /v1/analyze: the recording in the body, options in the query.
+ *
+ * The format comes from Content-Type:
+ *   text/csv (also text/plain)             CSV, one column per lead (needs fs)
+ *   application/octet-stream[; dtype=D]    raw little-endian samples, D = float32 (default),
+ *                                          int16 or float64; dtype may also be a query option
+ *   application/x-npy (also application/npy)   NumPy .npy
+ *   application/edf (also application/x-edf)   EDF, EDF+ or BDF
+ *   application/json                       {"fs": 360, "samples": [...]} as the JSON reader takes
+ * Query: fs (Hz), lead (index or name), model (a name from /v1/models), include (comma list),
+ * dtype. Unknown query options are refused, so that a typo cannot silently change an analysis.
+ *
+ * The answer is ecg_result_write_json()'s document, the same bytes `ecgd analyze` prints for the
+ * same input and options (apart from timing_ms).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "server.h"
+
+/* Media types and their formats. */
+static const struct {
+    const char *media;
+    enum ecg_format format;
+} media_types[] = {
+    {"text/csv", ECG_FORMAT_CSV},
+    {"text/plain", ECG_FORMAT_CSV},
+    {"application/octet-stream", ECG_FORMAT_F32},
+    {"application/x-npy", ECG_FORMAT_NPY},
+    {"application/npy", ECG_FORMAT_NPY},
+    {"application/edf", ECG_FORMAT_EDF},
+    {"application/x-edf", ECG_FORMAT_EDF},
+    {"application/json", ECG_FORMAT_JSON},
+};
+
+static const struct {
+    const char *name;
+    enum ecg_format format;
+} dtypes[] = {
+    {"float32", ECG_FORMAT_F32}, {"f32", ECG_FORMAT_F32}, {"<f4", ECG_FORMAT_F32},
+    {"int16", ECG_FORMAT_I16},   {"i16", ECG_FORMAT_I16}, {"<i2", ECG_FORMAT_I16},
+    {"float64", ECG_FORMAT_F64}, {"f64", ECG_FORMAT_F64}, {"<f8", ECG_FORMAT_F64},
+};
+
+static bool dtype_parse(const char *text, size_t len, enum ecg_format *out)
+{
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (strlen(dtypes[i].name) == len && !strncasecmp(dtypes[i].name, text, len)) {
+            *out = dtypes[i].format;
+            return true;
+        }
+    return false;
+}
+
+static const char *skip_spaces(const char *p)
+{
+    while (*p == ' ' || *p == '\t')
+        p++;
+    return p;
+}
+
+/*
+ * Parses "type/subtype; key=value; ..." into the format. A dtype parameter is returned through
+ * dtype_format (left as is when absent). Returns false with an error answer set.
+ */
+static bool content_type_parse(struct svc_request *req, const char *header,
+                               enum ecg_format *format, enum ecg_format *dtype_format,
+                               bool *has_dtype)
+{
+    if (!header || !*skip_spaces(header)) {
+        svc_answer_error(req, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "missing_content_type",
+                         "Content-Type is required: text/csv, application/octet-stream, "
+                         "application/x-npy, application/edf or application/json");
+        return false;
+    }
+    const char *p = skip_spaces(header);
+    size_t media_len = strcspn(p, ";");
+    while (media_len && (p[media_len - 1] == ' ' || p[media_len - 1] == '\t'))
+        media_len--;
+    bool known = false;
+    for (size_t i = 0; i < sizeof media_types / sizeof media_types[0]; i++)
+        if (strlen(media_types[i].media) == media_len &&
+            !strncasecmp(media_types[i].media, p, media_len)) {
+            *format = media_types[i].format;
+            known = true;
+        }
+    if (!known) {
+        svc_answer_error(req, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type",
+                         "unsupported Content-Type \"%.*s\": use text/csv, "
+                         "application/octet-stream, application/x-npy, application/edf or "
+                         "application/json", (int)(media_len > 80 ? 80 : media_len), p);
+        return false;
+    }
+    p += strcspn(p, ";");
+    while (*p == ';') {
+        p = skip_spaces(p + 1);
+        size_t param_len = strcspn(p, ";");
+        const char *eq = memchr(p, '=', param_len);
+        if (eq && (size_t)(eq - p) == 5 && !strncasecmp(p, "dtype", 5)) {
+            const char *value = eq + 1;
+            size_t value_len = param_len - (size_t)(value - p);
+            while (value_len && (value[value_len - 1] == ' ' || value[value_len - 1] == '\t'))
+                value_len--;
+            if (value_len >= 2 && value[0] == '"' && value[value_len - 1] == '"')
+                value++, value_len -= 2;
+            if (!dtype_parse(value, value_len, dtype_format)) {
+                svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_dtype",
+                                 "dtype \"%.*s\": expected float32, int16 or float64",
+                                 (int)(value_len > 40 ? 40 : value_len), value);
+                return false;
+            }
+            *has_dtype = true;
+        }
+        /* Other parameters (charset, header=present...) do not change the reading. */
+        p += param_len;
+    }
+    return true;
+}
+
+struct query_check {
+    struct svc_request *req;
+    bool bad;
+};
+
+static enum MHD_Result query_check_one(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value)
+{
+    static const char *const known[] = {"fs", "lead", "model", "include", "dtype"};
+    struct query_check *check = cls;
+    (void)kind;
+    (void)value;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(key, known[i]))
+            return MHD_YES;
+    svc_answer_error(check->req, MHD_HTTP_BAD_REQUEST, "unknown_parameter",
+                     "unknown query parameter \"%.40s\" (expected fs, lead, model, include or "
+                     "dtype)", key);
+    check->bad = true;
+    return MHD_NO;
+}
+
+static const char *query(struct svc_request *req, const char *key)
+{
+    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+bool svc_analyze_prepare(struct svc_request *req)
+{
+    struct svc_server *srv = req->srv;
+    struct query_check check = {req, false};
+    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, query_check_one, &check);
+    if (check.bad)
+        return false;
+
+    enum ecg_format format = ECG_FORMAT_AUTO, dtype_format = ECG_FORMAT_F32;
+    bool has_dtype = false;
+    const char *content_type = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+                                                           MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!content_type_parse(req, content_type, &format, &dtype_format, &has_dtype))
+        return false;
+    const char *dtype = query(req, "dtype");
+    if (dtype) {
+        enum ecg_format query_format;
+        if (!dtype_parse(dtype, strlen(dtype), &query_format)) {
+            svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_dtype",
+                             "dtype \"%.40s\": expected float32, int16 or float64", dtype);
+            return false;
+        }
+        if (has_dtype && query_format != dtype_format) {
+            svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "conflicting_dtype",
+                             "the dtype of the query and of the Content-Type differ");
+            return false;
+        }
+        dtype_format = query_format;
+        has_dtype = true;
+    }
+    if (has_dtype && format != ECG_FORMAT_F32) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "dtype_not_applicable",
+                         "dtype applies to application/octet-stream only");
+        return false;
+    }
+    if (format == ECG_FORMAT_F32)
+        format = dtype_format;
+    req->opts.format = format;
+
+    const char *fs = query(req, "fs");
+    if (fs) {
+        char *end = NULL;
+        errno = 0;
+        double fs_hz = strtod(fs, &end);
+        if (!*fs || end == fs || *end || errno || !isfinite(fs_hz) || !(fs_hz > 0)) {
+            svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_fs",
+                             "fs: expected a positive sampling rate in Hz, got \"%.40s\"", fs);
+            return false;
+        }
+        req->opts.fs_hz = fs_hz;
+    }
+
+    const char *lead = query(req, "lead");
+    if (lead) {
+        if (!*lead || strlen(lead) >= sizeof req->lead) {
+            svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_lead",
+                             "lead: expected a column index or a lead name of 1 to %zu "
+                             "characters", sizeof req->lead - 1);
+            return false;
+        }
+        memcpy(req->lead, lead, strlen(lead) + 1);
+        req->opts.lead = req->lead;
+    }
+
+    struct ecg_error err = {0};
+    req->include = ECG_INCLUDE_ALL;
+    const char *include = query(req, "include");
+    if (include && !ecg_include_parse(include, &req->include, &err)) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, err.code, "%s", err.message);
+        return false;
+    }
+
+    const char *model = query(req, "model");
+    if (!model || !*model) {
+        req->model = svc_registry_default(&srv->registry);
+    } else {
+        req->model = svc_registry_find(&srv->registry, model);
+        if (!req->model && !strcmp(model, "none") && !srv->registry.has_model)
+            req->model = svc_registry_default(&srv->registry);
+        if (!req->model) {
+            svc_answer_error(req, MHD_HTTP_NOT_FOUND, "model_not_found",
+                             "no model named \"%.63s\" (GET /v1/models lists them)", model);
+            return false;
+        }
+    }
+    return true;
+}
+
+void svc_analyze_run(struct svc_request *req)
+{
+    struct svc_server *srv = req->srv;
+    struct ecg_error err = {0};
+    struct ecg_result *result = NULL;
+    struct ecg_buf body = {0};
+
+    if (!req->body_len) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "empty_body",
+                         "the request body is empty: send the recording");
+        goto out;
+    }
+    struct ecg_engine *engine = svc_registry_engine(&srv->registry, req->model, &err);
+    if (!engine) {
+        svc_answer_ecg_error(req, &err);
+        goto out;
+    }
+    if (ecg_engine_analyze_bytes(engine, req->body, req->body_len, &req->opts, &result, &err) !=
+        ECG_OK) {
+        svc_answer_ecg_error(req, &err);
+        goto out;
+    }
+    /* The recording is no longer needed: give its memory back before rendering. */
+    free(req->body);
+    req->body = NULL;
+    req->body_cap = 0;
+
+    ecg_result_write_json(result, engine, req->include, &body);
+    if (body.failed) {
+        svc_answer_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out_of_memory",
+                         "the answer for %zu beats could not be built: out of memory",
+                         result->n_beats);
+        goto out;
+    }
+    uint64_t outliers = 0;
+    if (result->outlier)
+        for (size_t i = 0; i < result->n_beats; i++)
+            outliers += result->outlier[i] != 0;
+    svc_metrics_analysis(&srv->metrics, &result->timing, result->n_samples, result->n_beats,
+                         outliers);
+    svc_answer_body(req, MHD_HTTP_OK, &body, "application/json");
+out:
+    ecg_buf_fini(&body);
+    ecg_result_free(result);
+}

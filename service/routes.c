@@ -1,0 +1,81 @@
+/*
+ * routes.c - the route table and path matching.
+ */
+#include <string.h>
+
+#include "routes.h"
+
+static const struct svc_route_def route_defs[SVC_ROUTE_COUNT] = {
+    [SVC_ROUTE_ANALYZE] = {SVC_ROUTE_ANALYZE, "/v1/analyze", "POST", "POST", true},
+    [SVC_ROUTE_MODELS] = {SVC_ROUTE_MODELS, "/v1/models", "GET", "GET, HEAD", true},
+    [SVC_ROUTE_MODEL] = {SVC_ROUTE_MODEL, "/v1/models/{name}", "GET", "GET, HEAD", true},
+    [SVC_ROUTE_DECODE] = {SVC_ROUTE_DECODE, "/v1/models/{name}/decode", "POST", "POST", true},
+    [SVC_ROUTE_INFO] = {SVC_ROUTE_INFO, "/v1/info", "GET", "GET, HEAD", true},
+    [SVC_ROUTE_HEALTHZ] = {SVC_ROUTE_HEALTHZ, "/healthz", "GET", "GET, HEAD", false},
+    [SVC_ROUTE_READYZ] = {SVC_ROUTE_READYZ, "/readyz", "GET", "GET, HEAD", false},
+    [SVC_ROUTE_LIVE] = {SVC_ROUTE_LIVE, "/v2/health/live", "GET", "GET, HEAD", false},
+    [SVC_ROUTE_READY] = {SVC_ROUTE_READY, "/v2/health/ready", "GET", "GET, HEAD", false},
+    [SVC_ROUTE_METRICS] = {SVC_ROUTE_METRICS, "/metrics", "GET", "GET, HEAD", false},
+    [SVC_ROUTE_OPENAPI] = {SVC_ROUTE_OPENAPI, "/openapi.json", "GET", "GET, HEAD", false},
+    [SVC_ROUTE_UNKNOWN] = {SVC_ROUTE_UNKNOWN, "other", "", "", false},
+};
+
+const struct svc_route_def *svc_route_def(enum svc_route route)
+{
+    if ((unsigned)route >= SVC_ROUTE_COUNT)
+        route = SVC_ROUTE_UNKNOWN;
+    return &route_defs[route];
+}
+
+static bool valid_model_name(const char *name, size_t len)
+{
+    if (len == 0 || len > 63 || name[0] == '.')
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+enum svc_route svc_route_match(const char *path, char *name, size_t name_size)
+{
+    static const enum svc_route fixed[] = {
+        SVC_ROUTE_ANALYZE, SVC_ROUTE_MODELS, SVC_ROUTE_INFO,    SVC_ROUTE_HEALTHZ,
+        SVC_ROUTE_READYZ,  SVC_ROUTE_LIVE,   SVC_ROUTE_READY,   SVC_ROUTE_METRICS,
+        SVC_ROUTE_OPENAPI,
+    };
+    if (name_size)
+        name[0] = '\0';
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        if (!strcmp(path, route_defs[fixed[i]].pattern))
+            return fixed[i];
+
+    static const char prefix[] = "/v1/models/";
+    if (strncmp(path, prefix, sizeof prefix - 1))
+        return SVC_ROUTE_UNKNOWN;
+    const char *segment = path + sizeof prefix - 1;
+    const char *slash = strchr(segment, '/');
+    size_t len = slash ? (size_t)(slash - segment) : strlen(segment);
+    enum svc_route route;
+    if (!slash)
+        route = SVC_ROUTE_MODEL;
+    else if (!strcmp(slash, "/decode"))
+        route = SVC_ROUTE_DECODE;
+    else
+        return SVC_ROUTE_UNKNOWN;
+    if (!valid_model_name(segment, len) || len >= name_size)
+        return SVC_ROUTE_UNKNOWN;
+    memcpy(name, segment, len);
+    name[len] = '\0';
+    return route;
+}
+
+void svc_routes_print(FILE *file)
+{
+    for (int route = 0; route < SVC_ROUTE_UNKNOWN; route++)
+        fprintf(file, "%s %s\n", route_defs[route].method, route_defs[route].pattern);
+}

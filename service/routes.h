@@ -1,0 +1,52 @@
+/*
+ * routes.h - the HTTP route table: every path the service answers, its methods, and whether it
+ * needs the bearer token. The router, the metrics labels, `--list-routes` and the OpenAPI test
+ * all read this one table.
+ *
+ * Threading: the table is immutable.
+ */
+#ifndef SVC_ROUTES_H
+#define SVC_ROUTES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+enum svc_route {
+    SVC_ROUTE_ANALYZE = 0,
+    SVC_ROUTE_MODELS,
+    SVC_ROUTE_MODEL,
+    SVC_ROUTE_DECODE,
+    SVC_ROUTE_INFO,
+    SVC_ROUTE_HEALTHZ,
+    SVC_ROUTE_READYZ,
+    SVC_ROUTE_LIVE,
+    SVC_ROUTE_READY,
+    SVC_ROUTE_METRICS,
+    SVC_ROUTE_OPENAPI,
+    SVC_ROUTE_UNKNOWN,     /* no such path: 404 (one metrics label for all of them) */
+    SVC_ROUTE_COUNT
+};
+
+struct svc_route_def {
+    enum svc_route route;
+    const char *pattern;   /* "/v1/models/{name}"; also the metrics label */
+    const char *method;    /* "GET" (HEAD is accepted too) or "POST" */
+    const char *allow;     /* Allow header for 405 answers */
+    bool needs_token;      /* when a token is configured */
+};
+
+/* The definition of a route; SVC_ROUTE_UNKNOWN has pattern "other". */
+const struct svc_route_def *svc_route_def(enum svc_route route);
+
+/*
+ * Matches a request path. Returns the route (SVC_ROUTE_UNKNOWN if none) and copies the {name}
+ * segment of model routes into name (size name_size); a name that is not a valid model name
+ * ([A-Za-z0-9._-], 1..63 characters, not starting with '.') makes the path unknown.
+ */
+enum svc_route svc_route_match(const char *path, char *name, size_t name_size);
+
+/* Prints "METHOD PATH" lines of every route, for `ecgd serve --list-routes`. */
+void svc_routes_print(FILE *file);
+
+#endif /* SVC_ROUTES_H */

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# End-to-end tests of the ecgd command line: every input format of the same signal gives the same
+# beats; errors go to stderr with a non-zero exit; eval and analyze on shared records.
+# Prints TAP-style "ok N - ..." / "not ok N - ..." lines.
+set -u
+ECGD=${ECGD:-build/ecgd}
+PY=/usr/bin/python3
+data=tests/data
+mitdb=../shared/data/mitdb
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+n=0 failed=0
+
+check() { # check DESCRIPTION COMMAND...
+    local desc=$1; shift
+    n=$((n + 1))
+    if "$@" >"$tmp/out" 2>"$tmp/err"; then
+        echo "ok $n - $desc"
+    else
+        echo "not ok $n - $desc"; sed 's/^/#   /' "$tmp/err" | head -5; failed=$((failed + 1))
+    fi
+}
+
+beats_of() { # beats_of JSONFILE -> prints r_peak list
+    $PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["beats"]["r_peak"])' "$1"
+}
+
+# 1. The same 100 s of record 208 as CSV, float32, .npy, EDF and JSON: identical beats.
+$PY tests/e2e/render_formats.py $data/mitdb_100s.csv 360 "$tmp"
+"$ECGD" analyze $data/mitdb_100s.csv --fs 360 --model none >"$tmp/csv.json"
+check "csv analysed" test -s "$tmp/csv.json"
+ref=$(beats_of "$tmp/csv.json")
+check "csv finds the beats of 100 s of record 208 (>= 100)" \
+    $PY -c "import sys; sys.exit(len($ref) < 100)"
+for f in f32 npy edf json; do
+    args=(--model none)
+    case $f in f32|npy) args+=(--fs 360) ;; esac
+    "$ECGD" analyze "$tmp/rec.$f" "${args[@]}" >"$tmp/$f.json" 2>"$tmp/$f.err"
+    got=$(beats_of "$tmp/$f.json" 2>/dev/null)
+    check "$f gives the same beats as csv" test "$got" = "$ref"
+done
+
+# 2. Column by name and by index pick the same lead; V1 differs from MLII.
+"$ECGD" analyze $data/mitdb_100s.csv --fs 360 --lead MLII --model none >"$tmp/byname.json"
+check "csv column by name = by index" test "$(beats_of "$tmp/byname.json")" = "$ref"
+"$ECGD" analyze $data/mitdb_100s.csv --fs 360 --lead V1 --model none --include summary >"$tmp/v1.json"
+check "csv column V1 analysed" grep -q '"lead":"V1"' "$tmp/v1.json"
+
+# 3. Errors: message on stderr, non-zero exit, nothing on stdout.
+expect_fail() { # expect_fail DESCRIPTION PATTERN ARGS...
+    local desc=$1 pattern=$2; shift 2
+    n=$((n + 1))
+    if "$ECGD" "$@" >"$tmp/out" 2>"$tmp/err"; then
+        echo "not ok $n - $desc (exit 0)"; failed=$((failed + 1))
+    elif ! grep -q -- "$pattern" "$tmp/err" || [ -s "$tmp/out" ]; then
+        echo "not ok $n - $desc"; sed 's/^/#   /' "$tmp/err" | head -3; failed=$((failed + 1))
+    else
+        echo "ok $n - $desc"
+    fi
+}
+printf '1.0\n2.0\nabc\n' >"$tmp/bad.csv"
+expect_fail "bad csv names the line" "line 3" analyze "$tmp/bad.csv" --fs 360 --model none
+expect_fail "csv without --fs" "rate" analyze $data/mitdb_100s.csv --model none
+expect_fail "missing file" "No such file" analyze "$tmp/none.csv" --fs 360 --model none
+expect_fail "unknown format" "unknown format" analyze $data/mitdb_100s.csv --format xls
+expect_fail "rate out of range" "Hz" analyze $data/mitdb_100s.csv --fs 50 --model none
+expect_fail "unknown option" "unknown option" analyze $data/mitdb_100s.csv --frobnicate
+expect_fail "bad include" "latnet" analyze $data/mitdb_100s.csv --fs 360 --include latnet
+expect_fail "unknown command" "unknown command" frobnicate
+
+# 4. eval on two shared records: a table with a total line.
+if [ -d "$mitdb" ]; then
+    "$ECGD" eval --json --model none $mitdb 101 208 >"$tmp/eval.json"
+    check "eval --json on 101 and 208: Se and +P > 99%" $PY -c '
+import json,sys; t=json.load(open(sys.argv[1]))["total"]
+sys.exit(not (t["se_pct"] > 99 and t["ppv_pct"] > 99 and t["beats"] == 1865 + 2955))' "$tmp/eval.json"
+    "$ECGD" analyze ../shared/data/ucr/ecg50T.txt --fs 250 --include summary >"$tmp/ucr.json"
+    check "analyze ecg50T.txt at 250 Hz" $PY -c '
+import json,sys; d=json.load(open(sys.argv[1])); s=d["summary"]
+sys.exit(not (d["signal"]["samples"] == 50000 and 150 < s["beats"] < 400))' "$tmp/ucr.json"
+else
+    n=$((n + 1)); echo "skip $n - shared data not found"
+fi
+[ "$failed" -eq 0 ]

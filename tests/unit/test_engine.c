@@ -1,0 +1,385 @@
+/*
+ * test_engine.c - the engine end to end on the CPU backend: WFDB and annotation reading, the
+ * orchestration and its error paths, the JSON answer (schema, number formatting, include
+ * masks), and concurrent use of one engine.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "ecg.h"
+
+#define MITDB ECG_SHARED_DATA "/mitdb"
+
+static struct ecg_engine *cpu_engine(unsigned workers)
+{
+    struct ecg_error err = {0};
+    struct ecg_engine_config config = {.backend = ECG_BACKEND_CPU, .workers = workers};
+    struct ecg_engine *engine = ecg_engine_create(&config, &err);
+    if (!engine)
+        fail_msg("engine: %s", err.message);
+    return engine;
+}
+
+static void read_record(const char *name, const char *lead, struct ecg_signal *sig)
+{
+    char path[256];
+    struct ecg_error err = {0};
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = lead};
+    snprintf(path, sizeof path, "%s/%s", MITDB, name);
+    if (ecg_read_file(path, &opts, sig, &err) != ECG_OK)
+        fail_msg("%s: %s", path, err.message);
+}
+
+/* Record 101: 650000 samples at 360 Hz; first MLII sample 955 adu -> (955-1024)/200 mV. */
+static void test_wfdb_reads_record(void **state)
+{
+    struct ecg_signal sig = {0};
+    read_record("101", NULL, &sig);
+    assert_int_equal(sig.n, 650000);
+    assert_true(sig.fs_hz == 360.0);
+    assert_string_equal(sig.lead, "MLII");
+    assert_float_equal(sig.samples[0], (955 - 1024) / 200.0, 1e-6);
+    ecg_signal_free(&sig);
+
+    /* Lead by name: V1's first sample is 992 adu. */
+    read_record("101", "V1", &sig);
+    assert_string_equal(sig.lead, "V1");
+    assert_float_equal(sig.samples[0], (992 - 1024) / 200.0, 1e-6);
+    ecg_signal_free(&sig);
+}
+
+static void test_wfdb_rejects(void **state)
+{
+    struct ecg_signal sig = {0};
+    struct ecg_error err = {0};
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = "2"};
+    assert_int_equal(ecg_read_file(MITDB "/101", &opts, &sig, &err), ECG_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.message, "lead 2 requested, record has 2"));
+    opts.lead = "V5";
+    assert_int_equal(ecg_read_file(MITDB "/101", &opts, &sig, &err), ECG_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.message, "no lead named \"V5\""));
+    opts.lead = NULL;
+    assert_int_equal(ecg_read_file(MITDB "/nonexistent", &opts, &sig, &err), ECG_ERR_IO);
+    assert_null(sig.samples);
+}
+
+/* A header that claims more samples than its .dat holds is refused, never read past the end. */
+static void test_wfdb_lying_header(void **state)
+{
+    const char *dir = "/tmp/ecgd-test-wfdb";
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s && head -c 3000 %s/101.dat > %s/x.dat && "
+             "printf 'x 2 360 650000\\nx.dat 212 200 11 1024 955 0 0 MLII\\n"
+             "x.dat 212 200 11 1024 992 0 0 V1\\n' > %s/x.hea",
+             dir, MITDB, dir, dir);
+    assert_int_equal(system(cmd), 0);
+    struct ecg_signal sig = {0};
+    struct ecg_error err = {0};
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB};
+    assert_int_equal(ecg_read_file("/tmp/ecgd-test-wfdb/x", &opts, &sig, &err), ECG_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "header declares 650000 samples"));
+    /* Without the sample count the frames present are read: 3000 bytes = 1000 frames. */
+    snprintf(cmd, sizeof cmd, "sed -i '1s/.*/x 2 360/' %s/x.hea", dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(ecg_read_file("/tmp/ecgd-test-wfdb/x", &opts, &sig, &err), ECG_OK);
+    assert_int_equal(sig.n, 1000);
+    ecg_signal_free(&sig);
+    /* An unsupported format is named. */
+    snprintf(cmd, sizeof cmd, "sed -i '2s/ 212 / 80 /' %s/x.hea", dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(ecg_read_file("/tmp/ecgd-test-wfdb/x", &opts, &sig, &err),
+                     ECG_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "format 80"));
+}
+
+/* Annotation counts of every beat symbol, as bxb counts reference beats. */
+static void test_annotations(void **state)
+{
+    struct ecg_annotations ann = {0};
+    struct ecg_error err = {0};
+    assert_int_equal(ecg_annotations_read(MITDB "/101", &ann, &err), ECG_OK);
+    assert_int_equal(ann.n, 1865);
+    assert_int_equal(ann.n_vf, 0);
+    for (size_t i = 1; i < ann.n; i++)
+        assert_true(ann.sample[i] > ann.sample[i - 1]);
+    ecg_annotations_free(&ann);
+
+    /* 207 has ventricular flutter episodes delimited by '[' and ']'. */
+    assert_int_equal(ecg_annotations_read(MITDB "/207.atr", &ann, &err), ECG_OK);
+    assert_true(ann.n_vf >= 1);
+    assert_int_equal(ann.vf_start[0], 14665);
+    assert_true(ann.vf_end[0] > ann.vf_start[0]);
+    assert_true(ecg_annotations_in_vf(&ann, 14700));
+    assert_false(ecg_annotations_in_vf(&ann, 100));
+    size_t v = 0;
+    for (size_t i = 0; i < ann.n; i++)
+        v += ecg_aami_class(ann.symbol[i]) == 'V';
+    assert_true(v > 100);
+    ecg_annotations_free(&ann);
+}
+
+/* Analysing record 208 (many PVCs): beats close to the reference count, invariants hold. */
+static void test_analyze_record(void **state)
+{
+    struct ecg_signal sig = {0};
+    struct ecg_result *res = NULL;
+    struct ecg_error err = {0};
+    struct ecg_annotations ann = {0};
+    struct ecg_engine *engine = cpu_engine(1);
+    read_record("208", NULL, &sig);
+    assert_int_equal(ecg_annotations_read(MITDB "/208", &ann, &err), ECG_OK);
+    assert_int_equal(ecg_engine_analyze(engine, &sig, &res, &err), ECG_OK);
+    assert_true(fabs((double)res->n_beats - (double)ann.n) < 0.01 * (double)ann.n);
+    assert_int_equal(res->n_samples, sig.n);
+    assert_true(res->fs_hz == 360.0);
+    assert_string_equal(res->lead, "MLII");
+    assert_null(res->latent);
+    assert_true(isnan(res->rr_ms[0]));
+    for (size_t i = 0; i < res->n_beats; i++) {
+        assert_true(res->r_peak[i] >= 0 && res->r_peak[i] < (int64_t)sig.n);
+        assert_true(res->onset[i] <= res->r_peak[i] && res->r_peak[i] < res->end[i]);
+        if (i) {
+            double rr = (double)(res->r_peak[i] - res->r_peak[i - 1]) * 1000.0 / 360.0;
+            assert_float_equal(res->rr_ms[i], rr, 1e-3 * rr);
+        }
+    }
+    struct ecg_match_stats m = {0};
+    ecg_match_beats(res->r_peak, res->n_beats, ann.sample, ann.n, 360.0, 0.15, &m, NULL);
+    assert_true((double)m.tp / (double)ann.n > 0.99);
+    assert_true(res->timing.total_ms > 0);
+    ecg_result_free(res);
+    ecg_annotations_free(&ann);
+    ecg_signal_free(&sig);
+    ecg_engine_destroy(engine);
+}
+
+static void test_analyze_errors(void **state)
+{
+    struct ecg_engine *engine = cpu_engine(1);
+    struct ecg_result *res = NULL;
+    struct ecg_error err = {0};
+    float samples[1000] = {0};
+    struct ecg_signal sig = {.samples = samples, .n = 1000, .fs_hz = 360.0};
+    /* 1000 samples at 360 Hz = 2.78 s: analysable (no beats in a flat line). */
+    assert_int_equal(ecg_engine_analyze(engine, &sig, &res, &err), ECG_OK);
+    assert_int_equal(res->n_beats, 0);
+    ecg_result_free(res);
+    sig.n = 500; /* 1.39 s */
+    assert_int_equal(ecg_engine_analyze(engine, &sig, &res, &err), ECG_ERR_UNSUPPORTED);
+    assert_string_equal(err.code, "too_short");
+    assert_null(res);
+    sig.n = 1000;
+    sig.fs_hz = 50.0;
+    assert_int_equal(ecg_engine_analyze(engine, &sig, &res, &err), ECG_ERR_UNSUPPORTED);
+    assert_string_equal(err.code, "bad_rate");
+    sig.fs_hz = 4000.0;
+    assert_int_equal(ecg_engine_analyze(engine, &sig, &res, &err), ECG_ERR_UNSUPPORTED);
+    sig.n = 0;
+    sig.fs_hz = 360;
+    assert_int_equal(ecg_engine_analyze(engine, &sig, &res, &err), ECG_ERR_FORMAT);
+    /* Bytes go through the readers: their errors come back unchanged. */
+    const char *csv = "1.0\n2.0\nabc\n";
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_CSV, .fs_hz = 360};
+    assert_int_equal(ecg_engine_analyze_bytes(engine, csv, strlen(csv), &opts, &res, &err),
+                     ECG_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "line 3"));
+    /* The engine is still usable after errors. */
+    sig.n = 1000;
+    assert_int_equal(ecg_engine_analyze(engine, &sig, &res, &err), ECG_OK);
+    ecg_result_free(res);
+    ecg_engine_destroy(engine);
+}
+
+/* The JSON answer parses, has the documented schema, equal-length columns and exact indices. */
+static void test_json_schema(void **state)
+{
+    struct ecg_engine *engine = cpu_engine(1);
+    struct ecg_signal sig = {0};
+    struct ecg_result *res = NULL;
+    struct ecg_error err = {0};
+    struct ecg_buf out = {0};
+    read_record("101", NULL, &sig);
+    assert_int_equal(ecg_engine_analyze(engine, &sig, &res, &err), ECG_OK);
+    ecg_result_write_json(res, engine, ECG_INCLUDE_ALL, &out);
+    assert_false(out.failed);
+    cJSON *doc = cJSON_Parse(out.data);
+    assert_non_null(doc);
+    assert_string_equal(cJSON_GetObjectItem(doc, "backend")->valuestring, "cpu");
+    assert_string_equal(cJSON_GetObjectItem(doc, "ecgd_version")->valuestring, ECG_VERSION);
+    cJSON *signal = cJSON_GetObjectItem(doc, "signal");
+    assert_int_equal(cJSON_GetObjectItem(signal, "samples")->valuedouble, 650000);
+    assert_string_equal(cJSON_GetObjectItem(signal, "lead")->valuestring, "MLII");
+    cJSON *summary = cJSON_GetObjectItem(doc, "summary");
+    assert_int_equal((size_t)cJSON_GetObjectItem(summary, "beats")->valuedouble, res->n_beats);
+    double hr = cJSON_GetObjectItem(cJSON_GetObjectItem(summary, "heart_rate_bpm"), "mean")
+                    ->valuedouble;
+    assert_true(hr > 50 && hr < 90); /* 101: ~62 bpm */
+    cJSON *beats = cJSON_GetObjectItem(doc, "beats");
+    const char *cols[] = {"r_peak", "onset", "end", "rr_ms", "kept"};
+    for (size_t c = 0; c < 5; c++) {
+        cJSON *col = cJSON_GetObjectItem(beats, cols[c]);
+        assert_non_null(col);
+        assert_int_equal((size_t)cJSON_GetArraySize(col), res->n_beats);
+    }
+    cJSON *r_peak = cJSON_GetObjectItem(beats, "r_peak");
+    cJSON *rr = cJSON_GetObjectItem(beats, "rr_ms");
+    for (size_t i = 0; i < res->n_beats; i++) {
+        assert_int_equal((int64_t)cJSON_GetArrayItem(r_peak, (int)i)->valuedouble, res->r_peak[i]);
+        cJSON *v = cJSON_GetArrayItem(rr, (int)i);
+        if (i == 0) {
+            assert_true(cJSON_IsNull(v));
+        } else { /* 6 significant digits, as %.6g */
+            char want[32];
+            snprintf(want, sizeof want, "%.6g", (double)res->rr_ms[i]);
+            assert_float_equal(v->valuedouble, strtod(want, NULL), 1e-9);
+        }
+    }
+    assert_non_null(cJSON_GetObjectItem(doc, "timing_ms"));
+    assert_null(cJSON_GetObjectItem(doc, "model"));
+    cJSON_Delete(doc);
+
+    /* include=summary drops the beat table and timings. */
+    ecg_buf_fini(&out);
+    ecg_result_write_json(res, engine, ECG_INCLUDE_SUMMARY, &out);
+    doc = cJSON_Parse(out.data);
+    assert_non_null(doc);
+    assert_null(cJSON_GetObjectItem(doc, "beats"));
+    assert_null(cJSON_GetObjectItem(doc, "timing_ms"));
+    assert_non_null(cJSON_GetObjectItem(doc, "summary"));
+    cJSON_Delete(doc);
+    ecg_buf_fini(&out);
+    ecg_result_free(res);
+    ecg_signal_free(&sig);
+    ecg_engine_destroy(engine);
+}
+
+/* The number printer agrees with %.6g over many magnitudes (checked through the JSON). */
+static void test_json_numbers(void **state)
+{
+    struct ecg_engine *engine = cpu_engine(1);
+    enum { N = 20000 };
+    struct ecg_result res = {.n_beats = N, .fs_hz = 360, .n_samples = 1};
+    res.r_peak = calloc(N, sizeof(int64_t));
+    res.onset = calloc(N, sizeof(int64_t));
+    res.end = calloc(N, sizeof(int64_t));
+    res.rr_ms = calloc(N, sizeof(float));
+    res.kept = calloc(N, 1);
+    unsigned seed = 12345;
+    for (size_t i = 0; i < N; i++) {
+        seed = seed * 1103515245u + 12345u;
+        double mant = (double)(seed >> 8) / (double)(1u << 24);
+        int e = (int)(seed % 24) - 12;
+        float v = (float)(mant * pow(10.0, e) * ((seed & 1) ? -1 : 1));
+        if (i % 97 == 0)
+            v = (float)(i % 3 == 0 ? 0.0 : 999999.5);
+        res.rr_ms[i] = v;
+        res.r_peak[i] = (int64_t)seed * ((i & 2) ? -1 : 1);
+    }
+    struct ecg_buf out = {0};
+    ecg_result_write_json(&res, engine, ECG_INCLUDE_BEATS, &out);
+    cJSON *doc = cJSON_Parse(out.data);
+    assert_non_null(doc);
+    cJSON *rr = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "beats"), "rr_ms");
+    cJSON *rp = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "beats"), "r_peak");
+    for (size_t i = 0; i < N; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "%.6g", (double)res.rr_ms[i]);
+        double got = cJSON_GetArrayItem(rr, (int)i)->valuedouble;
+        double expect = strtod(want, NULL);
+        if (fabs(got - expect) > 1e-12 * fabs(expect))
+            fail_msg("value %zu: %.9g printed as %.9g, %%.6g gives %s", i, (double)res.rr_ms[i],
+                     got, want);
+        assert_true(cJSON_GetArrayItem(rp, (int)i)->valuedouble == (double)res.r_peak[i]);
+    }
+    cJSON_Delete(doc);
+    ecg_buf_fini(&out);
+    free(res.r_peak);
+    free(res.onset);
+    free(res.end);
+    free(res.rr_ms);
+    free(res.kept);
+    ecg_engine_destroy(engine);
+}
+
+static void test_include_parse(void **state)
+{
+    unsigned mask = 0;
+    struct ecg_error err = {0};
+    assert_true(ecg_include_parse("latent,score", &mask, &err));
+    assert_int_equal(mask, ECG_INCLUDE_LATENT | ECG_INCLUDE_SCORE);
+    assert_true(ecg_include_parse("", &mask, &err));
+    assert_int_equal(mask, ECG_INCLUDE_ALL);
+    assert_false(ecg_include_parse("beats,latnet", &mask, &err));
+    assert_non_null(strstr(err.message, "\"latnet\""));
+}
+
+/* Several threads share one engine with fewer contexts than threads: answers are independent. */
+struct worker_arg {
+    struct ecg_engine *engine;
+    const struct ecg_signal *sig;
+    size_t beats;
+    enum ecg_status status;
+};
+
+static void *worker(void *p)
+{
+    struct worker_arg *a = p;
+    struct ecg_result *res = NULL;
+    struct ecg_error err = {0};
+    a->status = ecg_engine_analyze(a->engine, a->sig, &res, &err);
+    a->beats = res ? res->n_beats : 0;
+    ecg_result_free(res);
+    return NULL;
+}
+
+static void test_concurrent(void **state)
+{
+    struct ecg_engine *engine = cpu_engine(2);
+    struct ecg_signal sigs[2] = {{0}, {0}};
+    read_record("101", NULL, &sigs[0]);
+    read_record("208", NULL, &sigs[1]);
+    size_t expect[2];
+    for (int s = 0; s < 2; s++) {
+        struct worker_arg a = {.engine = engine, .sig = &sigs[s]};
+        worker(&a);
+        assert_int_equal(a.status, ECG_OK);
+        expect[s] = a.beats;
+    }
+    assert_true(expect[0] != expect[1]);
+    pthread_t threads[6];
+    struct worker_arg args[6];
+    for (int t = 0; t < 6; t++) {
+        args[t] = (struct worker_arg){.engine = engine, .sig = &sigs[t % 2]};
+        assert_int_equal(pthread_create(&threads[t], NULL, worker, &args[t]), 0);
+    }
+    for (int t = 0; t < 6; t++) {
+        pthread_join(threads[t], NULL);
+        assert_int_equal(args[t].status, ECG_OK);
+        assert_int_equal(args[t].beats, expect[t % 2]);
+    }
+    ecg_signal_free(&sigs[0]);
+    ecg_signal_free(&sigs[1]);
+    ecg_engine_destroy(engine);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_wfdb_reads_record),  cmocka_unit_test(test_wfdb_rejects),
+        cmocka_unit_test(test_wfdb_lying_header),  cmocka_unit_test(test_annotations),
+        cmocka_unit_test(test_analyze_record),     cmocka_unit_test(test_analyze_errors),
+        cmocka_unit_test(test_json_schema),        cmocka_unit_test(test_json_numbers),
+        cmocka_unit_test(test_include_parse),      cmocka_unit_test(test_concurrent),
+    };
+    return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
+}
