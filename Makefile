@@ -63,6 +63,9 @@ $(BUILD)/%.o: %.c $(wildcard engine/*.h engine/cpu/*.h models/*.h service/*.h gp
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# service/openapi.c embeds service/openapi.json (.incbin): rebuild it when the JSON changes.
+$(BUILD)/service/openapi.o: service/openapi.json
+
 $(BUILD)/%.o: %.cu $(wildcard engine/*.h gpu/*.h models/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@

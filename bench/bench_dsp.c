@@ -127,8 +127,9 @@ int main(void)
                names[m], taps, BENCH_N, BENCH_N / dt * 1e-6, dt * 1e3, BENCH_REPEATS);
     }
 
-    printf("filter crossover, n=%u (M samples/s):\n", BENCH_CROSS_N);
-    const size_t lengths[] = {15, 31, 47, 63, 79, 95, 111, 127, 159, 191, 255};
+    printf("filter crossover, n=%u (M samples/s; auto takes direct up to %d taps):\n",
+           BENCH_CROSS_N, CPU_FILTER_DIRECT_MAX_TAPS);
+    const size_t lengths[] = {15, 31, 47, 63, 79, 95, 103, 111, 127, 159, 191, 255};
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
         double direct = time_filter(x, BENCH_CROSS_N, lengths[i], CPU_FILTER_DIRECT, y);
         double fft = time_filter(x, BENCH_CROSS_N, lengths[i], CPU_FILTER_FFT, y);

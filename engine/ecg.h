@@ -173,7 +173,7 @@ struct ecg_params {
     double analysis_fs_hz;     /* rate the pipeline runs at (250) */
     double ricker_points_s;    /* Ricker support in seconds (30 samples at 250 Hz = 0.12 s) */
     double ricker_sigma_s;     /* Ricker width parameter a, in seconds */
-    double nms_window_s;       /* NMS window (180 samples at 250 Hz = 0.72 s) */
+    double nms_window_s;       /* NMS window of beat candidates (0.4 s; the original 0.72 s) */
     double refractory_s;       /* minimum distance between two beats */
     double pre_r_s;            /* beat onset = R - pre_r */
     double beat_min_s;         /* shorter beats are flagged and not embedded (100 samples) */

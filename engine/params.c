@@ -1,9 +1,17 @@
 /*
  * params.c - the default preprocessing parameters.
  *
- * They follow the original pipeline (Ricker 30 samples wide and NMS window 180 samples at
- * 250 Hz, beats kept between 100 and 256 samples, zero-padded to 256) expressed in seconds, so
- * that they carry over to any sampling rate. A model records the values it was trained with.
+ * They follow the original pipeline (Ricker 30 samples wide with a = 4 at 250 Hz, beats kept
+ * between 100 and 256 samples, zero-padded to 256) expressed in seconds, so that they carry over
+ * to any sampling rate. A model records the values it was trained with.
+ *
+ * Detection departs from the original on purpose. The original took the maxima of the Ricker
+ * response in a 180-sample (0.72 s) window as beats, which cannot see two beats closer than
+ * 0.36 s (tachycardia, bigeminy, premature beats). Here the NMS window of 0.4 s only proposes
+ * candidates (at least 0.2 s apart, i.e. up to 300 bpm), and the adaptive logic of
+ * engine/cpu/detect.c (thresholds, a 0.2 s refractory period, T-wave rejection, search-back)
+ * decides which are beats. pre_r = 0.25 s puts the P wave inside the beat (onset to the next
+ * beat's onset: P-QRS-T).
  */
 #include "ecg.h"
 
@@ -13,7 +21,7 @@ struct ecg_params ecg_params_default(void)
         .analysis_fs_hz = 250.0,
         .ricker_points_s = 30.0 / 250.0,
         .ricker_sigma_s = 4.0 / 250.0,
-        .nms_window_s = 0.4,
+        .nms_window_s = 0.4,           /* candidates; the original used 180 / 250.0 */
         .refractory_s = 0.2,
         .pre_r_s = 0.25,
         .beat_min_s = 100.0 / 250.0,

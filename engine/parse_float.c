@@ -84,6 +84,38 @@ static inline bool is_space(char c)
 }
 
 /*
+ * Eight digits at once (SWAR, as in simdjson/fast_float): the bytes are loaded little-endian so
+ * that the first character is the least significant byte, checked to be all '0'..'9', then
+ * combined pairwise (x10, x100, x10000). Only used after the first nonzero digit and while
+ * nd + 8 <= 19, so that w stays below 10^19 and counts exactly the significant digits.
+ */
+static inline uint64_t load_eight(const char *s)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | (unsigned char)s[i];
+    return v;
+}
+
+static inline bool eight_digits(const char *s)
+{
+    uint64_t v = load_eight(s);
+    return (((v & 0xf0f0f0f0f0f0f0f0u) |
+             (((v + 0x0606060606060606u) & 0xf0f0f0f0f0f0f0f0u) >> 4)) == 0x3333333333333333u);
+}
+
+static inline uint32_t parse_eight(const char *s)
+{
+    const uint64_t mask = 0x000000ff000000ffu;
+    const uint64_t mul1 = 100 + (1000000ull << 32);
+    const uint64_t mul2 = 1 + (10000ull << 32);
+    uint64_t v = load_eight(s) - 0x3030303030303030u;
+    v = (v * 10) + (v >> 8);
+    v = (((v & mask) * mul1) + (((v >> 16) & mask) * mul2)) >> 32;
+    return (uint32_t)v;
+}
+
+/*
  * Slow path: the token [mant, mant_end) holds the digits and point (no sign, no exponent
  * marker); exp10 is the explicit exponent (saturated). Returns the magnitude as strtof would.
  */
@@ -163,6 +195,11 @@ const char *ecg_parse_float(const char *p, const char *end, float *out)
     int nd = 0;
     int64_t q = 0;
     bool dropped = false; /* a nonzero digit beyond the 19th */
+    while (w && nd <= 11 && end - s >= 8 && eight_digits(s)) {
+        w = w * 100000000 + parse_eight(s);
+        nd += 8;
+        s += 8;
+    }
     while (s < end && is_digit(*s)) {
         unsigned d = (unsigned)(*s - '0');
         if (nd < 19) {
@@ -179,6 +216,12 @@ const char *ecg_parse_float(const char *p, const char *end, float *out)
     size_t n_digits = (size_t)(s - mant);
     if (s < end && *s == '.') {
         const char *frac = ++s;
+        while (w && nd <= 11 && end - s >= 8 && eight_digits(s)) {
+            w = w * 100000000 + parse_eight(s);
+            nd += 8;
+            q -= 8;
+            s += 8;
+        }
         while (s < end && is_digit(*s)) {
             unsigned d = (unsigned)(*s - '0');
             if (nd < 19) {

@@ -103,13 +103,13 @@ static enum ecg_status design_fir(struct ecg_plan *plan, struct ecg_error *err)
         goto out;
     }
     const double i0_beta = bessel_i0(beta);
-    for (size_t k = 0; k < len; k++) {
-        double t = (double)k - (double)half;
+    for (size_t k = 0; k <= half; k++) { /* one half, mirrored: exactly symmetric */
+        double t = (double)half - (double)k;
         double ratio = t / (double)half;
         double window = bessel_i0(beta * sqrt(fmax(0.0, 1.0 - ratio * ratio))) / i0_beta;
         double x = 2.0 * cutoff * t;
         double sinc = t == 0.0 ? 1.0 : sin(M_PI * x) / (M_PI * x);
-        taps[k] = 2.0 * cutoff * sinc * window;
+        taps[k] = taps[len - 1 - k] = 2.0 * cutoff * sinc * window;
     }
     /* Normalise each polyphase branch (taps k = p, p + up, ...) to sum to 1. */
     for (uint32_t p = 0; p < up && p < len; p++) {

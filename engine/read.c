@@ -240,10 +240,11 @@ static enum ecg_format sniff_format(const unsigned char *b, size_t len)
         i++;
     if (i < len && (b[i] == '{' || b[i] == '['))
         return ECG_FORMAT_JSON;
-    /* Text: the first bytes are printable ASCII or whitespace. */
+    /* Text: no control bytes other than whitespace among the first 512 (UTF-8 is fine; binary
+     * samples hold zero or control bytes almost at once). */
     size_t probe = len < 512 ? len : 512;
     for (size_t k = 0; k < probe; k++)
-        if ((b[k] < 0x20 && b[k] != '\t' && b[k] != '\r' && b[k] != '\n') || b[k] >= 0x7f)
+        if ((b[k] < 0x20 && b[k] != '\t' && b[k] != '\r' && b[k] != '\n') || b[k] == 0x7f)
             return ECG_FORMAT_AUTO;
     return ECG_FORMAT_CSV;
 }

@@ -2,8 +2,8 @@
  * read_csv.c - delimited text: one or more numeric columns, one sample per row.
  *
  * Accepted: LF or CRLF line ends; blank (or all-space) lines anywhere; an optional UTF-8 byte
- * order mark; an optional header row (the first non-blank line, when one of its fields starts
- * with a letter, '_' or a quote); columns separated by ',', ';' or tab (whichever the first
+ * order mark; an optional header row (the first non-blank line, when its chosen field - or, for
+ * a lead chosen by name, any field - starts with a letter, '_' or a quote); columns separated by ',', ';' or tab (whichever the first
  * non-blank line uses, in that order of preference); spaces around fields. Only the selected
  * column (opts->lead: 0-based index, or a header name) must hold numbers; every field of the
  * rows must still be text (no control bytes). Numbers are decimal (ecg_parse_float): "nan",
@@ -22,10 +22,9 @@
 #include "read_internal.h"
 
 struct csv_state {
-    const char *buf; /* start of the whole input */
-    const char *end;
-    char delim;      /* ',', ';', '\t', or 0 for a single column */
-    size_t line;     /* 1-based number of the line being read */
+    const char *end;  /* end of the input */
+    char delim;       /* ',', ';', '\t', or 0 for a single column */
+    size_t line;      /* 1-based number of the line being read */
 };
 
 static inline bool is_blank(char c)
@@ -148,6 +147,20 @@ static enum ecg_status bad_value(const struct csv_state *st, size_t column, cons
                     q);
 }
 
+/* Reports a number at p (in the selected column) that overflowed the float range. */
+static enum ecg_status out_of_range(const struct csv_state *st, size_t column, const char *p,
+                                    struct ecg_error *err)
+{
+    const char *fe = p;
+    while (fe < st->end && *fe != '\n' && *fe != '\r' && *fe != st->delim && !is_blank(*fe))
+        fe++;
+    char q[4 * READ_QUOTE_MAX + 8];
+    read_quote(q, sizeof q, p, (size_t)(fe - p));
+    return ecg_fail(err, ECG_ERR_FORMAT, "nan_in_input",
+                    "line %zu, column %zu: \"%s\" is outside the float range", st->line,
+                    column + 1, q);
+}
+
 /* Picks the delimiter from the first non-blank line [ls, le). */
 static char sniff_delim(const char *ls, const char *le)
 {
@@ -218,7 +231,7 @@ enum ecg_status read_csv(const char *buf, size_t len, const struct ecg_read_opts
 {
     enum ecg_status status = ECG_OK;
     struct sample_buf sb = {.max = opts->max_samples};
-    struct csv_state st = {.buf = buf, .end = buf + len, .line = 1};
+    struct csv_state st = {.end = buf + len, .line = 1};
     const char *p = buf;
     double fs_hz = 0;
 
@@ -255,13 +268,15 @@ enum ecg_status read_csv(const char *buf, size_t len, const struct ecg_read_opts
     long index;
     const char *name = read_lead_index(opts->lead, &index) ? NULL : opts->lead;
     size_t column = name ? 0 : (size_t)index;
+    /* A header row: for a lead chosen by name, any field that looks like a name; for an index,
+     * the chosen field itself (so that "0.5,N" with a text column is still data). */
     bool header = false;
     {
         const char *q = ls;
-        for (;;) {
+        for (size_t col = 0;; col++) {
             const char *fe = field_end(&st, q, le), *s = q, *e = fe;
             trim_field(&st, &s, &e);
-            if (looks_like_name(s, e))
+            if ((name || col == column) && looks_like_name(s, e))
                 header = true;
             if (fe == le)
                 break;
@@ -303,8 +318,10 @@ enum ecg_status read_csv(const char *buf, size_t len, const struct ecg_read_opts
             bool line_ends = q < st.end && (*q == '\n' ||
                                             (*q == '\r' && q + 1 < st.end && q[1] == '\n'));
             if (q != p && line_ends) {
-                if (!isfinite(v))
-                    goto bad_range;
+                if (!isfinite(v)) {
+                    status = out_of_range(&st, column, p, err);
+                    goto out;
+                }
                 status = push(&sb, v, err);
                 if (status != ECG_OK)
                     goto out;
@@ -348,8 +365,8 @@ enum ecg_status read_csv(const char *buf, size_t len, const struct ecg_read_opts
             goto out;
         }
         if (!isfinite(v)) {
-            p = fs;
-            goto bad_range;
+            status = out_of_range(&st, column, fs, err);
+            goto out;
         }
         status = push(&sb, v, err);
         if (status != ECG_OK)
@@ -365,19 +382,6 @@ enum ecg_status read_csv(const char *buf, size_t len, const struct ecg_read_opts
     out->n = sb.n;
     out->fs_hz = fs_hz;
     sb.v = NULL;
-    goto out;
-
-bad_range: {
-    /* p is the start of a number that overflowed the float range. */
-    const char *fe = p;
-    while (fe < st.end && *fe != '\n' && *fe != '\r' && *fe != st.delim && !is_blank(*fe))
-        fe++;
-    char q[4 * READ_QUOTE_MAX + 8];
-    read_quote(q, sizeof q, p, (size_t)(fe - p));
-    status = ecg_fail(err, ECG_ERR_FORMAT, "nan_in_input",
-                      "line %zu, column %zu: \"%s\" is outside the float range", st.line,
-                      column + 1, q);
-}
 out:
     sample_buf_fini(&sb);
     if (status != ECG_OK)

@@ -51,7 +51,8 @@ static enum ecg_status open_error(int code, const char *name, struct ecg_error *
     case EDFLIB_MAXFILES_REACHED:
         return ecg_fail(err, ECG_ERR_BUSY, "busy", "%s: too many EDF files open", name);
     case EDFLIB_FILE_READ_ERROR:
-        return ecg_fail(err, ECG_ERR_IO, "io_error", "%s: read error", name);
+        why = "could not read the header (truncated?)";
+        break;
     case EDFLIB_FILE_ALREADY_OPENED:
         return ecg_fail(err, ECG_ERR_BUSY, "busy", "%s: file already open", name);
     case EDFLIB_FILETYPE_ERROR:

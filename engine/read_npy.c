@@ -352,8 +352,13 @@ enum ecg_status read_npy(const void *buf, size_t len, const struct ecg_read_opts
     /* C order: element (i, j) at i * leads + j; Fortran order: at j * n + i. */
     size_t stride = h.fortran_order ? 1 : leads;
     size_t first = h.fortran_order ? (size_t)index * n : (size_t)index;
-    for (size_t i = 0; i < n; i++)
-        samples[i] = load_element(data + (first + i * stride) * h.size, &h);
+    bool host_order = h.big_endian == (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
+    if (h.kind == 'f' && h.size == 4 && stride == 1 && host_order) {
+        memcpy(samples, data + first * 4, n * 4); /* contiguous float32 in host order */
+    } else {
+        for (size_t i = 0; i < n; i++)
+            samples[i] = load_element(data + (first + i * stride) * h.size, &h);
+    }
     status = read_check_finite(samples, n, "npy", err);
     if (status != ECG_OK)
         goto out;

@@ -68,7 +68,10 @@ enum ecg_status read_raw(const void *buf, size_t len, enum ecg_format format,
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cannot allocate %zu samples", n);
         goto out;
     }
-    for (size_t i = 0; i < n; i++) {
+    bool host_floats = format == ECG_FORMAT_F32 && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+    if (host_floats)
+        memcpy(samples, bytes, n * sizeof *samples);
+    for (size_t i = 0; !host_floats && i < n; i++) {
         const unsigned char *b = bytes + i * size;
         if (format == ECG_FORMAT_F32) {
             samples[i] = load_f32le(b);

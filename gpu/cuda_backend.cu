@@ -6,7 +6,7 @@
  * One CUDA primary context per device, created at open and reused by every request. With
  * config->device == -1 every visible device (as CUDA_VISIBLE_DEVICES leaves them) gets one
  * and ctx_create deals workers out over them round-robin; otherwise only that ordinal is used.
- * The stage kernels live in the other gpu/*.cu files (see cuda_internal.h).
+ * The stage kernels live in the other gpu/ sources (see cuda_internal.h).
  */
 #include <stdatomic.h>
 #include <stdio.h>

@@ -1,30 +1,37 @@
 /*
  * cuda_detect.cu - R-peak detection on the device (twin of engine/cpu/detect.c; read that file
- * for the method). Steps, all on the ctx's stream, nothing through the host but the count:
- *   1. feature: env[i] = mean of |f| over i +- half_env       one thread per sample
- *   2. NMS: i is a candidate when env[i] > 0 and env[i] is the first maximum of its window
- *      [i - half, i + half] (the CPU's monotone deque keeps exactly that)   one thread/sample
- *   3. compaction of candidate indices (cub::DeviceSelect::Flagged: ascending)
- *   4. candidate slope: max |y[t+1] - y[t]| around each                 one thread/candidate
- *   5. the sequential adaptive pass (thresholds, refractory, T-wave test, search-back)
- *      in one thread: candidates are a few per second of signal
- *   6. compaction of accepted candidates, then refinement to the input grid: polarity from f,
- *      baseline = median of x around the beat (exact selection by counting ranks), first
- *      maximum of sign * (x - baseline)                                  one warp per beat
+ * for the method). Steps, all on the ctx's stream; only the beat count goes to the host:
+ *   1. envelope: a[i] = |f[i]| (|edge response| within half a kernel of either end), its
+ *      maximum (cub::DeviceReduce::Max), then env[i] = the window mean of a quantised to
+ *      integers with the CPU's power-of-two scale: integer sums are exact, so env is
+ *      bit-identical to the CPU's running sum                          one thread per sample
+ *   2. NMS: i is a candidate when env[i] > 0 and env[i] is the leftmost maximum of its window
+ *      [i - half, i + half] (what cpu_nms computes)                    one thread per sample
+ *   3. compaction of candidate indices (cub::DeviceSelect::Flagged, ascending)
+ *   4. candidate height (prominence over the valleys to its neighbours) and slope
+ *                                                                      one thread/candidate
+ *   5. the sequential adaptive pass (levels, refractory, T-wave test, search-back) in one
+ *      thread, the rest of its block staging candidates in shared memory: candidates are a
+ *      few per second of signal
+ *   6. compaction of accepted candidates; refinement of each to the input grid (windows
+ *      bounded by the midpoints to its neighbours, polarity, sampled-baseline median, first
+ *      maximum deflection)                                             one thread per beat
+ *   7. the CPU's ordering filter (each kept beat at least 2 samples after the last kept one,
+ *      in both grids): checked in parallel; when no beat could be dropped (the normal case)
+ *      all are copied in parallel, otherwise one thread applies it in sequence.
  *
  * Exactness: every float/double operation the CPU performs in a data-dependent decision is
- * done here in the same order with explicit round-to-nearest intrinsics (no FMA contraction).
- * The one difference is the feature's window sum: the CPU keeps a running double sum, this
- * sums each window afresh in double; the two round to the same float except when the running
- * sum's drift (~1e-13 relative) straddles a float rounding boundary, which the parity test
- * counts (a 1-ulp change in env alters a decision only in an exact tie).
+ * done here in the same order with explicit round-to-nearest intrinsics (no FMA contraction),
+ * so the peaks are identical to the CPU's.
  *
- * The search-back scan keeps a running "best so far" over [seg, k) instead of rescanning the
- * whole range at every candidate (the CPU's O(k^2) worst case in long beat-free stretches);
- * the best it finds is the same candidate (first index of maximum height among those past the
- * refractory period), so the decisions are identical.
+ * The search-back keeps a running "best so far" over [after_last, k) instead of rescanning the
+ * range at every candidate (the CPU's O(k^2) worst case in long beat-free stretches); it finds
+ * the same candidate (first index of the largest height among those past the refractory
+ * period, accepted only if above the search-back floor).
  */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cub/cub.cuh>
@@ -33,23 +40,28 @@
 #include "cuda_internal.h"
 
 /* The detector's constants: keep equal to detect.c's. */
-#define DEV_ENV_S 0.10
-#define DEV_TH 0.25
-#define DEV_TW 0.5
-#define DEV_SB 1.66
-#define DEV_SBTH 0.5
+#define DETECT_ENVELOPE_S 0.10
+#define DETECT_MIN_PROMINENCE 0.05
+#define DETECT_LEARN_S 2.0
+#define DETECT_LEVEL_GAIN 0.125
+#define DETECT_SEARCHBACK_GAIN 0.25
+#define DETECT_THRESHOLD 0.25
+#define DETECT_SEARCHBACK_RR 1.66
+#define DETECT_SEARCHBACK_TH 0.5
+#define DETECT_RR_COUNT 8
+#define DETECT_TWAVE_S 0.36
+#define DETECT_TWAVE_SLOPE 0.5
+#define DETECT_SLOPE_S 0.06
+#define DETECT_REFINE_S 0.075
+#define DETECT_BASELINE_S 0.3
+#define DETECT_BASELINE_POINTS 32
+#define DETECT_POLARITY_SWITCH 3.0
 
-#ifdef __CUDA_ARCH__
 #define DMUL(a, b) __dmul_rn((a), (b))
 #define DADD(a, b) __dadd_rn((a), (b))
 #define DSUB(a, b) __dsub_rn((a), (b))
-#else
-#define DMUL(a, b) ((a) * (b))
-#define DADD(a, b) ((a) + (b))
-#define DSUB(a, b) ((a) - (b))
-#endif
 
-/* detect.c's secs(): round(s * fs), at least 1. */
+/* detect.c's samples_of(): round(s * fs), at least 1. */
 static size_t secs(double s, double fs)
 {
     double v = round(s * fs);
@@ -61,35 +73,89 @@ struct detect_args {
     const float *x;      /* input, n_in */
     const float *y;      /* resampled, n_a */
     const float *f;      /* filtered, n_a */
+    const float *ricker; /* the plan's taps (device copy) */
+    size_t ricker_len;
     size_t n_in, n_a;
+    float *absf;         /* n_a: |f| with recomputed edges */
+    float *peak;         /* device scalar: max of absf */
     float *env;          /* n_a */
-    uint8_t *flag;       /* n_a: candidate flags, then (first n_cand) beat flags */
+    uint8_t *flag;       /* n_a: candidate flags, then (first max_cand) beat flags */
     int64_t *cpos;       /* candidates, ascending */
     int64_t *n_cand;     /* device scalar */
     float *height, *slope;
-    int64_t *beats_a;    /* accepted candidates' positions */
-    int64_t *n_beats;    /* device scalar */
+    int64_t *beats_c;    /* accepted candidates' positions (analysis grid) */
+    int64_t *n_acc;      /* device scalar: accepted candidates */
+    int64_t *ref_in, *ref_a; /* refined positions per accepted candidate, -1 = dropped */
+    int64_t *n_beats;    /* device scalar: final beats */
+    int *order_bad;      /* device scalar: a refined beat needs the sequential ordering test */
     int64_t *peaks_in;   /* the table's r_peak column */
+    int64_t *peaks_a;    /* the ctx's analysis-grid peaks */
     size_t half_env, half_nms, slope_win;
     int64_t refractory, twave, learn;
     double fs;
-    size_t win_in, bwin_in, win_a;
+    int64_t reach_in, lobe_reach, base_reach;
     uint32_t up, down;
 };
 
-/* ---------------------------------------------------------------- 1-2: feature and NMS */
+/* ---------------------------------------------------------------- 1-2: envelope and NMS */
 
-static __global__ void envelope_kernel(struct detect_args a)
+/* Thread i: |f[i]|, or |response to y extended by its end values| near either end. */
+static __global__ void abs_kernel(struct detect_args a)
 {
-    const double denom = (double)(2 * a.half_env + 1);
+    const size_t half = a.ricker_len / 2;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.n_a;
          i += (size_t)gridDim.x * blockDim.x) {
+        float v;
+        if (i >= half && i + half < a.n_a) {
+            v = a.f[i];
+        } else {
+            double acc = 0.0;
+            for (size_t k = 0; k < a.ricker_len; k++) {
+                int64_t j = (int64_t)i + (int64_t)half - (int64_t)k;
+                if (j < 0)
+                    j = 0;
+                if (j > (int64_t)a.n_a - 1)
+                    j = (int64_t)a.n_a - 1;
+                acc = DADD(acc, DMUL((double)a.ricker[k], (double)a.y[j]));
+            }
+            v = (float)acc;
+        }
+        a.absf[i] = fabsf(v);
+    }
+}
+
+/* Thread i: env[i] = (sum of quantised |f| over the window) * unit, as detect.c's envelope. */
+static __global__ void envelope_kernel(struct detect_args a)
+{
+    /* detect.c's peak also covers |f| at the edges before they are recomputed */
+    const size_t edge = a.ricker_len / 2;
+    float peak = *a.peak;
+    for (size_t i = 0; i < edge && i < a.n_a; i++) {
+        float lo = fabsf(a.f[i]), hi = fabsf(a.f[a.n_a - 1 - i]);
+        peak = lo > peak ? lo : peak;
+        peak = hi > peak ? hi : peak;
+    }
+    const bool flat = !(peak > 0.0f) || !isfinite(peak);
+    int exponent = 0;
+    float scale = 1.0f;
+    double unit = 0.0;
+    if (!flat) {
+        frexpf(peak, &exponent);
+        scale = ldexpf(1.0f, 30 - exponent);
+        unit = __ddiv_rn(1.0, DMUL((double)scale, (double)(2 * a.half_env + 1)));
+    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.n_a;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (flat) {
+            a.env[i] = 0.0f;
+            continue;
+        }
         size_t lo = i > a.half_env ? i - a.half_env : 0;
-        size_t hi = i + a.half_env + 1 < a.n_a ? i + a.half_env + 1 : a.n_a;
-        double acc = 0.0;
-        for (size_t t = lo; t < hi; t++)
-            acc = __dadd_rn(acc, fabs((double)a.f[t]));
-        a.env[i] = (float)__ddiv_rn(acc, denom);
+        size_t hi = i + a.half_env < a.n_a - 1 ? i + a.half_env : a.n_a - 1;
+        int64_t sum = 0;
+        for (size_t j = lo; j <= hi; j++)
+            sum += (int64_t)__fadd_rn(__fmul_rn(a.absf[j], scale), 0.5f);
+        a.env[i] = (float)DMUL((double)sum, unit);
     }
 }
 
@@ -116,8 +182,10 @@ static __global__ void nms_kernel(struct detect_args a)
 
 /* ---------------------------------------------------------------- 4: candidate features */
 
-/* Thread k < max_cand: features of candidate k, and flag[k] cleared so that the flags can
- * mark accepted candidates next (the NMS flags were consumed by the compaction). */
+/* Thread k < max_cand: height (prominence) and slope of candidate k (detect.c's
+ * describe_candidates), and flag[k] cleared so that the flags can mark accepted candidates
+ * next (the NMS flags were consumed by the compaction). The valley between two candidates is
+ * the minimum of env over [pos[k], pos[k + 1]]; thread k scans its two valleys itself. */
 static __global__ void candidate_kernel(struct detect_args a, size_t max_cand)
 {
     const size_t n_cand = (size_t)*a.n_cand;
@@ -126,126 +194,186 @@ static __global__ void candidate_kernel(struct detect_args a, size_t max_cand)
         a.flag[k] = 0;
         if (k >= n_cand)
             continue;
-        size_t c = (size_t)a.cpos[k];
+        const size_t c = (size_t)a.cpos[k];
+        const size_t prev = k > 0 ? (size_t)a.cpos[k - 1] : 0;
+        const size_t next = k + 1 < n_cand ? (size_t)a.cpos[k + 1] : a.n_a - 1;
+        float left_valley = a.env[prev];
+        for (size_t i = prev + 1; i <= c; i++)
+            left_valley = a.env[i] < left_valley ? a.env[i] : left_valley;
+        float right_valley = a.env[c];
+        for (size_t i = c + 1; i <= next; i++)
+            right_valley = a.env[i] < right_valley ? a.env[i] : right_valley;
+        const float valley = left_valley > right_valley ? left_valley : right_valley;
         size_t lo = c > a.slope_win ? c - a.slope_win : 0;
         size_t hi = c + a.slope_win < a.n_a - 1 ? c + a.slope_win : a.n_a - 1;
         float s = 0.0f;
         for (size_t i = lo; i < hi; i++) {
             float d = fabsf(__fsub_rn(a.y[i + 1], a.y[i]));
-            if (d > s)
-                s = d;
+            s = d > s ? d : s;
         }
-        a.height[k] = a.env[c];
+        float prominence = __fsub_rn(a.env[c], valley);
+        if ((double)prominence < DMUL(DETECT_MIN_PROMINENCE, (double)a.env[c]))
+            prominence = 0.0f; /* a ripple on a plateau, not a peak */
+        a.height[k] = prominence;
         a.slope[k] = s;
     }
 }
 
 /* ---------------------------------------------------------------- 5: adaptive pass */
 
-/* State of the sequential decision, as detect.c's locals. */
-struct adaptive {
-    double spk, npk, rr[8], rr_avg;
-    size_t n_rr, seg;
-    int64_t last;
-    float last_slope;
-};
-
-static __device__ void accept(struct adaptive *s, const struct detect_args *a, size_t kk, double w)
+/* cpu_median_inplace() of n <= 64 values: sorted in place, middle or mean of the two middle. */
+static __device__ float median_small(float *v, size_t n)
 {
-    a->flag[kk] = 1;
-    s->spk = DADD(DMUL(w, (double)a->height[kk]), DMUL(1.0 - w, s->spk));
-    if (s->last >= 0) {
-        s->rr[s->n_rr % 8] = (double)(a->cpos[kk] - s->last);
-        s->n_rr++;
-        size_t m = s->n_rr < 8 ? s->n_rr : 8;
-        double sum = 0;
-        for (size_t q = 0; q < m; q++)
-            sum = DADD(sum, s->rr[q]);
-        s->rr_avg = __ddiv_rn(sum, (double)m);
+    for (size_t i = 1; i < n; i++) {
+        float h = v[i];
+        size_t t = i;
+        while (t > 0 && v[t - 1] > h) {
+            v[t] = v[t - 1];
+            t--;
+        }
+        v[t] = h;
     }
-    s->last = a->cpos[kk];
-    s->last_slope = a->slope[kk];
-    s->seg = kk + 1;
+    if (n % 2 == 1)
+        return v[n / 2];
+    return (float)DMUL(0.5, DADD((double)v[n / 2 - 1], (double)v[n / 2]));
 }
 
-/* One thread: the whole sequential decision over the candidates. */
+#define ADAPTIVE_THREADS 256
+#define ADAPTIVE_CHUNK 2048
+
+/*
+ * The whole sequential decision over the candidates (detect.c's decide()), made by thread 0 of
+ * one block; the block's other threads only stage the candidates, ADAPTIVE_CHUNK at a time,
+ * into shared memory, so that thread 0 reads them at shared-memory rather than L2 latency.
+ *
+ * Written for one thread's latency: the state lives in registers (no arrays indexed at run
+ * time, which would put it in local memory), and the RR mean keeps a running sum of the last
+ * DETECT_RR_COUNT intervals. The CPU re-adds them in ring order each time; RR intervals are
+ * whole numbers of samples, so every partial sum is an exact integer in double and both give
+ * the same sum, hence the same mean.
+ */
 static __global__ void adaptive_kernel(struct detect_args a)
 {
-    if (blockIdx.x != 0 || threadIdx.x != 0)
-        return;
+    __shared__ int64_t s_pos[ADAPTIVE_CHUNK];
+    __shared__ float s_height[ADAPTIVE_CHUNK], s_slope[ADAPTIVE_CHUNK];
+    const int64_t *__restrict__ cpos = a.cpos;
+    const float *__restrict__ height = a.height;
+    const float *__restrict__ slope = a.slope;
+    uint8_t *__restrict__ flag = a.flag;
     const size_t n_cand = (size_t)*a.n_cand;
-    struct adaptive s;
-    float hbuf[64];
-    size_t nh = 0;
-    s.spk = 0;
-    for (size_t k = 0; k < n_cand && a.cpos[k] < a.learn; k++) {
-        float h = a.height[k];
-        if (nh < 64) {
-            /* insertion keeps hbuf sorted: its middle element is qsort's */
-            size_t t = nh++;
-            while (t > 0 && hbuf[t - 1] > h) {
-                hbuf[t] = hbuf[t - 1];
-                t--;
-            }
-            hbuf[t] = h;
-        }
-        if (h > s.spk)
-            s.spk = h;
-    }
-    s.npk = nh ? DMUL(0.5, (double)hbuf[nh / 2]) : 0;
-    s.spk = DMUL(s.spk, 0.5);
-    if (s.npk > s.spk)
-        s.npk = DMUL(0.5, s.spk);
-    s.n_rr = 0;
-    s.rr_avg = a.fs;
-    s.last = -1;
-    s.last_slope = 0;
-    s.seg = 0;
-    /* running search-back maximum over [seg, scanned) among candidates past refractory */
+    double spk = 0.0, npk = 0.0, rr_mean = a.fs, rr_sum = 0.0;
+    double r0 = 0, r1 = 0, r2 = 0, r3 = 0, r4 = 0, r5 = 0, r6 = 0, r7 = 0; /* newest first */
+    size_t n_rr = 0, after_last = 0;
+    int64_t last = -1;
+    float last_slope = 0.0f;
+    /* running search-back maximum over [after_last, scanned) among candidates past the
+     * refractory period of the last beat */
     size_t scanned = 0, best = SIZE_MAX;
+    float best_h = 0.0f;
 
-    for (size_t k = 0; k <= n_cand; k++) {
-        int64_t now = k < n_cand ? a.cpos[k] : (int64_t)a.n_a;
-        while (s.last >= 0 && (double)(now - s.last) > DMUL(DEV_SB, s.rr_avg)) {
-            double th1 = DADD(s.npk, DMUL(DEV_TH, DSUB(s.spk, s.npk)));
-            if (scanned < s.seg) {
-                scanned = s.seg;
+    if (threadIdx.x == 0) {
+        float heights[64];
+        size_t m = 0;
+        double top = 0.0;
+        for (size_t k = 0; k < n_cand && __ldg(&cpos[k]) < a.learn; k++) {
+            float h = __ldg(&height[k]);
+            if (m < 64)
+                heights[m++] = h;
+            if (h > top)
+                top = h;
+        }
+        spk = DMUL(0.5, top);
+        npk = m ? DMUL(0.5, (double)median_small(heights, m)) : 0.0;
+        if (npk > DMUL(0.5, spk))
+            npk = DMUL(0.5, spk);
+    }
+
+    for (size_t k0 = 0; k0 <= n_cand; k0 += ADAPTIVE_CHUNK) {
+        const size_t k_end = k0 + ADAPTIVE_CHUNK < n_cand ? k0 + ADAPTIVE_CHUNK : n_cand;
+        __syncthreads(); /* thread 0 is done with the previous chunk */
+        for (size_t j = k0 + threadIdx.x; j < k_end; j += blockDim.x) {
+            s_pos[j - k0] = cpos[j];
+            s_height[j - k0] = height[j];
+            s_slope[j - k0] = slope[j];
+        }
+        __syncthreads();
+        if (threadIdx.x != 0)
+            continue;
+
+/* candidate j's fields: from the staged chunk when it holds j, else from global memory */
+#define POS(j) ((j) >= k0 ? s_pos[(j) - k0] : __ldg(&cpos[j]))
+#define HEIGHT(j) ((j) >= k0 ? s_height[(j) - k0] : __ldg(&height[j]))
+#define SLOPE(j) ((j) >= k0 ? s_slope[(j) - k0] : __ldg(&slope[j]))
+#define ACCEPT(kk, gain)                                                                   \
+    do {                                                                                   \
+        const size_t acc_k = (kk);                                                         \
+        const int64_t acc_pos = POS(acc_k);                                                \
+        flag[acc_k] = 1;                                                                   \
+        spk = DADD(DMUL((gain), (double)HEIGHT(acc_k)), DMUL(1.0 - (gain), spk));          \
+        if (last >= 0) {                                                                   \
+            const double rr_new = (double)(acc_pos - last);                                \
+            if (n_rr >= DETECT_RR_COUNT)                                                   \
+                rr_sum -= r7;                                                              \
+            r7 = r6; r6 = r5; r5 = r4; r4 = r3; r3 = r2; r2 = r1; r1 = r0; r0 = rr_new;    \
+            rr_sum += rr_new;                                                              \
+            n_rr++;                                                                        \
+            rr_mean = __ddiv_rn(rr_sum, (double)(n_rr < DETECT_RR_COUNT ? n_rr            \
+                                                                        : DETECT_RR_COUNT)); \
+        }                                                                                  \
+        last = acc_pos;                                                                    \
+        last_slope = SLOPE(acc_k);                                                         \
+        after_last = acc_k + 1;                                                            \
+    } while (0)
+
+        /* candidates [k0, k_stop); k == n_cand, the end of the signal, in the last chunk */
+        const size_t k_stop = k0 + ADAPTIVE_CHUNK < n_cand + 1 ? k0 + ADAPTIVE_CHUNK : n_cand + 1;
+        for (size_t k = k0; k < k_stop; k++) {
+            const int64_t pos = k < n_cand ? s_pos[k - k0] : (int64_t)a.n_a;
+            while (last >= 0 && (double)(pos - last) > DMUL(DETECT_SEARCHBACK_RR, rr_mean)) {
+                const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
+                const double floor_height = DMUL(DETECT_SEARCHBACK_TH, threshold);
+                if (scanned < after_last) {
+                    scanned = after_last;
+                    best = SIZE_MAX;
+                }
+                for (; scanned < k; scanned++) {
+                    if (POS(scanned) - last < a.refractory)
+                        continue;
+                    const float hs = HEIGHT(scanned);
+                    if (best == SIZE_MAX || hs > best_h) {
+                        best = scanned;
+                        best_h = hs;
+                    }
+                }
+                if (best == SIZE_MAX || !((double)best_h > floor_height))
+                    break;
+                ACCEPT(best, DETECT_SEARCHBACK_GAIN);
+                scanned = after_last;
                 best = SIZE_MAX;
             }
-            for (; scanned < k; scanned++) {
-                size_t j = scanned;
-                if (a.cpos[j] - s.last < a.refractory)
-                    continue;
-                if (best == SIZE_MAX || a.height[j] > a.height[best])
-                    best = j;
-            }
-            if (best == SIZE_MAX || !((double)a.height[best] > DMUL(DEV_SBTH, th1)))
+            if (k == n_cand)
                 break;
-            accept(&s, &a, best, 0.25);
-            scanned = s.seg;
-            best = SIZE_MAX;
-        }
-        if (k == n_cand)
-            break;
-        int64_t pos = a.cpos[k];
-        float h = a.height[k];
-        if (s.last >= 0 && pos - s.last < a.refractory)
-            continue;
-        double th1 = DADD(s.npk, DMUL(DEV_TH, DSUB(s.spk, s.npk)));
-        if ((double)h > th1) {
-            if (s.last >= 0 && pos - s.last < a.twave &&
-                (double)a.slope[k] < DMUL(DEV_TW, (double)s.last_slope)) {
-                s.npk = DADD(DMUL(0.125, (double)h), DMUL(0.875, s.npk));
+            if (last >= 0 && pos - last < a.refractory)
+                continue;
+            const float h = s_height[k - k0];
+            const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
+            if ((double)h <= threshold ||
+                (last >= 0 && pos - last < a.twave &&
+                 (double)s_slope[k - k0] < DMUL(DETECT_TWAVE_SLOPE, (double)last_slope))) {
+                npk = DADD(DMUL(DETECT_LEVEL_GAIN, (double)h),
+                           DMUL(1.0 - DETECT_LEVEL_GAIN, npk));
                 continue;
             }
-            accept(&s, &a, k, 0.125);
-        } else {
-            s.npk = DADD(DMUL(0.125, (double)h), DMUL(0.875, s.npk));
+            ACCEPT(k, DETECT_LEVEL_GAIN);
         }
+#undef ACCEPT
+#undef POS
+#undef HEIGHT
+#undef SLOPE
     }
 }
 
-/* ---------------------------------------------------------------- 6: refinement */
+/* ---------------------------------------------------------------- 6-7: refinement */
 
 /* ecg_plan_to_input(): round(index_a * down / up), halves up, floor division. */
 static __device__ int64_t to_input(int64_t index_a, uint32_t up, uint32_t down)
@@ -258,83 +386,184 @@ static __device__ int64_t to_input(int64_t index_a, uint32_t up, uint32_t down)
     return q;
 }
 
-/* One warp per beat b: polarity, baseline median, refined peak. */
+static __device__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
+{
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* Thread b: accepted candidate b refined to the input grid (detect.c's refine_all body and
+ * refine_peak); ref_in[b] = -1 when the CPU would skip it before the ordering test. */
 static __global__ void refine_kernel(struct detect_args a)
 {
-    const size_t n_beats = (size_t)*a.n_beats;
-    const unsigned lane = threadIdx.x & 31u;
-    const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
-    const size_t n_warps = ((size_t)gridDim.x * blockDim.x) >> 5;
-    for (size_t b = warp; b < n_beats; b += n_warps) {
-        const int64_t c = a.beats_a[b];
-        /* polarity from the filter response (max/min start at 0 as on the CPU) */
-        size_t lo = (size_t)c > a.win_a ? (size_t)c - a.win_a : 0;
-        size_t hi = (size_t)c + a.win_a < a.n_a ? (size_t)c + a.win_a : a.n_a - 1;
-        float fmax = 0, fmin = 0;
-        for (size_t i = lo + lane; i <= hi; i += 32) {
-            fmax = fmaxf(fmax, a.f[i]);
-            fmin = fminf(fmin, a.f[i]);
+    const size_t n_acc = (size_t)*a.n_acc;
+    const int64_t n_in = (int64_t)a.n_in, n_a = (int64_t)a.n_a;
+    for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b < n_acc;
+         b += (size_t)gridDim.x * blockDim.x) {
+        const int64_t c = a.beats_c[b];
+        const int64_t ci = clamp64(to_input(c, a.up, a.down), 0, n_in - 1);
+        int64_t lo = ci - a.reach_in, hi = ci + a.reach_in;
+        if (b > 0) {
+            int64_t mid = (to_input(a.beats_c[b - 1], a.up, a.down) + ci) / 2 + 1;
+            if (lo < mid)
+                lo = mid;
         }
-        for (int o = 16; o > 0; o >>= 1) {
-            fmax = fmaxf(fmax, __shfl_xor_sync(0xffffffffu, fmax, o));
-            fmin = fminf(fmin, __shfl_xor_sync(0xffffffffu, fmin, o));
+        if (b + 1 < n_acc) {
+            int64_t mid = (ci + to_input(a.beats_c[b + 1], a.up, a.down)) / 2;
+            if (hi > mid)
+                hi = mid;
         }
-        const float sign = fmax >= -fmin ? 1.0f : -1.0f;
-        int64_t ci = to_input(c, a.up, a.down);
-        if (ci >= (int64_t)a.n_in)
-            ci = (int64_t)a.n_in - 1;
-        /* baseline: the element of rank nb / 2 of x[blo..bhi] (qsort then [nb / 2]) */
-        size_t blo = (size_t)ci > a.bwin_in ? (size_t)ci - a.bwin_in : 0;
-        size_t bhi = (size_t)ci + a.bwin_in < a.n_in ? (size_t)ci + a.bwin_in : a.n_in - 1;
-        size_t nb = bhi - blo + 1, rank = nb / 2;
-        float base = 0.0f;
-        bool found = false;
-        for (size_t j0 = 0; j0 < nb && !found; j0 += 32) {
-            size_t j = j0 + lane;
-            bool mine = false;
-            float v = 0.0f;
-            if (j < nb) {
-                v = a.x[blo + j];
-                size_t less = 0, less_eq = 0;
-                for (size_t t = 0; t < nb; t++) {
-                    float u = a.x[blo + t];
-                    less += u < v;
-                    less_eq += u <= v;
-                }
-                mine = less <= rank && rank < less_eq;
-            }
-            unsigned hits = __ballot_sync(0xffffffffu, mine);
-            if (hits) {
-                base = __shfl_sync(0xffffffffu, v, __ffs(hits) - 1);
-                found = true;
-            }
+        lo = clamp64(lo, 0, n_in - 1);
+        hi = clamp64(hi, 0, n_in - 1);
+        a.ref_in[b] = -1;
+        if (lo > hi)
+            continue;
+        /* polarity of the larger lobe of f */
+        float f_max = 0.0f, f_min = 0.0f;
+        for (int64_t i = clamp64(c - a.lobe_reach, 0, n_a - 1);
+             i <= clamp64(c + a.lobe_reach, 0, n_a - 1); i++) {
+            if (a.f[i] > f_max)
+                f_max = a.f[i];
+            if (a.f[i] < f_min)
+                f_min = a.f[i];
         }
-        /* first maximum of sign * (x - base) over [rlo, rhi] */
-        size_t rlo = (size_t)ci > a.win_in ? (size_t)ci - a.win_in : 0;
-        size_t rhi = (size_t)ci + a.win_in < a.n_in ? (size_t)ci + a.win_in : a.n_in - 1;
-        float bestv = -INFINITY;
-        size_t best = rlo;
-        for (size_t i = rlo + lane; i <= rhi; i += 32) {
-            float v = __fmul_rn(sign, __fsub_rn(a.x[i], base));
-            if (v > bestv) {
-                bestv = v;
+        int sign = f_max >= -f_min ? 1 : -1;
+        /* baseline: median of every stride-th sample around ci */
+        int64_t b_lo = clamp64(ci - a.base_reach, 0, n_in - 1);
+        int64_t b_hi = clamp64(ci + a.base_reach, 0, n_in - 1);
+        const int64_t stride = (b_hi - b_lo) / DETECT_BASELINE_POINTS + 1;
+        float pts[DETECT_BASELINE_POINTS + 2];
+        size_t nb = 0;
+        for (int64_t i = b_lo; i <= b_hi; i += stride)
+            pts[nb++] = a.x[i];
+        const float base = median_small(pts, nb);
+        float up = 0.0f, down = 0.0f;
+        for (int64_t i = lo; i <= hi; i++) {
+            float dev = __fsub_rn(a.x[i], base);
+            if (dev > up)
+                up = dev;
+            if (-dev > down)
+                down = -dev;
+        }
+        if (sign > 0 && (double)down > DMUL(DETECT_POLARITY_SWITCH, (double)up))
+            sign = -1;
+        else if (sign < 0 && (double)up > DMUL(DETECT_POLARITY_SWITCH, (double)down))
+            sign = 1;
+        int64_t best = lo;
+        float best_dev = -INFINITY;
+        for (int64_t i = lo; i <= hi; i++) {
+            float dev = __fmul_rn((float)sign, __fsub_rn(a.x[i], base));
+            if (dev > best_dev) {
+                best_dev = dev;
                 best = i;
             }
         }
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bestv, o);
-            unsigned long long oi = __shfl_xor_sync(0xffffffffu, (unsigned long long)best, o);
-            if (ov > bestv || (ov == bestv && oi < best)) {
-                bestv = ov;
-                best = (size_t)oi;
-            }
-        }
-        if (lane == 0)
-            a.peaks_in[b] = (int64_t)best;
+        /* to_analysis(): round(i * up / down), halves up */
+        int64_t r_a = (2 * best * (int64_t)a.up + (int64_t)a.down) / (2 * (int64_t)a.down);
+        if (r_a > n_a - 1)
+            r_a = n_a - 1;
+        if (best < 1 || r_a < 1)
+            continue;
+        a.ref_in[b] = best;
+        a.ref_a[b] = r_a;
     }
 }
 
+/* Thread b: flags (in *a.order_bad) a refined beat that the ordering test could drop: none
+ * is, in practice, since refinement windows stop at the midpoints between beats. */
+static __global__ void order_check_kernel(struct detect_args a)
+{
+    const size_t n_acc = (size_t)*a.n_acc;
+    for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b < n_acc;
+         b += (size_t)gridDim.x * blockDim.x) {
+        bool bad = a.ref_in[b] < 0;
+        if (b > 0 && !bad)
+            bad = a.ref_in[b] < a.ref_in[b - 1] + 2 || a.ref_a[b] < a.ref_a[b - 1] + 2;
+        if (bad)
+            atomicOr(a.order_bad, 1);
+    }
+}
+
+/* Thread b: when no beat is flagged, every refined beat is kept: copy them all. */
+static __global__ void order_copy_kernel(struct detect_args a)
+{
+    if (*a.order_bad)
+        return;
+    const size_t n_acc = (size_t)*a.n_acc;
+    for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b < n_acc;
+         b += (size_t)gridDim.x * blockDim.x) {
+        a.peaks_in[b] = a.ref_in[b];
+        a.peaks_a[b] = a.ref_a[b];
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        *a.n_beats = (int64_t)n_acc;
+}
+
+/* One thread, only when a beat was flagged: refine_all's ordering test in sequence (each kept
+ * beat at least 2 samples after the last kept one, in both grids), writing the final peaks. */
+static __global__ void order_kernel(struct detect_args a)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0 || !*a.order_bad)
+        return;
+    const size_t n_acc = (size_t)*a.n_acc;
+    size_t n = 0;
+    int64_t last_in = 0, last_a = 0;
+    for (size_t b = 0; b < n_acc; b++) {
+        const int64_t r_in = a.ref_in[b];
+        if (r_in < 0)
+            continue;
+        const int64_t r_a = a.ref_a[b];
+        if (n > 0 && (r_in < last_in + 2 || r_a < last_a + 2))
+            continue;
+        a.peaks_in[n] = r_in;
+        a.peaks_a[n] = r_a;
+        last_in = r_in;
+        last_a = r_a;
+        n++;
+    }
+    *a.n_beats = (int64_t)n;
+}
+
 /* ---------------------------------------------------------------- entry point */
+
+#define ALIGN256(x) (((x) + 255) & ~(size_t)255)
+
+/* With ECG_CUDA_PROFILE set, the detector times its steps with CUDA events and prints the
+ * split to stderr (for the benchmark's explanation of the stage time). */
+#define PROFILE_MAX 10
+struct profile {
+    bool on;
+    int n;
+    cudaEvent_t ev[PROFILE_MAX];
+    const char *name[PROFILE_MAX];
+};
+
+static void profile_mark(struct profile *p, cudaStream_t stream, const char *name)
+{
+    if (!p->on || p->n >= PROFILE_MAX)
+        return;
+    if (cudaEventCreate(&p->ev[p->n]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        p->on = false;
+        return;
+    }
+    (void)cudaEventRecord(p->ev[p->n], stream);
+    p->name[p->n++] = name;
+}
+
+static void profile_report(struct profile *p)
+{
+    if (p->on && p->n > 1 && cudaEventSynchronize(p->ev[p->n - 1]) == cudaSuccess) {
+        fprintf(stderr, "cuda detect profile:");
+        for (int i = 1; i < p->n; i++) {
+            float ms = 0;
+            (void)cudaEventElapsedTime(&ms, p->ev[i - 1], p->ev[i]);
+            fprintf(stderr, " %s %.3f ms%s", p->name[i], ms, i + 1 < p->n ? "," : "\n");
+        }
+    }
+    for (int i = 0; i < p->n; i++)
+        (void)cudaEventDestroy(p->ev[i]);
+    p->n = 0;
+}
 
 extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *plan,
                                        size_t *n_beats_out, struct ecg_error *err)
@@ -343,106 +572,143 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
     struct detect_args a;
     struct table_layout t;
-    size_t n_a, max_cand, off, temp_bytes = 0, temp_bytes2 = 0;
+    size_t n_a, max_cand, off, bytes, temp_bytes = 0, temp2 = 0, temp3 = 0, k_max;
     char *base;
     int64_t *h_counts;
     thrust::counting_iterator<int64_t> counter(0);
-    unsigned refine_blocks;
+    struct profile prof;
 
+    memset(&prof, 0, sizeof prof);
+    prof.on = getenv("ECG_CUDA_PROFILE") != NULL;
     *n_beats_out = 0;
     ECG_TRY(ctx_enter(ctx, err));
     ctx->n_beats = 0;
+    ctx->emb_len = 0;
     n_a = ctx->n_a;
-    if (n_a == 0)
-        goto out;
     memset(&a, 0, sizeof a);
-    a.half_env = secs(DEV_ENV_S, plan->fs_a_hz) / 2;
+    if (n_a < 2 || ctx->n_in < 2)
+        goto done;
+    a.half_env = secs(DETECT_ENVELOPE_S, plan->fs_a_hz) / 2;
     a.half_nms = plan->nms_window / 2;
-    a.slope_win = secs(0.06, plan->fs_a_hz);
+    a.slope_win = secs(DETECT_SLOPE_S, plan->fs_a_hz);
     a.refractory = (int64_t)plan->refractory;
-    a.twave = (int64_t)secs(0.36, plan->fs_a_hz);
-    a.learn = (int64_t)secs(2.0, plan->fs_a_hz);
+    a.twave = (int64_t)secs(DETECT_TWAVE_S, plan->fs_a_hz);
+    a.learn = (int64_t)secs(DETECT_LEARN_S, plan->fs_a_hz);
     a.fs = plan->fs_a_hz;
-    a.win_in = secs(0.075, plan->fs_in_hz);
-    a.bwin_in = secs(0.3, plan->fs_in_hz);
-    a.win_a = secs(0.075, plan->fs_a_hz);
+    a.reach_in = (int64_t)secs(DETECT_REFINE_S, plan->fs_in_hz);
+    a.lobe_reach = (int64_t)secs(DETECT_REFINE_S, plan->fs_a_hz);
+    a.base_reach = (int64_t)secs(DETECT_BASELINE_S, plan->fs_in_hz);
     a.up = plan->up;
     a.down = plan->down;
     a.x = (const float *)ctx->input.ptr;
     a.y = (const float *)ctx->resampled.ptr;
     a.f = (const float *)ctx->filtered.ptr;
+    a.ricker_len = plan->ricker_len;
     a.n_in = ctx->n_in;
     a.n_a = n_a;
     /* candidates are more than half_nms apart */
     max_cand = n_a / (a.half_nms + 1) + 2;
 
-    /* scratch: env | flags | cpos | height | slope | beats_a | counts(2) */
-    {
-        size_t bytes = 0;
-        bytes += (n_a * sizeof(float) + 255) & ~(size_t)255;
-        bytes += (n_a + 255) & ~(size_t)255;
-        bytes += (max_cand * sizeof(int64_t) + 255) & ~(size_t)255;
-        bytes += 2 * ((max_cand * sizeof(float) + 255) & ~(size_t)255);
-        bytes += (max_cand * sizeof(int64_t) + 255) & ~(size_t)255;
-        bytes += 256;
-        ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, bytes, err));
-    }
+    /* scratch: absf | env | flags | cpos | height | slope | beats_c | ref_in | ref_a |
+     * ricker | scalars */
+    bytes = 2 * ALIGN256(n_a * sizeof(float)) + ALIGN256(n_a) +
+            4 * ALIGN256(max_cand * sizeof(int64_t)) + 2 * ALIGN256(max_cand * sizeof(float)) +
+            ALIGN256(plan->ricker_len * sizeof(float)) + 256;
+    ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, bytes, err));
     base = (char *)ctx->scratch.ptr;
     off = 0;
-    a.env = (float *)(base + off);      off += (n_a * sizeof(float) + 255) & ~(size_t)255;
-    a.flag = (uint8_t *)(base + off);   off += (n_a + 255) & ~(size_t)255;
-    a.cpos = (int64_t *)(base + off);   off += (max_cand * sizeof(int64_t) + 255) & ~(size_t)255;
-    a.height = (float *)(base + off);   off += (max_cand * sizeof(float) + 255) & ~(size_t)255;
-    a.slope = (float *)(base + off);    off += (max_cand * sizeof(float) + 255) & ~(size_t)255;
-    a.beats_a = (int64_t *)(base + off); off += (max_cand * sizeof(int64_t) + 255) & ~(size_t)255;
+    a.absf = (float *)(base + off);     off += ALIGN256(n_a * sizeof(float));
+    a.env = (float *)(base + off);      off += ALIGN256(n_a * sizeof(float));
+    a.flag = (uint8_t *)(base + off);   off += ALIGN256(n_a);
+    a.cpos = (int64_t *)(base + off);   off += ALIGN256(max_cand * sizeof(int64_t));
+    a.beats_c = (int64_t *)(base + off); off += ALIGN256(max_cand * sizeof(int64_t));
+    a.ref_in = (int64_t *)(base + off); off += ALIGN256(max_cand * sizeof(int64_t));
+    a.ref_a = (int64_t *)(base + off);  off += ALIGN256(max_cand * sizeof(int64_t));
+    a.height = (float *)(base + off);   off += ALIGN256(max_cand * sizeof(float));
+    a.slope = (float *)(base + off);    off += ALIGN256(max_cand * sizeof(float));
+    a.ricker = (const float *)(base + off); off += ALIGN256(plan->ricker_len * sizeof(float));
     a.n_cand = (int64_t *)(base + off);
-    a.n_beats = a.n_cand + 1;
+    a.n_acc = a.n_cand + 1;
+    a.n_beats = a.n_cand + 2;
+    a.peak = (float *)(a.n_cand + 3);
+    a.order_bad = (int *)(a.n_cand + 4);
+    CUDA_TRY(cudaMemsetAsync(a.order_bad, 0, sizeof(int), ctx->stream));
 
+    ECG_TRY(stage_reserve(ctx, plan->ricker_len * sizeof(float) + 64, err));
+    ECG_TRY(ctx_sync(ctx, "detect", err)); /* the staging buffer is free */
+    memcpy(ctx->h_stage, plan->ricker, plan->ricker_len * sizeof(float));
+    CUDA_TRY(cudaMemcpyAsync((void *)a.ricker, ctx->h_stage, plan->ricker_len * sizeof(float),
+                             cudaMemcpyHostToDevice, ctx->stream));
+
+    CUDA_TRY(cub::DeviceReduce::Max(NULL, temp_bytes, a.absf, a.peak, (int64_t)n_a,
+                                    ctx->stream));
+    CUDA_TRY(cub::DeviceSelect::Flagged(NULL, temp2, counter, a.flag, a.cpos, a.n_cand,
+                                        (int64_t)n_a, ctx->stream));
+    CUDA_TRY(cub::DeviceSelect::Flagged(NULL, temp3, (const int64_t *)a.cpos, a.flag,
+                                        a.beats_c, a.n_acc, (int64_t)max_cand, ctx->stream));
+    if (temp2 > temp_bytes)
+        temp_bytes = temp2;
+    if (temp3 > temp_bytes)
+        temp_bytes = temp3;
+    ECG_TRY(dbuf_reserve(ctx, &ctx->cub_temp, temp_bytes, err));
+
+    profile_mark(&prof, ctx->stream, "start");
+    abs_kernel<<<grid_for(n_a), CUDA_THREADS, 0, ctx->stream>>>(a);
+    CUDA_LAUNCH_CHECK();
+    CUDA_TRY(cub::DeviceReduce::Max(ctx->cub_temp.ptr, temp_bytes, a.absf, a.peak, (int64_t)n_a,
+                                    ctx->stream));
     envelope_kernel<<<grid_for(n_a), CUDA_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
+    profile_mark(&prof, ctx->stream, "envelope");
     nms_kernel<<<grid_for(n_a), CUDA_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
-    CUDA_TRY(cub::DeviceSelect::Flagged(NULL, temp_bytes, counter, a.flag, a.cpos, a.n_cand,
-                                        (int64_t)n_a, ctx->stream));
-    CUDA_TRY(cub::DeviceSelect::Flagged(NULL, temp_bytes2, (const int64_t *)a.cpos, a.flag,
-                                        a.beats_a, a.n_beats, (int64_t)max_cand, ctx->stream));
-    if (temp_bytes2 > temp_bytes)
-        temp_bytes = temp_bytes2;
-    ECG_TRY(dbuf_reserve(ctx, &ctx->cub_temp, temp_bytes, err));
+    profile_mark(&prof, ctx->stream, "nms");
     CUDA_TRY(cub::DeviceSelect::Flagged(ctx->cub_temp.ptr, temp_bytes, counter, a.flag, a.cpos,
                                         a.n_cand, (int64_t)n_a, ctx->stream));
+    profile_mark(&prof, ctx->stream, "select");
     candidate_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a, max_cand);
     CUDA_LAUNCH_CHECK();
-    adaptive_kernel<<<1, 1, 0, ctx->stream>>>(a);
+    profile_mark(&prof, ctx->stream, "candidates");
+    adaptive_kernel<<<1, ADAPTIVE_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
+    profile_mark(&prof, ctx->stream, "adaptive");
     /* accepted candidates' positions, ascending (flags past n_cand are clear) */
     CUDA_TRY(cub::DeviceSelect::Flagged(ctx->cub_temp.ptr, temp_bytes, (const int64_t *)a.cpos,
-                                        a.flag,
-                                        a.beats_a, a.n_beats, (int64_t)max_cand, ctx->stream));
-    /* the count goes to the host: the engine sizes the beat table with it */
-    ECG_TRY(stage_reserve(ctx, 2 * sizeof(int64_t), err));
-    CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, a.n_cand, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost,
+                                        a.flag, a.beats_c, a.n_acc, (int64_t)max_cand,
+                                        ctx->stream));
+    /* the final peaks go to the table and peaks_a, both sized for every candidate */
+    k_max = max_cand;
+    table_layout(k_max, ctx->latent_dim, &t);
+    ECG_TRY(dbuf_reserve(ctx, &ctx->table, t.bytes, err));
+    ECG_TRY(dbuf_reserve(ctx, &ctx->peaks_a, k_max * sizeof(int64_t), err));
+    a.peaks_in = (int64_t *)ctx->table.ptr; /* moved to the r_peak column below */
+    a.peaks_a = (int64_t *)ctx->peaks_a.ptr;
+    profile_mark(&prof, ctx->stream, "select2");
+    refine_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
+    CUDA_LAUNCH_CHECK();
+    profile_mark(&prof, ctx->stream, "refine");
+    order_check_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
+    CUDA_LAUNCH_CHECK();
+    order_copy_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
+    CUDA_LAUNCH_CHECK();
+    order_kernel<<<1, 1, 0, ctx->stream>>>(a);
+    CUDA_LAUNCH_CHECK();
+    profile_mark(&prof, ctx->stream, "order");
+    CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, a.n_cand, 3 * sizeof(int64_t), cudaMemcpyDeviceToHost,
                              ctx->stream));
     ECG_TRY(ctx_sync(ctx, "detect", err));
     h_counts = (int64_t *)ctx->h_stage;
-    ctx->n_beats = (size_t)h_counts[1];
-
-    table_layout(ctx->n_beats, ctx->latent_dim, &t);
-    ECG_TRY(dbuf_reserve(ctx, &ctx->table, t.bytes, err));
-    ECG_TRY(dbuf_reserve(ctx, &ctx->peaks_a, (ctx->n_beats + 1) * sizeof(int64_t), err));
-    if (ctx->n_beats) {
-        CUDA_TRY(cudaMemcpyAsync(ctx->peaks_a.ptr, a.beats_a, ctx->n_beats * sizeof(int64_t),
-                                 cudaMemcpyDeviceToDevice, ctx->stream));
-        a.peaks_in = (int64_t *)((char *)ctx->table.ptr + t.r_peak);
-        refine_blocks = (unsigned)((ctx->n_beats * 32 + CUDA_THREADS - 1) / CUDA_THREADS);
-        if (refine_blocks > 65535u)
-            refine_blocks = 65535u;
-        refine_kernel<<<refine_blocks, CUDA_THREADS, 0, ctx->stream>>>(a);
-        CUDA_LAUNCH_CHECK();
-    }
-    ECG_TRY(ctx_sync(ctx, "detect", err));
+    ctx->n_beats = (size_t)h_counts[2];
+    if (prof.on)
+        fprintf(stderr, "cuda detect: %zu samples, %lld candidates, %lld accepted, %zu beats\n",
+                n_a, (long long)h_counts[0], (long long)h_counts[1], ctx->n_beats);
+    profile_report(&prof);
+    /* The table was laid out for k_max beats with r_peak first (offset 0), where the peaks
+     * now are; the other columns of the final layout start earlier, and are written later. */
+done:
     *n_beats_out = ctx->n_beats;
 out:
+    profile_report(&prof);
     if (status != ECG_OK)
         ctx->n_beats = 0;
     return status;

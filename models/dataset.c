@@ -3,6 +3,7 @@
  * normalise, embed) on recordings, so that a model is trained on exactly what it will score,
  * and labels beats with the reference annotations where there are any.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@ void ecg_beat_set_fini(struct ecg_beat_set *set)
         return;
     free(set->emb);
     free(set->prem);
+    free(set->rr);
     free(set->aami);
     free(set->record);
     memset(set, 0, sizeof *set);
@@ -37,6 +39,10 @@ static bool reserve(struct ecg_beat_set *set, size_t extra)
     if (!prem)
         return false;
     set->prem = prem;
+    float *rr = realloc(set->rr, cap * 3 * sizeof *rr);
+    if (!rr)
+        return false;
+    set->rr = rr;
     char *aami = realloc(set->aami, cap * sizeof *aami);
     if (!aami)
         return false;
@@ -95,6 +101,9 @@ enum ecg_status ecg_beat_set_add(struct ecg_beat_set *set, struct ecg_engine *en
         memcpy(set->emb + j * set->beat_len, emb + i * set->beat_len,
                set->beat_len * sizeof *emb);
         set->prem[j] = ecg_rr_prematurity(res->rr_ms, k, i, rr_window);
+        set->rr[3 * j] = res->rr_ms[i];
+        set->rr[3 * j + 1] = i + 1 < k ? res->rr_ms[i + 1] : NAN;
+        set->rr[3 * j + 2] = (float)ecg_rr_local_median(res->rr_ms, k, i, rr_window);
         set->aami[j] = label[i];
         set->record[j] = record;
     }

@@ -44,32 +44,85 @@ static size_t gather(const struct ecg_beat_set *set, const bool *pick, float **b
     return n;
 }
 
-enum ecg_status ecg_anomaly_add(struct ecg_anomaly_acc *acc, const struct ecg_model *model,
-                                const struct ecg_beat_set *set, const bool *in_test,
-                                unsigned threads, struct ecg_error *err)
+static size_t record_count(const struct ecg_beat_set *set)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < set->n; i++)
+        if ((size_t)set->record[i] + 1 > n)
+            n = (size_t)set->record[i] + 1;
+    return n;
+}
+
+/*
+ * Reconstruction term of every beat of the records with use[record] (recon[i], NaN for the
+ * others) and the level (median) of each such record (level_rec, record_count entries).
+ */
+static enum ecg_status record_levels(const struct ecg_model *model,
+                                     const struct ecg_beat_set *set, const bool *use,
+                                     unsigned threads, double *recon, double *level_rec,
+                                     struct ecg_error *err)
 {
     enum ecg_status st = ECG_OK;
     float *beats = NULL;
     size_t *idx = NULL;
-    double *recon = NULL;
+    double *part = NULL, *scratch = NULL;
+    size_t n_rec = record_count(set);
     bool *pick = malloc((set->n ? set->n : 1) * sizeof *pick);
     if (!pick)
         goto nomem;
-    for (size_t i = 0; i < set->n; i++)
-        pick[i] = in_test[set->record[i]] && class_index(set->aami[i]) >= 0;
+    for (size_t i = 0; i < set->n; i++) {
+        pick[i] = use[set->record[i]];
+        recon[i] = NAN;
+    }
     size_t n = gather(set, pick, &beats, &idx);
     if (n == SIZE_MAX)
         goto nomem;
-    recon = malloc((n ? n : 1) * sizeof *recon);
-    if (!recon)
+    part = malloc((n ? n : 1) * sizeof *part);
+    scratch = malloc((n ? n : 1) * sizeof *scratch);
+    if (!part || !scratch)
         goto nomem;
-    st = ecg_model_recon(model, beats, n, threads, recon, err);
+    st = ecg_model_recon(model, beats, n, threads, part, err);
     if (st != ECG_OK)
         goto out;
-    for (size_t j = 0; j < n; j++) {
-        size_t i = idx[j];
+    for (size_t j = 0; j < n; j++)
+        recon[idx[j]] = part[j];
+    for (size_t r = 0; r < n_rec; r++) {
+        size_t m = 0;
+        for (size_t j = 0; j < n; j++)
+            if (set->record[idx[j]] == r)
+                part[m++] = recon[idx[j]];
+        level_rec[r] = ecg_recon_level(part, m, scratch);
+    }
+    goto out;
+nomem:
+    st = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cannot allocate evaluation buffers");
+out:
+    free(pick);
+    free(beats);
+    free(idx);
+    free(part);
+    free(scratch);
+    return st;
+}
+
+enum ecg_status ecg_anomaly_add(struct ecg_anomaly_acc *acc, const struct ecg_model *model,
+                                const struct ecg_beat_set *set, const bool *in_test,
+                                unsigned threads, struct ecg_error *err)
+{
+    double *recon = malloc((set->n ? set->n : 1) * sizeof *recon);
+    double *level = malloc((record_count(set) + 1) * sizeof *level);
+    enum ecg_status st = ECG_OK;
+    if (!recon || !level)
+        goto nomem;
+    st = record_levels(model, set, in_test, threads, recon, level, err);
+    if (st != ECG_OK)
+        goto out;
+    for (size_t i = 0; i < set->n; i++) {
         int cls = class_index(set->aami[i]);
-        double s = ecg_score_combine(&model->calib, recon[j], set->prem[i]);
+        if (!in_test[set->record[i]] || cls < 0)
+            continue;
+        double s = ecg_score_combine(&model->calib, recon[i], level[set->record[i]],
+                                     set->prem[i]);
         if (acc->n[cls] == acc->cap[cls]) {
             size_t cap = acc->cap[cls] ? 2 * acc->cap[cls] : 1024;
             float *grown = realloc(acc->scores[cls], cap * sizeof *grown);
@@ -85,10 +138,8 @@ enum ecg_status ecg_anomaly_add(struct ecg_anomaly_acc *acc, const struct ecg_mo
 nomem:
     st = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cannot allocate evaluation buffers");
 out:
-    free(pick);
-    free(beats);
-    free(idx);
     free(recon);
+    free(level);
     return st;
 }
 
@@ -133,7 +184,7 @@ struct ecg_model *ecg_train_on(const struct ecg_beat_set *set, const bool *in_tr
     struct ecg_model *model = NULL;
     float *beats = NULL;
     size_t *idx = NULL;
-    double *prem = NULL;
+    double *prem = NULL, *level = NULL, *recon = NULL, *level_rec = NULL;
     bool *pick = malloc((set->n ? set->n : 1) * sizeof *pick);
     if (!pick)
         goto nomem;
@@ -143,7 +194,10 @@ struct ecg_model *ecg_train_on(const struct ecg_beat_set *set, const bool *in_tr
     if (n == SIZE_MAX)
         goto nomem;
     prem = malloc((n ? n : 1) * sizeof *prem);
-    if (!prem)
+    level = malloc((n ? n : 1) * sizeof *level);
+    recon = malloc((set->n ? set->n : 1) * sizeof *recon);
+    level_rec = malloc((record_count(set) + 1) * sizeof *level_rec);
+    if (!prem || !level || !recon || !level_rec)
         goto nomem;
     for (size_t j = 0; j < n; j++)
         prem[j] = set->prem[idx[j]];
@@ -152,14 +206,20 @@ struct ecg_model *ecg_train_on(const struct ecg_beat_set *set, const bool *in_tr
     model = ecg_model_create(arch, &params, err);
     if (!model)
         goto out;
+    /* each training beat's level is that of all kept beats of its recording, as when scoring */
     if (ecg_vae_train(model, beats, n, opts, err) != ECG_OK ||
-        ecg_model_calibrate(model, beats, prem, n, rr_window, rr_weight, percentile,
-                            opts->threads, err) != ECG_OK) {
-        ecg_model_free(model);
-        model = NULL;
-        goto out;
-    }
+        record_levels(model, set, in_train, opts->threads, recon, level_rec, err) != ECG_OK)
+        goto fail;
+    for (size_t j = 0; j < n; j++)
+        level[j] = level_rec[set->record[idx[j]]];
+    if (ecg_model_calibrate(model, beats, prem, level, n, rr_window, rr_weight, percentile,
+                            opts->threads, err) != ECG_OK)
+        goto fail;
     model->prov.beats_mode = normal_only ? ECG_BEATS_NORMAL : ECG_BEATS_ALL;
+    goto out;
+fail:
+    ecg_model_free(model);
+    model = NULL;
     goto out;
 nomem:
     ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cannot allocate training beats");
@@ -168,5 +228,8 @@ out:
     free(beats);
     free(idx);
     free(prem);
+    free(level);
+    free(recon);
+    free(level_rec);
     return model;
 }

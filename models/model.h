@@ -72,16 +72,22 @@ struct ecg_vae_layout {
  * The score (README.md): for a kept beat with normalised samples x and reconstruction
  * r = decoder(mu(x)),
  *   recon   = log(mean_t (r_t - x_t)^2 + 1e-6)
+ *   level   = median of recon over the kept beats of the same recording (the request)
  *   prem    = (m - rr) / m, m = median of the RR of the rr_window beats on each side (NaN
  *             skipped; prem = 0 if rr or m is missing)
- *   score   = (recon - recon_center) / recon_scale
- *             + rr_weight * max(0, (prem - rr_center) / rr_scale)
- * The centres and scales are the median and 1.4826 * MAD of the training beats' values.
- * A beat is an outlier when score > threshold.
+ *   z_abs   = (recon - recon_center) / recon_scale
+ *   z_rel   = (recon - level - rel_center) / rel_scale
+ *   z_rr    = (prem - rr_center) / rr_scale
+ *   score   = max(z_abs, z_rel) + rr_weight * max(0, z_rr)
+ * The centres and scales are the median and 1.4826 * MAD of the training beats' values (level
+ * taken over each training recording's kept beats). z_abs compares the beat with the training
+ * population, z_rel with the other beats of its own recording (patients differ in how well
+ * their normal beats reconstruct). A beat is an outlier when score > threshold.
  */
 struct ecg_score_calib {
     uint32_t rr_window;        /* beats on each side of the local RR median */
     double recon_center, recon_scale;
+    double rel_center, rel_scale;
     double rr_center, rr_scale;
     double rr_weight;
     double threshold;          /* the percentile-th percentile of the training scores */
@@ -98,7 +104,9 @@ struct ecg_provenance {
     uint32_t epochs;
     uint32_t beats_mode;       /* enum ecg_beats_mode */
     uint32_t batch_size;
-    double learning_rate;
+    uint32_t schedule;         /* 0 = constant step size, 1 = cosine decay */
+    double learning_rate;      /* Adam step size (of the first epoch) */
+    double kl_weight;
     double final_loss;
     uint64_t seed;
     float *loss_curve;         /* owned, epochs values (mean training loss per epoch) */
@@ -209,10 +217,20 @@ enum ecg_status ecg_vae_score_parts(const struct ecg_model *model, const float *
                                     float *latent, double *recon, double *prem,
                                     struct ecg_error *err) ECG_WUR;
 
-/* RR prematurity of beat i (see struct ecg_score_calib). */
+/* Median RR (ms) of the beats within window positions of beat i, i excluded, NaN and
+ * non-positive values skipped; NaN when there are none. */
+double ecg_rr_local_median(const float *rr_ms, size_t k, size_t i, uint32_t window);
+
+/* RR prematurity of beat i (see struct ecg_score_calib); 0 when rr_ms[i] or the median is
+ * missing. */
 double ecg_rr_prematurity(const float *rr_ms, size_t k, size_t i, uint32_t window);
 
 /* Combines the parts into the score with the model's calibration. NaN recon gives NaN. */
-double ecg_score_combine(const struct ecg_score_calib *calib, double recon, double prem);
+double ecg_score_combine(const struct ecg_score_calib *calib, double recon, double level,
+                         double prem);
+
+/* The recording level: median of the finite values of recon[0..n) (NaN skipped); NaN if none.
+ * Reorders nothing; uses scratch (n doubles). */
+double ecg_recon_level(const double *recon, size_t n, double *scratch);
 
 #endif /* ECG_MODEL_H */

@@ -22,7 +22,8 @@
 struct ecg_train_opts ecg_train_opts_default(void)
 {
     struct ecg_train_opts opts = {.epochs = 30, .batch_size = 64, .learning_rate = 2e-3,
-                                  .kl_weight = 0.1, .seed = 1, .threads = 2, .progress = false};
+                                  .cosine = true, .kl_weight = 0.1, .seed = 1, .threads = 2,
+                                  .progress = false};
     return opts;
 }
 
@@ -232,6 +233,10 @@ enum ecg_status ecg_vae_train(struct ecg_model *model, const float *beats, size_
     double loss_epoch = 0;
     for (uint32_t e = 0; e < opts->epochs; e++) {
         double t0 = now_s();
+        /* cosine decay from learning_rate towards 0 over the epochs (or constant) */
+        double lr = opts->learning_rate;
+        if (opts->cosine)
+            lr *= 0.5 * (1.0 + cos(M_PI * (double)e / (double)opts->epochs));
         for (size_t i = n - 1; i > 0; i--) { /* Fisher-Yates */
             size_t j = rng_below(&rng, i + 1);
             size_t tmp = order[i];
@@ -261,7 +266,7 @@ enum ecg_status ecg_vae_train(struct ecg_model *model, const float *beats, size_
             for (size_t i = 0; i < n_w; i++) {
                 m1[i] = beta1 * m1[i] + (1 - beta1) * grad[i];
                 m2[i] = beta2 * m2[i] + (1 - beta2) * grad[i] * grad[i];
-                w[i] -= opts->learning_rate * (m1[i] / c1) / (sqrt(m2[i] / c2) + adam_eps);
+                w[i] -= lr * (m1[i] / c1) / (sqrt(m2[i] / c2) + adam_eps);
             }
         }
         loss_epoch = loss_sum / (double)n;
@@ -286,6 +291,8 @@ enum ecg_status ecg_vae_train(struct ecg_model *model, const float *beats, size_
     model->prov.epochs = opts->epochs;
     model->prov.batch_size = opts->batch_size;
     model->prov.learning_rate = opts->learning_rate;
+    model->prov.schedule = opts->cosine ? 1 : 0;
+    model->prov.kl_weight = opts->kl_weight;
     model->prov.seed = opts->seed;
     model->prov.train_beats = n;
     model->prov.final_loss = loss_epoch;
@@ -403,9 +410,9 @@ static void robust_center_scale(double *v, size_t n, double *center, double *sca
 }
 
 enum ecg_status ecg_model_calibrate(struct ecg_model *model, const float *beats,
-                                    const double *prem, size_t n, uint32_t rr_window,
-                                    double rr_weight, double percentile, unsigned threads,
-                                    struct ecg_error *err)
+                                    const double *prem, const double *level, size_t n,
+                                    uint32_t rr_window, double rr_weight, double percentile,
+                                    unsigned threads, struct ecg_error *err)
 {
     if (n < 2 || !(percentile > 0 && percentile < 100) || rr_window < 1 || rr_window > 64 ||
         !(rr_weight >= 0))
@@ -415,28 +422,37 @@ enum ecg_status ecg_model_calibrate(struct ecg_model *model, const float *beats,
                         n, percentile, rr_window, rr_weight);
     enum ecg_status st = ECG_OK;
     double *recon = malloc(n * sizeof *recon), *tmp = malloc(n * sizeof *tmp);
+    double *lv = malloc(n * sizeof *lv);
     double *quantiles = malloc(101 * sizeof *quantiles);
-    if (!recon || !tmp || !quantiles) {
+    if (!recon || !tmp || !lv || !quantiles) {
         st = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "calibration buffers");
         goto out;
     }
     st = ecg_model_recon(model, beats, n, threads, recon, err);
     if (st != ECG_OK)
         goto out;
+    double one_level = level ? NAN : ecg_recon_level(recon, n, tmp);
+    for (size_t i = 0; i < n; i++)
+        lv[i] = level ? level[i] : one_level;
     struct ecg_score_calib *c = &model->calib;
     c->rr_window = rr_window;
     c->rr_weight = rr_weight;
     memcpy(tmp, recon, n * sizeof *tmp);
     robust_center_scale(tmp, n, &c->recon_center, &c->recon_scale);
+    for (size_t i = 0; i < n; i++)
+        tmp[i] = recon[i] - lv[i];
+    robust_center_scale(tmp, n, &c->rel_center, &c->rel_scale);
     memcpy(tmp, prem, n * sizeof *tmp);
     robust_center_scale(tmp, n, &c->rr_center, &c->rr_scale);
     /* degenerate spreads (identical beats, a metronome) would divide by ~0 */
     if (c->recon_scale < 1e-3)
         c->recon_scale = 1e-3;
+    if (c->rel_scale < 1e-3)
+        c->rel_scale = 1e-3;
     if (c->rr_scale < 1e-3)
         c->rr_scale = 1e-3;
     for (size_t i = 0; i < n; i++)
-        tmp[i] = ecg_score_combine(c, recon[i], prem[i]);
+        tmp[i] = ecg_score_combine(c, recon[i], lv[i], prem[i]);
     qsort(tmp, n, sizeof *tmp, cmp_double);
     for (int q = 0; q <= 100; q++)
         quantiles[q] = ecg_quantile_sorted(tmp, n, q / 100.0);
@@ -449,6 +465,7 @@ enum ecg_status ecg_model_calibrate(struct ecg_model *model, const float *beats,
 out:
     free(recon);
     free(tmp);
+    free(lv);
     free(quantiles);
     return st;
 }

@@ -22,6 +22,7 @@ struct ecg_beat_set {
     size_t n, cap;
     float *emb;        /* n x beat_len: the engine's normalised, zero-padded beats */
     double *prem;      /* RR prematurity (ecg_rr_prematurity with rr_window) */
+    float *rr;         /* 3 per beat: own RR, next beat's RR, local RR median (ms; NaN if none) */
     char *aami;        /* AAMI class of the matched reference beat ('N' 'S' 'V' 'F' 'Q'), 0 if
                         * the record has no annotations or the beat matched none */
     uint16_t *record;  /* index of the recording it came from (caller's numbering) */
@@ -36,7 +37,8 @@ void ecg_beat_set_fini(struct ecg_beat_set *set);
  */
 enum ecg_status ecg_beat_set_add(struct ecg_beat_set *set, struct ecg_engine *engine,
                                  const struct ecg_signal *sig, const struct ecg_annotations *ann,
-                                 uint32_t rr_window, uint16_t record, struct ecg_error *err) ECG_WUR;
+                                 uint32_t rr_window, uint16_t record,
+                                 struct ecg_error *err) ECG_WUR;
 
 /* Reads WFDB record dir/name (lead: NULL = first), its annotations when with_ann, and adds it. */
 enum ecg_status ecg_beat_set_add_wfdb(struct ecg_beat_set *set, struct ecg_engine *engine,
@@ -49,13 +51,15 @@ enum ecg_status ecg_beat_set_add_wfdb(struct ecg_beat_set *set, struct ecg_engin
 struct ecg_train_opts {
     uint32_t epochs;          /* passes over the data */
     uint32_t batch_size;      /* beats per Adam step */
-    double learning_rate;     /* Adam step size */
+    double learning_rate;     /* Adam step size (of the first epoch when cosine) */
+    bool cosine;              /* decay the step size as 0.5 (1 + cos(pi e / epochs)) */
     double kl_weight;         /* loss = MSE + kl_weight * KL */
     uint64_t seed;            /* weight initialisation, shuffling and eps */
     unsigned threads;         /* worker threads (0 = 2) */
     bool progress;            /* one line per epoch on stderr */
 };
-struct ecg_train_opts ecg_train_opts_default(void); /* 30 epochs, batch 64, 2e-3, 0.1, seed 1 */
+/* 30 epochs, batch 64, step 2e-3 with cosine decay, KL weight 0.1, seed 1, 2 threads */
+struct ecg_train_opts ecg_train_opts_default(void);
 
 /*
  * Initialises model's weights from opts->seed (PyTorch's default uniform initialisation, swish
@@ -67,15 +71,16 @@ enum ecg_status ecg_vae_train(struct ecg_model *model, const float *beats, size_
                               const struct ecg_train_opts *opts, struct ecg_error *err) ECG_WUR;
 
 /*
- * Calibrates the score on the training beats: the centres and scales of the reconstruction
- * and RR terms (median, 1.4826 * MAD), rr_weight, the threshold at `percentile` of the
- * training scores and a 101-entry quantile table. prem holds the beats' RR prematurity, computed
- * with rr_window (stored in the model).
+ * Calibrates the score on the training beats: the centres and scales of the absolute and
+ * relative reconstruction terms and of the RR term (median, 1.4826 * MAD), rr_weight, the
+ * threshold at `percentile` of the training scores and a 101-entry quantile table. prem holds
+ * the beats' RR prematurity, computed with rr_window (stored in the model); level the median
+ * reconstruction term of each beat's recording (NULL: the beats form one recording).
  */
 enum ecg_status ecg_model_calibrate(struct ecg_model *model, const float *beats,
-                                    const double *prem, size_t n, uint32_t rr_window,
-                                    double rr_weight, double percentile, unsigned threads,
-                                    struct ecg_error *err) ECG_WUR;
+                                    const double *prem, const double *level, size_t n,
+                                    uint32_t rr_window, double rr_weight, double percentile,
+                                    unsigned threads, struct ecg_error *err) ECG_WUR;
 
 /* Per-beat reconstruction term (log MSE) of n beats, on `threads` threads. */
 enum ecg_status ecg_model_recon(const struct ecg_model *model, const float *beats, size_t n,
@@ -95,8 +100,9 @@ struct ecg_anomaly_eval {
 };
 
 /*
- * Scores the beats of set whose record satisfies in_test[record] with model and accumulates
- * per-class scores; beats without a class are skipped. Call ecg_anomaly_finish to get AUCs.
+ * Scores the beats of set whose record satisfies in_test[record] with model (each record's
+ * level taken over all its beats, as the engine does) and accumulates per-class scores; beats
+ * without a class are skipped. Call ecg_anomaly_finish to get AUCs.
  */
 struct ecg_anomaly_acc {
     float *scores[5];

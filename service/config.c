@@ -146,12 +146,12 @@ static void print_help(FILE *out)
     for (size_t i = 0; i < N_OPTS; i++) {
         char left[64];
         snprintf(left, sizeof left, "%s %s", opts[i].flag, opts[i].metavar);
-        fprintf(out, "  %-26s %-18s %s\n", left, opts[i].env, opts[i].help);
+        fprintf(out, "  %-28s %s\n      %s\n", left, opts[i].env, opts[i].help);
     }
     fprintf(out,
-            "  %-26s %-18s %s\n  %-26s %-18s %s\n  %-26s %-18s %s\n", "--print-config", "",
-            "print the effective configuration as JSON and exit", "--list-routes", "",
-            "print the HTTP routes (METHOD PATH) and exit", "--help", "", "this text");
+            "  --print-config\n      print the effective configuration as JSON and exit\n"
+            "  --list-routes\n      print the HTTP routes (METHOD PATH) and exit\n"
+            "  --help\n      this text\n");
     fprintf(out,
             "\n"
             "routes: POST /v1/analyze, GET /v1/models, GET /v1/models/{name},\n"

@@ -117,24 +117,23 @@ enum MHD_Result svc_answer_send(struct svc_request *req)
     }
     if (!response)
         return MHD_NO;
-    enum MHD_Result ok = MHD_YES;
+    /* A header that cannot be added (out of memory) is not worth failing the answer. */
     if (req->content_type)
-        ok &= MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, req->content_type);
-    ok &= MHD_add_response_header(response, "X-Request-Id", req->id);
-    ok &= MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+        MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, req->content_type);
+    MHD_add_response_header(response, "X-Request-Id", req->id);
+    MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (req->allow)
-        ok &= MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, req->allow);
+        MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, req->allow);
     if (req->retry_after_s) {
         char seconds[16];
         snprintf(seconds, sizeof seconds, "%u", req->retry_after_s);
-        ok &= MHD_add_response_header(response, MHD_HTTP_HEADER_RETRY_AFTER, seconds);
+        MHD_add_response_header(response, MHD_HTTP_HEADER_RETRY_AFTER, seconds);
     }
     if (req->www_authenticate)
-        ok &= MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-                                      "Bearer realm=\"ecgd\"");
+        MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Bearer realm=\"ecgd\"");
     if (atomic_load(&req->srv->draining))
-        ok &= MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
-    (void)ok; /* a missing optional header is not worth failing the answer */
+        MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
     req->bytes_out = len;
     enum MHD_Result queued = MHD_queue_response(req->conn, req->status, response);
     MHD_destroy_response(response);

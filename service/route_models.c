@@ -144,7 +144,8 @@ static bool decode_points(struct svc_request *req, const cJSON *root, unsigned d
     }
 
     double grid_n = 0, range = 0;
-    if (!cJSON_IsObject(grid) || !json_number(cJSON_GetObjectItemCaseSensitive(grid, "n"), &grid_n) ||
+    const cJSON *n_item = cJSON_IsObject(grid) ? cJSON_GetObjectItemCaseSensitive(grid, "n") : NULL;
+    if (!json_number(n_item, &grid_n) ||
         grid_n != floor(grid_n) || grid_n < 1 || grid_n > DECODE_MAX_GRID) {
         svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_grid",
                          "\"grid\" needs an integer \"n\" in [1, %u]", DECODE_MAX_GRID);

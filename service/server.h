@@ -92,6 +92,7 @@ struct svc_request {
     const char *allow;        /* Allow header (405) */
     unsigned retry_after_s;   /* Retry-After header when > 0 */
     bool www_authenticate;    /* 401 */
+    bool answer_pending;      /* a refusal decided from the headers, sent at the final call */
 };
 
 /* ---- http.c: answers */

@@ -31,9 +31,19 @@ enum ecg_status cpu_filter(const struct ecg_plan *plan, const float *y, size_t n
  * float rounding. */
 enum cpu_filter_method { CPU_FILTER_AUTO = 0, CPU_FILTER_DIRECT, CPU_FILTER_FFT };
 /* AUTO convolves directly up to this many taps, by FFT beyond (measured by bench/bench_dsp). */
-#define CPU_FILTER_DIRECT_MAX_TAPS 111
+#define CPU_FILTER_DIRECT_MAX_TAPS 103
 enum ecg_status cpu_filter_with(const struct ecg_plan *plan, const float *y, size_t n, float *f,
                                 enum cpu_filter_method method, struct ecg_error *err) ECG_WUR;
+
+/*
+ * Non-maximum suppression: writes to peaks, in ascending order, every index i with
+ * v[i] > floor_value that is the largest value of the window [i - half, i + half] (clipped to
+ * the signal); of equal values the leftmost wins, so a plateau yields one peak at its left end.
+ * Peaks are more than half apart: peaks needs room for n / (half + 1) + 1 entries. O(n) for
+ * any half (monotonic deque). Fails only with ECG_ERR_NOMEM (then *n_peaks is 0).
+ */
+enum ecg_status cpu_nms(const float *v, size_t n, size_t half, float floor_value, int64_t *peaks,
+                        size_t *n_peaks, struct ecg_error *err) ECG_WUR;
 
 /*
  * R-peak detection. Inputs: the input signal x (n_in samples, input grid), the resampled signal y

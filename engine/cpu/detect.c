@@ -1,317 +1,641 @@
 /*
- * detect.c - R-peak detection (CPU reference).
+ * detect.c - R-peak detection (CPU reference of the detector).
+ *
+ * The detector works on the Ricker response f (a band-pass centred near 14 Hz, where QRS energy
+ * lies) and reports each beat at the true peak of its QRS in the input signal x. Stages 1, 2, 3
+ * and 5 are data-parallel (the CUDA backend runs them as kernels); stage 4 is a sequential pass
+ * over the candidates, a few per second, which is cheap anywhere.
+ *
+ * 1. Envelope. e[i] = mean of |f| over a centred window of DETECT_ENVELOPE_S. It merges the
+ *    two or three lobes that one QRS complex leaves in f, whatever its polarity, into one bump.
+ *    The window sums are exact integer sums of |f| in fixed point (see envelope()), so any
+ *    backend that sums the same integers gets the same envelope, bit for bit. Near both ends of
+ *    the recording f is recomputed with the signal extended by its end values instead of the
+ *    zeros of the 'same' convolution, so that a DC offset does not turn the edges into steps
+ *    that look like beats.
+ * 2. Candidates. Non-maximum suppression (cpu_nms) of e with a window of nms_window samples:
+ *    a sample is a candidate when it is the largest of the window centred on it (the leftmost
+ *    of equal maxima). With the default 0.4 s window, candidates are at least 0.2 s apart (up
+ *    to 300 bpm).
+ * 3. Attributes of each candidate: its height, the prominence of e over the higher of the two
+ *    valleys separating it from the neighbouring candidates (a raised noise floor or a
+ *    constant signal scores nothing), and the steepest slope of y within +-DETECT_SLOPE_S (to
+ *    tell T waves from QRS complexes).
+ * 4. Adaptive decision, after Pan and Tompkins (IEEE TBME 32(3), 1985): running estimates of
+ *    the signal peak level (SPK) and the noise peak level (NPK), learnt on the first
+ *    DETECT_LEARN_S; a candidate is a beat when it exceeds NPK + DETECT_THRESHOLD (SPK - NPK)
+ *    and lies at least `refractory` after the previous beat; one within DETECT_TWAVE_S of the
+ *    previous beat whose slope is under DETECT_TWAVE_SLOPE times the previous beat's is a T wave
+ *    (noise); when no beat has come for DETECT_SEARCHBACK_RR times the mean of the last
+ *    DETECT_RR_COUNT RR intervals, the largest candidate since the last beat above
+ *    DETECT_SEARCHBACK_TH of the threshold is taken as a missed beat (search-back). Peaks that
+ *    are not beats update NPK, so the threshold follows the noise as well as the signal.
+ * 5. Refinement. Each beat is mapped to the input grid (ecg_plan_to_input) and its R peak is
+ *    the largest deflection of x from its local baseline (median over +-DETECT_BASELINE_S)
+ *    within +-DETECT_REFINE_S, in the beat's polarity. The polarity is that of the largest lobe
+ *    of f near the beat (the steepest deflection), unless x deflects the other way more than
+ *    DETECT_POLARITY_SWITCH times as far (wide ventricular beats, whose steepest edge is not
+ *    their peak). The windows of neighbouring beats never overlap.
+ *
+ * Accuracy on the 22 MIT-BIH records of ../shared/data/mitdb, lead 0, scored beat by beat
+ * against the reference annotations within 150 ms as WFDB's bxb does (detections inside
+ * reference ventricular flutter episodes not counted): see tests/unit/test_detect.c.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include "cpu.h"
+#include "select.h"
 
-#ifndef DEV_ENV_S
-#define DEV_ENV_S 0.10
-#endif
-#ifndef DEV_SQUARE
-#define DEV_SQUARE 0
-#endif
-#ifndef DEV_TH
-#define DEV_TH 0.25
-#endif
-#ifndef DEV_TW
-#define DEV_TW 0.5
-#endif
-#ifndef DEV_SB
-#define DEV_SB 1.66
-#endif
-#ifndef DEV_SBTH
-#define DEV_SBTH 0.5
-#endif
-#ifndef DEV_K
-#define DEV_K 1.5
-#endif
-#ifndef DEV_POLAR
-#define DEV_POLAR 1
-#endif
+#define DETECT_ENVELOPE_S 0.10       /* envelope window */
+#define DETECT_MIN_PROMINENCE 0.05   /* a peak rises at least 5 % above its valleys */
+#define DETECT_LEARN_S 2.0           /* initial SPK/NPK from this much signal */
+#define DETECT_LEVEL_GAIN 0.125      /* weight of a new peak in SPK or NPK */
+#define DETECT_SEARCHBACK_GAIN 0.25  /* weight of a beat found by search-back in SPK */
+#define DETECT_THRESHOLD 0.25        /* threshold = NPK + 0.25 (SPK - NPK) */
+#define DETECT_SEARCHBACK_RR 1.66    /* search back after 1.66 mean RR without a beat */
+#define DETECT_SEARCHBACK_TH 0.5     /* search-back threshold, fraction of the threshold */
+#define DETECT_RR_COUNT 8            /* RR intervals in the running mean */
+#define DETECT_TWAVE_S 0.36          /* a candidate closer than this may be a T wave */
+#define DETECT_TWAVE_SLOPE 0.5       /* ... if its slope is under half the last beat's */
+#define DETECT_SLOPE_S 0.06          /* slope measured within +-60 ms of a candidate */
+#define DETECT_REFINE_S 0.075        /* R-peak search, +-75 ms around the mapped candidate */
+#define DETECT_BASELINE_S 0.3        /* local baseline: median of x over +-300 ms */
+#define DETECT_BASELINE_POINTS 32    /* ... sampled at about 32 points */
+#define DETECT_POLARITY_SWITCH 3.0   /* opposite deflection this much larger flips polarity */
 
-size_t cpu_nms(const float *v, size_t n, size_t half, float floor_value, int64_t *peaks)
+/* round(seconds * fs) as a sample count, at least 1. */
+static size_t samples_of(double seconds, double fs_hz)
 {
-    size_t cap = 2 * half + 2, head = 0, count = 0, n_peaks = 0;
-    size_t *dq = malloc(cap * sizeof *dq);
-    if (!dq)
-        return SIZE_MAX;
-    size_t next = 0; /* next index to push */
-    for (size_t i = 0; i < n; i++) {
-        size_t hi = i + half < n - 1 ? i + half : n - 1;
-        while (next <= hi) {
-            while (count > 0 && v[dq[(head + count - 1) % cap]] < v[next])
-                count--;
-            dq[(head + count) % cap] = next;
-            count++;
-            next++;
+    double v = round(seconds * fs_hz);
+    return v < 1.0 ? 1 : (size_t)v;
+}
+
+/* ------------------------------------------------------------------ 1. envelope */
+
+/* f[i], or, within half a kernel of either end, the response to y extended by its end values. */
+static inline float edge_response(const struct ecg_plan *plan, const float *y, const float *f,
+                                  size_t n, size_t i)
+{
+    const size_t half = plan->ricker_len / 2;
+    if (i >= half && i + half < n)
+        return f[i];
+    double acc = 0.0;
+    for (size_t k = 0; k < plan->ricker_len; k++) {
+        int64_t j = (int64_t)i + (int64_t)half - (int64_t)k;
+        if (j < 0)
+            j = 0;
+        if (j > (int64_t)n - 1)
+            j = (int64_t)n - 1;
+        acc += (double)plan->ricker[k] * (double)y[j];
+    }
+    return (float)acc;
+}
+
+/* |response| at j: |f[j]| inside, the precomputed end-extended response near the ends. */
+static inline float abs_response(const float *f, const float *head, size_t n_head,
+                                 const float *tail, size_t tail_start, size_t j)
+{
+    if (j < n_head)
+        return head[j];
+    if (j >= tail_start)
+        return tail[j - tail_start];
+    return fabsf(f[j]);
+}
+
+/*
+ * The window sums are taken over |f| in fixed point, |f| * scale rounded to an integer, with
+ * scale a power of two chosen per recording so that the largest |f| stays below 2^30. Integer
+ * sums are exact and associative: any backend summing the same integers, sequentially or by a
+ * parallel scan, gets a bit-identical envelope. The scale cancels in every decision of the
+ * detector (all are comparisons or ratios of heights).
+ */
+static enum ecg_status envelope(const struct ecg_plan *plan, const float *y, const float *f,
+                                size_t n, float *env, struct ecg_error *err)
+{
+    const size_t half = samples_of(DETECT_ENVELOPE_S, plan->fs_a_hz) / 2;
+    const size_t edge = plan->ricker_len / 2;
+    const size_t n_head = edge < n ? edge : n, tail_start = n > edge ? n - edge : 0;
+    size_t ring_len = 1; /* holds the last 2 * half + 2 quantised values */
+    while (ring_len < 2 * half + 2)
+        ring_len <<= 1;
+    const size_t mask = ring_len - 1;
+    int64_t *ring = malloc(ring_len * sizeof *ring);
+    float *head = malloc((n_head + (n - tail_start) + 1) * sizeof *head);
+    if (!ring || !head) {
+        free(ring);
+        free(head);
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "detect: envelope window");
+    }
+    float *tail = head + n_head;
+    for (size_t j = 0; j < n_head; j++)
+        head[j] = fabsf(edge_response(plan, y, f, n, j));
+    for (size_t j = tail_start; j < n; j++)
+        tail[j - tail_start] = fabsf(edge_response(plan, y, f, n, j));
+
+    /* The largest |response|: independent lanes, so the loop vectorises. */
+    float lanes[8] = {0};
+    size_t i = n_head;
+    for (; i + 8 <= tail_start; i += 8)
+        for (size_t l = 0; l < 8; l++) {
+            float a = fabsf(f[i + l]);
+            lanes[l] = a > lanes[l] ? a : lanes[l];
         }
-        while (dq[head] + half < i) {
-            head = (head + 1) % cap;
+    for (; i < tail_start; i++)
+        lanes[0] = fabsf(f[i]) > lanes[0] ? fabsf(f[i]) : lanes[0];
+    for (size_t j = 0; j < n_head; j++)
+        lanes[0] = head[j] > lanes[0] ? head[j] : lanes[0];
+    for (size_t j = tail_start; j < n; j++)
+        lanes[0] = tail[j - tail_start] > lanes[0] ? tail[j - tail_start] : lanes[0];
+    float peak = 0.0f;
+    for (size_t l = 0; l < 8; l++)
+        peak = lanes[l] > peak ? lanes[l] : peak;
+    if (!(peak > 0.0f) || !isfinite(peak)) {
+        memset(env, 0, n * sizeof *env);
+        goto out;
+    }
+    int exponent;
+    frexpf(peak, &exponent); /* peak < 2^exponent */
+    const float scale = ldexpf(1.0f, 30 - exponent);
+    const double unit = 1.0 / ((double)scale * (double)(2 * half + 1));
+
+    /* env[i] <- mean of |response| over [i - half, i + half]. scale is a power of two, so
+     * a * scale is exact and the rounding is the same with or without a fused multiply-add. */
+    int64_t sum = 0;
+    for (size_t j = 0; j < half && j < n; j++) {
+        ring[j & mask] =
+            (int64_t)(abs_response(f, head, n_head, tail, tail_start, j) * scale + 0.5f);
+        sum += ring[j & mask];
+    }
+    for (i = 0; i < n; i++) {
+        if (i + half < n) {
+            float a = abs_response(f, head, n_head, tail, tail_start, i + half);
+            ring[(i + half) & mask] = (int64_t)(a * scale + 0.5f);
+            sum += ring[(i + half) & mask];
+        }
+        if (i > half)
+            sum -= ring[(i - half - 1) & mask];
+        env[i] = (float)((double)sum * unit);
+    }
+out:
+    free(ring);
+    free(head);
+    return ECG_OK;
+}
+
+/* ------------------------------------------------------------------ 2. non-maximum suppression */
+
+/* Indices i with v[i] > v[i - 1] and v[i] >= v[i + 1] (a missing neighbour always passes),
+ * ascending; returns their count (at most n / 2 + 1: no two are adjacent). */
+static size_t local_maxima(const float *v, size_t n, size_t *local)
+{
+    size_t count = 0, i = 1;
+    if (n == 1 || v[0] >= v[1])
+        local[count++] = 0;
+#ifdef __SSE2__
+    /* Four at a time; the comparisons (and their NaN behaviour) are the scalar ones. */
+    for (; i + 4 < n; i += 4) {
+        __m128 mid = _mm_loadu_ps(v + i);
+        __m128 rises = _mm_cmpgt_ps(mid, _mm_loadu_ps(v + i - 1));
+        __m128 holds = _mm_cmpge_ps(mid, _mm_loadu_ps(v + i + 1));
+        unsigned bits = (unsigned)_mm_movemask_ps(_mm_and_ps(rises, holds));
+        while (bits) {
+            local[count++] = i + (size_t)__builtin_ctz(bits);
+            bits &= bits - 1;
+        }
+    }
+#endif
+    for (; i + 1 < n; i++)
+        if (v[i] > v[i - 1] && v[i] >= v[i + 1])
+            local[count++] = i;
+    if (n > 1 && v[n - 1] > v[n - 2])
+        local[count++] = n - 1;
+    return count;
+}
+
+/*
+ * The maximum of a window is at a local maximum inside it (v[j] > v[j-1], v[j] >= v[j+1]) or at
+ * one of its two ends. So the scan first keeps the local maxima (a cheap pass over every
+ * sample), then slides a monotonic deque of local maxima over the window [i - half, i + half]:
+ * values strictly decrease from front to back, and a newcomer evicts only strictly smaller
+ * values, so of equal maxima the leftmost stays in front. Local maximum i is a peak when it is
+ * at the front and beats both window ends (v[i] > v[i - half], v[i] >= v[i + half]). Each
+ * index enters and leaves the deque once: O(n) whatever half is.
+ */
+enum ecg_status cpu_nms(const float *v, size_t n, size_t half, float floor_value, int64_t *peaks,
+                        size_t *n_peaks, struct ecg_error *err)
+{
+    size_t cap = 1; /* a power of two >= the most local maxima a window can hold */
+    while (cap < half + 2)
+        cap <<= 1;
+    const size_t mask = cap - 1;
+    size_t *deque = NULL, *local = NULL;
+    size_t n_local = 0, head = 0, count = 0, next = 0, found = 0;
+
+    *n_peaks = 0;
+    if (n == 0)
+        return ECG_OK;
+    deque = malloc(cap * sizeof *deque);
+    /* Local maxima are at least 2 apart, except at index 0. */
+    local = malloc((n / 2 + 2) * sizeof *local);
+    if (!deque || !local) {
+        free(deque);
+        free(local);
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "nms: %zu samples", n);
+    }
+    if (half == 0) { /* every sample is the maximum of its own window */
+        for (size_t i = 0; i < n; i++)
+            if (v[i] > floor_value)
+                peaks[found++] = (int64_t)i;
+        goto out;
+    }
+    n_local = local_maxima(v, n, local);
+
+    for (size_t m = 0; m < n_local; m++) {
+        const size_t i = local[m];
+        while (count > 0 && deque[head] + half < i) { /* left the window */
+            head = (head + 1) & mask;
             count--;
         }
-        if (dq[head] == i && v[i] > floor_value)
-            peaks[n_peaks++] = (int64_t)i;
+        for (; next < n_local && local[next] <= i + half; next++) {
+            while (count > 0 && v[deque[(head + count - 1) & mask]] < v[local[next]])
+                count--;
+            deque[(head + count) & mask] = local[next];
+            count++;
+        }
+        if (deque[head] != i || !(v[i] > floor_value))
+            continue;
+        const size_t left = i >= half ? i - half : 0;
+        const size_t right = half < n - 1 - i ? i + half : n - 1;
+        if ((left < i && !(v[i] > v[left])) || (right > i && !(v[i] >= v[right])))
+            continue;
+        peaks[found++] = (int64_t)i;
     }
-    free(dq);
-    return n_peaks;
+out:
+    free(deque);
+    free(local);
+    *n_peaks = found;
+    return ECG_OK;
 }
+
+/* ------------------------------------------------------------------ 3. candidates */
 
 struct candidate {
-    int64_t pos;
-    float height;
-    float slope;
+    int64_t pos;   /* analysis grid */
+    float height;  /* prominence of the envelope at pos */
+    float slope;   /* steepest |y[i+1] - y[i]| near pos */
 };
 
-static size_t secs(double s, double fs)
+/* min(v[lo..hi]), hi >= lo; independent lanes so that the loop vectorises. */
+static float range_min(const float *v, size_t lo, size_t hi)
 {
-    double v = round(s * fs);
-    return v < 1 ? 1 : (size_t)v;
+    float lanes[8];
+    for (int l = 0; l < 8; l++)
+        lanes[l] = v[lo];
+    size_t i = lo;
+    for (; i + 8 <= hi + 1; i += 8)
+        for (int l = 0; l < 8; l++)
+            lanes[l] = v[i + (size_t)l] < lanes[l] ? v[i + (size_t)l] : lanes[l];
+    for (; i <= hi; i++)
+        lanes[0] = v[i] < lanes[0] ? v[i] : lanes[0];
+    float m = lanes[0];
+    for (int l = 1; l < 8; l++)
+        m = lanes[l] < m ? lanes[l] : m;
+    return m;
 }
 
-static int float_cmp(const void *a, const void *b)
+/*
+ * A candidate's height is its prominence: how far the envelope rises above the higher of the
+ * two valleys (envelope minima) that separate it from the neighbouring candidates. A flat or
+ * slowly varying envelope (a constant signal, the floor of a noisy stretch) then scores
+ * nothing, whatever its level. Each envelope sample lies between two consecutive candidates, so
+ * all the valleys cost one pass.
+ */
+static void describe_candidates(const struct ecg_plan *plan, const float *y, const float *env,
+                                size_t n, const int64_t *pos, size_t n_cand,
+                                struct candidate *cand)
 {
-    float fa = *(const float *)a, fb = *(const float *)b;
-    return (fa > fb) - (fa < fb);
+    const size_t reach = samples_of(DETECT_SLOPE_S, plan->fs_a_hz);
+    /* minimum since the previous candidate */
+    float left_valley = n_cand ? range_min(env, 0, (size_t)pos[0]) : 0.0f;
+    for (size_t k = 0; k < n_cand; k++) {
+        const size_t c = (size_t)pos[k];
+        const size_t next = k + 1 < n_cand ? (size_t)pos[k + 1] : n - 1;
+        const float right_valley = range_min(env, c, next);
+        const float valley = left_valley > right_valley ? left_valley : right_valley;
+
+        size_t lo = c > reach ? c - reach : 0;
+        size_t hi = c + reach < n - 1 ? c + reach : n - 1;
+        float slope = 0.0f;
+        for (size_t i = lo; i < hi; i++) {
+            float d = fabsf(y[i + 1] - y[i]);
+            slope = d > slope ? d : slope;
+        }
+        float prominence = env[c] - valley;
+        if (prominence < DETECT_MIN_PROMINENCE * env[c])
+            prominence = 0.0f; /* a ripple on a plateau, not a peak */
+        cand[k] = (struct candidate){pos[k], prominence, slope};
+        left_valley = right_valley;
+    }
 }
 
-static float median_of(float *buf, size_t n)
+/* ------------------------------------------------------------------ 4. adaptive decision */
+
+struct detector {
+    double spk, npk;                /* signal and noise peak levels */
+    double rr[DETECT_RR_COUNT];     /* last RR intervals, samples (ring) */
+    size_t n_rr;
+    double rr_mean;
+    int64_t last;                   /* last beat, -1 before the first */
+    float last_slope;
+    size_t after_last;              /* first candidate after the last beat */
+};
+
+static double detector_threshold(const struct detector *d)
 {
-    qsort(buf, n, sizeof *buf, float_cmp);
-    return buf[n / 2];
+    return d->npk + DETECT_THRESHOLD * (d->spk - d->npk);
 }
+
+static void detector_accept(struct detector *d, const struct candidate *cand, size_t k,
+                            double gain, uint8_t *is_beat)
+{
+    is_beat[k] = 1;
+    d->spk = gain * cand[k].height + (1.0 - gain) * d->spk;
+    if (d->last >= 0) {
+        d->rr[d->n_rr % DETECT_RR_COUNT] = (double)(cand[k].pos - d->last);
+        d->n_rr++;
+        size_t m = d->n_rr < DETECT_RR_COUNT ? d->n_rr : DETECT_RR_COUNT;
+        double sum = 0.0;
+        for (size_t q = 0; q < m; q++)
+            sum += d->rr[q];
+        d->rr_mean = sum / (double)m;
+    }
+    d->last = cand[k].pos;
+    d->last_slope = cand[k].slope;
+    d->after_last = k + 1;
+}
+
+static void detector_noise(struct detector *d, const struct candidate *c)
+{
+    d->npk = DETECT_LEVEL_GAIN * c->height + (1.0 - DETECT_LEVEL_GAIN) * d->npk;
+}
+
+/* Initial levels: SPK half the largest candidate of the learning period, NPK half the median
+ * one (at most half of SPK). */
+static void detector_learn(struct detector *d, const struct candidate *cand, size_t n_cand,
+                           double fs_hz)
+{
+    float heights[64];
+    size_t m = 0;
+    double top = 0.0;
+    const int64_t learn = (int64_t)samples_of(DETECT_LEARN_S, fs_hz);
+    for (size_t k = 0; k < n_cand && cand[k].pos < learn; k++) {
+        if (m < sizeof heights / sizeof heights[0])
+            heights[m++] = cand[k].height;
+        if (cand[k].height > top)
+            top = cand[k].height;
+    }
+    d->spk = 0.5 * top;
+    d->npk = m ? 0.5 * cpu_median_inplace(heights, m) : 0.0;
+    if (d->npk > 0.5 * d->spk)
+        d->npk = 0.5 * d->spk;
+    d->rr_mean = fs_hz; /* 60 bpm until two beats are known */
+    d->last = -1;
+}
+
+static void decide(const struct ecg_plan *plan, const struct candidate *cand, size_t n_cand,
+                   size_t n, uint8_t *is_beat)
+{
+    const double fs = plan->fs_a_hz;
+    const int64_t refractory = (int64_t)plan->refractory;
+    const int64_t twave = (int64_t)samples_of(DETECT_TWAVE_S, fs);
+    struct detector d = {0};
+    detector_learn(&d, cand, n_cand, fs);
+
+    for (size_t k = 0; k <= n_cand; k++) {
+        const int64_t now = k < n_cand ? cand[k].pos : (int64_t)n;
+        /* Search back, possibly for several missed beats in a row. */
+        while (d.last >= 0 && (double)(now - d.last) > DETECT_SEARCHBACK_RR * d.rr_mean) {
+            const double floor_height = DETECT_SEARCHBACK_TH * detector_threshold(&d);
+            size_t best = SIZE_MAX;
+            for (size_t j = d.after_last; j < k; j++) {
+                if (cand[j].pos - d.last < refractory || cand[j].height <= floor_height)
+                    continue;
+                if (best == SIZE_MAX || cand[j].height > cand[best].height)
+                    best = j;
+            }
+            if (best == SIZE_MAX)
+                break;
+            detector_accept(&d, cand, best, DETECT_SEARCHBACK_GAIN, is_beat);
+        }
+        if (k == n_cand)
+            break;
+        const struct candidate *c = &cand[k];
+        if (d.last >= 0 && c->pos - d.last < refractory)
+            continue;
+        if (c->height <= detector_threshold(&d)) {
+            detector_noise(&d, c);
+            continue;
+        }
+        if (d.last >= 0 && c->pos - d.last < twave &&
+            c->slope < DETECT_TWAVE_SLOPE * d.last_slope) {
+            detector_noise(&d, c);
+            continue;
+        }
+        detector_accept(&d, cand, k, DETECT_LEVEL_GAIN, is_beat);
+    }
+}
+
+/* ------------------------------------------------------------------ 5. refinement */
+
+/* Nearest analysis-grid index of input index i: round(i * up / down), halves up. */
+static int64_t to_analysis(const struct ecg_plan *plan, int64_t i)
+{
+    return (2 * i * (int64_t)plan->up + (int64_t)plan->down) / (2 * (int64_t)plan->down);
+}
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
+{
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/*
+ * R peak in the input grid of the beat found at analysis index c, searched within
+ * [lo_in, hi_in] (already clipped to the beat's own neighbourhood). scratch holds the baseline
+ * window (2 * baseline reach + 1 floats).
+ */
+static int64_t refine_peak(const struct ecg_plan *plan, const float *x, size_t n_in,
+                           const float *f, size_t n_a, int64_t c, int64_t lo_in, int64_t hi_in,
+                           float *scratch)
+{
+    const int64_t lobe_reach = (int64_t)samples_of(DETECT_REFINE_S, plan->fs_a_hz);
+    const int64_t base_reach = (int64_t)samples_of(DETECT_BASELINE_S, plan->fs_in_hz);
+    const int64_t ci = clamp64(ecg_plan_to_input(plan, c), 0, (int64_t)n_in - 1);
+
+    /* Polarity of the steepest deflection: the larger lobe of f. */
+    float f_max = 0.0f, f_min = 0.0f;
+    for (int64_t i = clamp64(c - lobe_reach, 0, (int64_t)n_a - 1);
+         i <= clamp64(c + lobe_reach, 0, (int64_t)n_a - 1); i++) {
+        if (f[i] > f_max)
+            f_max = f[i];
+        if (f[i] < f_min)
+            f_min = f[i];
+    }
+    int sign = f_max >= -f_min ? 1 : -1;
+
+    int64_t b_lo = clamp64(ci - base_reach, 0, (int64_t)n_in - 1);
+    int64_t b_hi = clamp64(ci + base_reach, 0, (int64_t)n_in - 1);
+    /* Every stride-th sample: DETECT_BASELINE_POINTS are plenty for a median. */
+    const int64_t stride = (b_hi - b_lo) / DETECT_BASELINE_POINTS + 1;
+    size_t nb = 0;
+    for (int64_t i = b_lo; i <= b_hi; i += stride)
+        scratch[nb++] = x[i];
+    const float base = cpu_median_inplace(scratch, nb);
+
+    float up = 0.0f, down = 0.0f;
+    for (int64_t i = lo_in; i <= hi_in; i++) {
+        float dev = x[i] - base;
+        if (dev > up)
+            up = dev;
+        if (-dev > down)
+            down = -dev;
+    }
+    if (sign > 0 && down > DETECT_POLARITY_SWITCH * up)
+        sign = -1;
+    else if (sign < 0 && up > DETECT_POLARITY_SWITCH * down)
+        sign = 1;
+
+    int64_t best = lo_in;
+    float best_dev = -INFINITY;
+    for (int64_t i = lo_in; i <= hi_in; i++) {
+        float dev = (float)sign * (x[i] - base);
+        if (dev > best_dev) { /* strict: the earliest of equal peaks */
+            best_dev = dev;
+            best = i;
+        }
+    }
+    return best;
+}
+
+/*
+ * Refines every beat and writes the R peaks to peaks_in and their analysis-grid positions to
+ * peaks_a. Beats are kept in order with at least 2 samples between neighbours in both grids and
+ * none at sample 0 (segmentation needs room for an onset before each R peak); a beat that would
+ * break this (only possible with extreme parameters) is dropped. Returns the number written.
+ */
+static size_t refine_all(const struct ecg_plan *plan, const float *x, size_t n_in,
+                         const float *f, size_t n_a, const struct candidate *cand,
+                         const uint8_t *is_beat, size_t n_cand, float *scratch,
+                         int64_t *peaks_a, int64_t *peaks_in)
+{
+    const int64_t reach = (int64_t)samples_of(DETECT_REFINE_S, plan->fs_in_hz);
+    size_t n = 0;
+    int64_t prev_c = -1;
+    for (size_t k = 0; k < n_cand; k++) {
+        if (!is_beat[k])
+            continue;
+        const int64_t c = cand[k].pos;
+        size_t nk = k + 1;
+        while (nk < n_cand && !is_beat[nk])
+            nk++;
+        const int64_t ci = clamp64(ecg_plan_to_input(plan, c), 0, (int64_t)n_in - 1);
+        int64_t lo = ci - reach, hi = ci + reach;
+        if (prev_c >= 0) { /* stay past the midpoint to the previous beat */
+            int64_t mid = (ecg_plan_to_input(plan, prev_c) + ci) / 2 + 1;
+            if (lo < mid)
+                lo = mid;
+        }
+        if (nk < n_cand) { /* and before the midpoint to the next one */
+            int64_t mid = (ci + ecg_plan_to_input(plan, cand[nk].pos)) / 2;
+            if (hi > mid)
+                hi = mid;
+        }
+        lo = clamp64(lo, 0, (int64_t)n_in - 1);
+        hi = clamp64(hi, 0, (int64_t)n_in - 1);
+        prev_c = c;
+        if (lo > hi)
+            continue;
+        int64_t r_in = refine_peak(plan, x, n_in, f, n_a, c, lo, hi, scratch);
+        int64_t r_a = to_analysis(plan, r_in);
+        if (r_a > (int64_t)n_a - 1)
+            r_a = (int64_t)n_a - 1;
+        if (r_in < 1 || r_a < 1)
+            continue;
+        if (n > 0 && (r_in < peaks_in[n - 1] + 2 || r_a < peaks_a[n - 1] + 2))
+            continue;
+        peaks_in[n] = r_in;
+        peaks_a[n] = r_a;
+        n++;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------ entry point */
 
 enum ecg_status cpu_detect(const struct ecg_plan *plan, const float *x, size_t n_in,
                            const float *y, const float *f, size_t n_a, int64_t **peaks_a,
                            int64_t **peaks_in, size_t *n_peaks, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    float *env = NULL;
-    int64_t *cpos = NULL, *beats = NULL, *beats_in = NULL;
+    float *env = NULL, *scratch = NULL;
+    int64_t *pos = NULL, *out_a = NULL, *out_in = NULL;
     struct candidate *cand = NULL;
     uint8_t *is_beat = NULL;
     size_t n_cand = 0, n_beats = 0;
-    const double fs = plan->fs_a_hz;
 
     *peaks_a = NULL;
     *peaks_in = NULL;
     *n_peaks = 0;
-    if (n_a == 0)
+    if (n_a < 2 || n_in < 2)
         return ECG_OK;
 
+    /* NMS peaks are more than half a window apart. */
+    const size_t half = plan->nms_window / 2;
+    const size_t max_cand = n_a / (half + 1) + 1;
     env = malloc(n_a * sizeof *env);
-    cpos = malloc(n_a * sizeof *cpos);
-    if (!env || !cpos) {
-        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "detect: %zu samples", n_a);
+    pos = malloc(max_cand * sizeof *pos);
+    if (!env || !pos) {
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory",
+                          "detect: no memory for the envelope of %zu samples", n_a);
         goto out;
     }
-    /* feature */
-    {
-        size_t half = secs(DEV_ENV_S, fs) / 2;
-        double acc = 0;
-        size_t lo = 0, hi = 0; /* window [lo, hi) */
-        for (size_t i = 0; i < n_a; i++) {
-            size_t want_hi = i + half + 1 < n_a ? i + half + 1 : n_a;
-            size_t want_lo = i > half ? i - half : 0;
-            while (hi < want_hi) {
-                double v = DEV_SQUARE ? (double)f[hi] * f[hi] : fabs((double)f[hi]);
-                acc += v;
-                hi++;
-            }
-            while (lo < want_lo) {
-                double v = DEV_SQUARE ? (double)f[lo] * f[lo] : fabs((double)f[lo]);
-                acc -= v;
-                lo++;
-            }
-            env[i] = (float)(acc / (double)(2 * half + 1));
-        }
-    }
-    n_cand = cpu_nms(env, n_a, plan->nms_window / 2, 0.0f, cpos);
-    if (n_cand == SIZE_MAX) {
-        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "detect: nms");
+    status = envelope(plan, y, f, n_a, env, err);
+    if (status != ECG_OK)
         goto out;
-    }
+    status = cpu_nms(env, n_a, half, 0.0f, pos, &n_cand, err);
+    if (status != ECG_OK)
+        goto out;
+
     cand = malloc((n_cand ? n_cand : 1) * sizeof *cand);
     is_beat = calloc(n_cand ? n_cand : 1, 1);
-    if (!cand || !is_beat) {
-        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "detect: candidates");
+    scratch = malloc((2 * samples_of(DETECT_BASELINE_S, plan->fs_in_hz) + 1) * sizeof *scratch);
+    out_a = malloc((n_cand ? n_cand : 1) * sizeof *out_a);
+    out_in = malloc((n_cand ? n_cand : 1) * sizeof *out_in);
+    if (!cand || !is_beat || !scratch || !out_a || !out_in) {
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory",
+                          "detect: no memory for %zu candidates", n_cand);
         goto out;
     }
-    {
-        size_t sw = secs(0.06, fs);
-        for (size_t k = 0; k < n_cand; k++) {
-            int64_t c = cpos[k];
-            size_t lo = (size_t)c > sw ? (size_t)c - sw : 0;
-            size_t hi = (size_t)c + sw < n_a - 1 ? (size_t)c + sw : n_a - 1;
-            float s = 0;
-            for (size_t i = lo; i < hi; i++) {
-                float d = fabsf(y[i + 1] - y[i]);
-                if (d > s)
-                    s = d;
-            }
-            cand[k] = (struct candidate){c, env[c], s};
-        }
-    }
+    describe_candidates(plan, y, env, n_a, pos, n_cand, cand);
+    decide(plan, cand, n_cand, n_a, is_beat);
+    n_beats = refine_all(plan, x, n_in, f, n_a, cand, is_beat, n_cand, scratch, out_a, out_in);
 
-    /* sequential adaptive decision */
-    {
-        const int64_t refractory = (int64_t)plan->refractory;
-        const int64_t twave = (int64_t)secs(0.36, fs);
-        double spk = 0, npk = 0;
-        float hbuf[64];
-        size_t nh = 0;
-        int64_t learn = (int64_t)secs(2.0, fs);
-        for (size_t k = 0; k < n_cand && cand[k].pos < learn; k++) {
-            if (nh < 64)
-                hbuf[nh++] = cand[k].height;
-            if (cand[k].height > spk)
-                spk = cand[k].height;
-        }
-        npk = nh ? 0.5 * median_of(hbuf, nh) : 0;
-        spk *= 0.5;
-        if (npk > spk)
-            npk = 0.5 * spk;
-        double rr[8];
-        size_t n_rr = 0;
-        double rr_avg = fs; /* 1 s */
-        int64_t last = -1;
-        float last_slope = 0;
-        size_t seg = 0; /* first candidate after the last beat */
-
-#define ACCEPT(kk, w)                                                                       \
-    do {                                                                                   \
-        is_beat[kk] = 1;                                                                   \
-        spk = (w) * cand[kk].height + (1 - (w)) * spk;                                     \
-        if (last >= 0) {                                                                   \
-            rr[n_rr % 8] = (double)(cand[kk].pos - last);                                  \
-            n_rr++;                                                                        \
-            size_t m = n_rr < 8 ? n_rr : 8;                                                \
-            double s_ = 0;                                                                 \
-            for (size_t q = 0; q < m; q++)                                                 \
-                s_ += rr[q];                                                               \
-            rr_avg = s_ / (double)m;                                                       \
-        }                                                                                  \
-        last = cand[kk].pos;                                                               \
-        last_slope = cand[kk].slope;                                                       \
-        seg = (kk) + 1;                                                                    \
-    } while (0)
-
-        for (size_t k = 0; k <= n_cand; k++) {
-            int64_t now = k < n_cand ? cand[k].pos : (int64_t)n_a;
-            /* search back */
-            while (last >= 0 && (double)(now - last) > DEV_SB * rr_avg) {
-                double th1 = npk + DEV_TH * (spk - npk);
-                size_t best = SIZE_MAX;
-                for (size_t j = seg; j < k; j++) {
-                    if (cand[j].pos - last < refractory)
-                        continue;
-                    if (cand[j].height > DEV_SBTH * th1 &&
-                        (best == SIZE_MAX || cand[j].height > cand[best].height))
-                        best = j;
-                }
-                if (best == SIZE_MAX)
-                    break;
-                ACCEPT(best, 0.25);
-            }
-            if (k == n_cand)
-                break;
-            const struct candidate *c = &cand[k];
-            if (last >= 0 && c->pos - last < refractory)
-                continue;
-            double th1 = npk + DEV_TH * (spk - npk);
-            if (c->height > th1) {
-                if (last >= 0 && c->pos - last < twave && c->slope < DEV_TW * last_slope) {
-                    npk = 0.125 * c->height + 0.875 * npk;
-                    continue;
-                }
-                ACCEPT(k, 0.125);
-            } else {
-                npk = 0.125 * c->height + 0.875 * npk;
-            }
-        }
-#undef ACCEPT
-    }
-    for (size_t k = 0; k < n_cand; k++)
-        n_beats += is_beat[k];
-    beats = malloc((n_beats ? n_beats : 1) * sizeof *beats);
-    beats_in = malloc((n_beats ? n_beats : 1) * sizeof *beats_in);
-    if (!beats || !beats_in) {
-        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "detect: beats");
-        goto out;
-    }
-    {
-        size_t b = 0;
-        const double fs_in = plan->fs_in_hz;
-        size_t win = secs(0.075, fs_in), bwin = secs(0.3, fs_in);
-        size_t wa = secs(0.075, fs);
-        float *tmp = malloc((2 * bwin + 1) * sizeof *tmp);
-        if (!tmp) {
-            status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "detect: refine");
-            goto out;
-        }
-        for (size_t k = 0; k < n_cand; k++) {
-            if (!is_beat[k])
-                continue;
-            int64_t c = cand[k].pos;
-            /* polarity from the filter response */
-            size_t lo = (size_t)c > wa ? (size_t)c - wa : 0;
-            size_t hi = (size_t)c + wa < n_a ? (size_t)c + wa : n_a - 1;
-            float fmax = 0, fmin = 0;
-            for (size_t i = lo; i <= hi; i++) {
-                if (f[i] > fmax)
-                    fmax = f[i];
-                if (f[i] < fmin)
-                    fmin = f[i];
-            }
-            int sign = fmax >= -fmin ? 1 : -1;
-            int64_t ci = ecg_plan_to_input(plan, c);
-            if (ci >= (int64_t)n_in)
-                ci = (int64_t)n_in - 1;
-            size_t blo = (size_t)ci > bwin ? (size_t)ci - bwin : 0;
-            size_t bhi = (size_t)ci + bwin < n_in ? (size_t)ci + bwin : n_in - 1;
-            size_t nb = 0;
-            for (size_t i = blo; i <= bhi; i++)
-                tmp[nb++] = x[i];
-            float base = median_of(tmp, nb);
-            size_t rlo = (size_t)ci > win ? (size_t)ci - win : 0;
-            size_t rhi = (size_t)ci + win < n_in ? (size_t)ci + win : n_in - 1;
-            {
-                float pos = 0, neg = 0;
-                for (size_t i = rlo; i <= rhi; i++) {
-                    float d = x[i] - base;
-                    if (d > pos) pos = d;
-                    if (-d > neg) neg = -d;
-                }
-                if (sign > 0 && neg > DEV_K * pos) sign = -1;
-                else if (sign < 0 && pos > DEV_K * neg) sign = 1;
-            }
-            size_t best = rlo;
-            float bestv = -INFINITY;
-            for (size_t i = rlo; i <= rhi; i++) {
-                float v = DEV_POLAR ? (float)sign * (x[i] - base) : fabsf(x[i] - base);
-                if (v > bestv) {
-                    bestv = v;
-                    best = i;
-                }
-            }
-            beats[b] = c;
-            beats_in[b] = (int64_t)best;
-            b++;
-        }
-        free(tmp);
-    }
-    *peaks_a = beats;
-    *peaks_in = beats_in;
+    *peaks_a = out_a;
+    *peaks_in = out_in;
     *n_peaks = n_beats;
-    beats = beats_in = NULL;
+    out_a = out_in = NULL;
 out:
     free(env);
-    free(cpos);
+    free(pos);
     free(cand);
     free(is_beat);
-    free(beats);
-    free(beats_in);
+    free(scratch);
+    free(out_a);
+    free(out_in);
     return status;
 }

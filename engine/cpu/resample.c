@@ -173,7 +173,7 @@ enum ecg_status cpu_resample(const struct ecg_plan *plan, const float *x, size_t
             i++;
         }
     }
-    /* last j with i <= n - 1: i(j) <= n - 1  <=>  j * down + fir_delay < n * up */
+    /* j_hi = the first j whose i passes n - 1: i(j) <= n - 1 <=> j * down + fir_delay < n * up */
     size_t j_hi = 0;
     if ((uint64_t)n * up > plan->fir_delay)
         j_hi = (size_t)(((uint64_t)n * up - plan->fir_delay - 1) / plan->down) + 1;

@@ -12,8 +12,10 @@
  * always after its R peak). A beat is kept when its analysis-grid length end - onset lies within
  * [beat_min, beat_max].
  *
- * Both functions need peaks that increase by at least 2 samples in both grids, which
- * cpu_detect() guarantees.
+ * (A pre_r of 0 counts as 1, so that the onset always precedes the R peak.)
+ *
+ * Both functions need peaks that increase by at least 2 samples in both grids and none at
+ * sample 0, which cpu_detect() guarantees.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -25,7 +27,8 @@
 /* Onset of beat i in the analysis grid (see the file comment). */
 static int64_t onset_a_of(const struct ecg_plan *plan, const int64_t *peaks_a, size_t i)
 {
-    int64_t onset = peaks_a[i] - (int64_t)plan->pre_r;
+    int64_t pre_r = plan->pre_r > 0 ? (int64_t)plan->pre_r : 1; /* onset before R */
+    int64_t onset = peaks_a[i] - pre_r;
     if (i > 0) {
         int64_t gap = peaks_a[i] - peaks_a[i - 1];
         int64_t floor_onset = peaks_a[i - 1] + (gap + 1) / 2;
@@ -107,41 +110,32 @@ enum ecg_status cpu_embed(const struct ecg_plan *plan, const float *y, size_t n_
                           struct ecg_error *err)
 {
     const size_t beat_len = plan->beat_len;
-    float *scratch = NULL;
     float median = 0.0f, scale = 1.0f;
 
     if (k == 0)
         return ECG_OK;
-    memset(emb, 0, k * beat_len * sizeof *emb);
     if (n_a > 0) {
-        scratch = malloc(n_a * sizeof *scratch);
-        if (!scratch)
-            return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory",
-                            "embed: no memory for the normalisation of %zu samples", n_a);
-        memcpy(scratch, y, n_a * sizeof *scratch);
-        median = cpu_median_inplace(scratch, n_a);
-        for (size_t i = 0; i < n_a; i++)
-            scratch[i] = fabsf(y[i] - median);
-        float mad = cpu_median_inplace(scratch, n_a);
+        float mad = 0.0f;
+        enum ecg_status status = cpu_median_mad(y, n_a, &median, &mad, err);
+        if (status != ECG_OK)
+            return status;
         if (mad > 0.0f && isfinite(mad))
             scale = 1.4826f * mad;
-        free(scratch);
     }
     const float inv_scale = 1.0f / scale;
 
     int64_t onset = onset_a_of(plan, peaks_a, 0);
     for (size_t i = 0; i < k; i++) {
         int64_t end = end_a_of(plan, peaks_a, k, n_a, i, onset);
+        float *row = emb + i * beat_len;
+        size_t len = 0;
         if (kept[i]) {
-            int64_t len = end - onset;
-            if (len > (int64_t)beat_len)
-                len = (int64_t)beat_len;
-            if (onset + len > (int64_t)n_a)
-                len = (int64_t)n_a - onset;
-            float *row = emb + i * beat_len;
-            for (int64_t t = 0; t < len; t++)
-                row[t] = (y[onset + t] - median) * inv_scale;
+            int64_t avail = (end < (int64_t)n_a ? end : (int64_t)n_a) - onset;
+            len = avail < (int64_t)beat_len ? (size_t)avail : beat_len;
+            for (size_t t = 0; t < len; t++)
+                row[t] = (y[onset + (int64_t)t] - median) * inv_scale;
         }
+        memset(row + len, 0, (beat_len - len) * sizeof *row); /* each element written once */
         onset = end;
     }
     return ECG_OK;

@@ -1,18 +1,47 @@
 /*
  * select.c - quickselect and median (see select.h).
  */
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "select.h"
 
+static inline uint64_t next_random(uint64_t *state)
+{
+    uint64_t x = *state; /* xorshift64 */
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    return x;
+}
+
+/* Uniform-enough index below span, by multiply-shift (no division) for spans under 2^32. */
+static inline size_t random_below(uint64_t *state, size_t span)
+{
+    uint64_t r = next_random(state);
+    if (span <= UINT32_MAX)
+        return (size_t)(((r >> 32) * (uint64_t)span) >> 32);
+    return (size_t)(r % span);
+}
+
 /*
- * Iterative quickselect: median-of-three pivot and a three-way (Dutch flag) partition, so runs
- * of equal values - common in quantised ECG - are settled in one pass instead of degrading to
- * O(n^2). Expected O(n).
+ * Iterative quickselect: pivot the median of three pseudo-random elements, three-way (Dutch
+ * flag) partition, so runs of equal values - common in quantised ECG - are settled in one pass
+ * instead of degrading to O(n^2). Expected O(n) whatever the input order.
  */
 float cpu_select_rank(float *v, size_t n, size_t rank)
 {
     size_t lo = 0, hi = n; /* the answer lies in v[lo..hi) */
+    uint64_t state = 0x9e3779b97f4a7c15ULL ^ n; /* fixed seed: the result never depends on it */
     while (hi - lo > 1) {
-        float a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi - 1];
+        /* Median of three pseudo-random positions: no input order (sorted, V-shaped, organ
+         * pipe) can make the pivots bad on purpose. */
+        size_t span = hi - lo;
+        float a = v[lo + random_below(&state, span)], b = v[lo + random_below(&state, span)],
+              c = v[lo + random_below(&state, span)];
         float pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
         /* [lo, lt) < pivot, [lt, i) == pivot, [gt, hi) > pivot */
         size_t lt = lo, i = lo, gt = hi;
@@ -50,4 +79,341 @@ float cpu_median_inplace(float *v, size_t n)
         if (v[i] > lower)
             lower = v[i];
     return (float)(0.5 * ((double)lower + (double)upper));
+}
+
+/* ------------------------------------------------------------------ median and MAD */
+
+/*
+ * Exact selection in large arrays by histogram narrowing. One level: the minimum and maximum,
+ * a histogram of SELECT_BUCKETS equal-width buckets between them (four interleaved copies of
+ * 32-bit counts, which stay in L1 and keep runs of equal values from serialising on one
+ * counter), then the values of the buckets holding the wanted ranks are gathered (branch-free)
+ * into a new, much smaller array. The bucket index is a monotone function of the value (IEEE
+ * rounding is monotone), so the buckets partition the values in order and the ranks carry over
+ * exactly. Levels repeat until SELECT_SMALL values remain, which quickselect finishes. Each
+ * level rescales to the gathered values' own range, so even a few huge outliers (all other
+ * values in one bucket) cost only one more level. Typically: three passes over the input.
+ */
+#define SELECT_BUCKETS 4096u
+#define SELECT_LANES 4
+#define SELECT_SMALL 65536
+#define SELECT_CHUNK ((size_t)1 << 30) /* 32-bit counts cannot overflow within a chunk */
+
+static inline float select_value(const float *v, size_t i, float center, bool deviation)
+{
+    return deviation ? fabsf(v[i] - center) : v[i];
+}
+
+/* Monotone in w; inv_width is finite and positive, so t is never NaN (w - lo may overflow to
+ * +Inf for extreme ranges, which lands in the last bucket as it should). */
+static inline uint32_t select_bucket(float w, float lo, float inv_width)
+{
+    float t = (w - lo) * inv_width;
+    return t < (float)SELECT_BUCKETS ? (uint32_t)t : SELECT_BUCKETS - 1;
+}
+
+/* The passes below are written once and instantiated for deviation = false and true (the
+ * always_inline bodies see a constant), so that each inner loop is branch-free and
+ * vectorisable. */
+#define SELECT_INLINE static inline __attribute__((always_inline))
+
+SELECT_INLINE void min_max_body(const float *v, size_t n, float center, bool deviation,
+                                float *lo, float *hi)
+{
+    float mins[8], maxs[8]; /* independent lanes, so the loop vectorises */
+    for (int l = 0; l < 8; l++)
+        mins[l] = maxs[l] = select_value(v, 0, center, deviation);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int l = 0; l < 8; l++) {
+            float w = select_value(v, i + (size_t)l, center, deviation);
+            mins[l] = w < mins[l] ? w : mins[l];
+            maxs[l] = w > maxs[l] ? w : maxs[l];
+        }
+    }
+    for (; i < n; i++) {
+        float w = select_value(v, i, center, deviation);
+        mins[0] = w < mins[0] ? w : mins[0];
+        maxs[0] = w > maxs[0] ? w : maxs[0];
+    }
+    *lo = mins[0];
+    *hi = maxs[0];
+    for (int l = 1; l < 8; l++) {
+        *lo = mins[l] < *lo ? mins[l] : *lo;
+        *hi = maxs[l] > *hi ? maxs[l] : *hi;
+    }
+}
+
+SELECT_INLINE void histogram_body(const float *v, size_t n, float center, bool deviation,
+                                  float lo, float inv_width, size_t *hist)
+{
+    uint32_t lanes[SELECT_LANES][SELECT_BUCKETS];
+    memset(hist, 0, SELECT_BUCKETS * sizeof *hist);
+    for (size_t start = 0; start < n; start += SELECT_CHUNK) {
+        size_t end = n - start > SELECT_CHUNK ? start + SELECT_CHUNK : n;
+        memset(lanes, 0, sizeof lanes);
+        size_t i = start;
+        for (; i + SELECT_LANES <= end; i += SELECT_LANES)
+            for (size_t l = 0; l < SELECT_LANES; l++)
+                lanes[l][select_bucket(select_value(v, i + l, center, deviation), lo,
+                                       inv_width)]++;
+        for (; i < end; i++)
+            lanes[0][select_bucket(select_value(v, i, center, deviation), lo, inv_width)]++;
+        for (int l = 0; l < SELECT_LANES; l++)
+            for (uint32_t b = 0; b < SELECT_BUCKETS; b++)
+                hist[b] += lanes[l][b];
+    }
+}
+
+/* Writes the values whose bucket lies in [b_lo, b_hi] to out (room for their count + 1). */
+SELECT_INLINE size_t gather_body(const float *v, size_t n, float center, bool deviation,
+                                 float lo, float inv_width, uint32_t b_lo, uint32_t b_hi,
+                                 float *out)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        float w = select_value(v, i, center, deviation);
+        uint32_t b = select_bucket(w, lo, inv_width);
+        out[m] = w;
+        m += b - b_lo <= b_hi - b_lo; /* b_lo <= b <= b_hi, unsigned */
+    }
+    return m;
+}
+
+static void select_min_max(const float *v, size_t n, float center, bool deviation, float *lo,
+                           float *hi)
+{
+    if (deviation)
+        min_max_body(v, n, center, true, lo, hi);
+    else
+        min_max_body(v, n, center, false, lo, hi);
+}
+
+static void select_histogram(const float *v, size_t n, float center, bool deviation, float lo,
+                             float inv_width, size_t *hist)
+{
+    if (deviation)
+        histogram_body(v, n, center, true, lo, inv_width, hist);
+    else
+        histogram_body(v, n, center, false, lo, inv_width, hist);
+}
+
+static size_t select_gather(const float *v, size_t n, float center, bool deviation, float lo,
+                            float inv_width, uint32_t b_lo, uint32_t b_hi, float *out)
+{
+    if (deviation)
+        return gather_body(v, n, center, true, lo, inv_width, b_lo, b_hi, out);
+    return gather_body(v, n, center, false, lo, inv_width, b_lo, b_hi, out);
+}
+
+/*
+ * Values of ranks r_lo <= r_hi of w[i] = v[i], or |v[i] - center| when deviation (i < n, n > 0,
+ * no NaN). v is not modified. Fails only with ECG_ERR_NOMEM.
+ */
+static enum ecg_status select_pair(const float *v, size_t n, float center, bool deviation,
+                                   size_t r_lo, size_t r_hi, float *out_lo, float *out_hi,
+                                   struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    float *owned = NULL; /* the values gathered by the previous level */
+    size_t *hist = malloc(SELECT_BUCKETS * sizeof *hist);
+    if (!hist)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "median: histogram");
+    for (;;) {
+        float lo, hi;
+        select_min_max(v, n, center, deviation, &lo, &hi);
+        if (!(lo < hi)) { /* all equal */
+            *out_lo = *out_hi = lo;
+            break;
+        }
+        const float inv_width = (float)((double)SELECT_BUCKETS / ((double)hi - (double)lo));
+        if (n <= SELECT_SMALL || !isfinite(inv_width)) { /* few values, or a tiny range */
+            float *small = malloc(n * sizeof *small);
+            if (!small) {
+                status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "median: %zu values", n);
+                break;
+            }
+            for (size_t i = 0; i < n; i++)
+                small[i] = select_value(v, i, center, deviation);
+            *out_hi = cpu_select_rank(small, n, r_hi);
+            /* small[0..r_hi] now holds the r_hi + 1 smallest values */
+            *out_lo = cpu_select_rank(small, r_hi + 1, r_lo);
+            free(small);
+            break;
+        }
+        select_histogram(v, n, center, deviation, lo, inv_width, hist);
+        size_t below = 0, rank = r_lo;
+        uint32_t b_lo = 0;
+        while (rank >= hist[b_lo]) {
+            rank -= hist[b_lo];
+            below += hist[b_lo];
+            b_lo++;
+        }
+        uint32_t b_hi = b_lo;
+        size_t count = hist[b_lo];
+        while (r_hi - below >= count) {
+            b_hi++;
+            count += hist[b_hi];
+        }
+        count = hist[b_lo];
+        if (b_hi != b_lo) {
+            /* The two ranks straddle a bucket boundary (everything between is empty): one
+             * rank at a time, each of which narrows to a single bucket and so progresses. */
+            float unused;
+            status = select_pair(v, n, center, deviation, r_lo, r_lo, out_lo, &unused, err);
+            if (status == ECG_OK)
+                status = select_pair(v, n, center, deviation, r_hi, r_hi, &unused, out_hi, err);
+            break;
+        }
+        float *gathered = malloc((count + 1) * sizeof *gathered); /* +1: branch-free writes */
+        if (!gathered) {
+            status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "median: %zu values", count);
+            break;
+        }
+        size_t m = select_gather(v, n, center, deviation, lo, inv_width, b_lo, b_lo, gathered);
+        free(owned);
+        owned = gathered;
+        v = gathered;
+        n = m;
+        center = 0.0f;
+        deviation = false;
+        r_lo -= below;
+        r_hi -= below;
+    }
+    free(owned);
+    free(hist);
+    return status;
+}
+
+/*
+ * The fast path: bracket the wanted ranks with a deterministic subsample (every stride-th
+ * value), then one branch-free pass counts the values below the bracket and gathers those
+ * inside it, and quickselect finishes on the few gathered values. The bracket is wide enough
+ * (SAMPLE_MARGIN standard deviations of the subsample rank) that missing the ranks takes data
+ * whose order is strongly correlated with the stride; then, or when the gathered values would
+ * not fit the buffer, *done stays false and the caller falls back to select_pair. Exact either
+ * way.
+ */
+#define SAMPLE_SIZE 65536
+#define SAMPLE_MARGIN 8.0
+
+#if defined(__SSSE3__) && defined(__POPCNT__)
+#include <immintrin.h>
+
+/* Byte shuffles that pack the floats selected by a 4-bit mask to the front of a vector. */
+static const uint8_t pack_shuffle[16][16] = {
+#define L(k) 4 * (k), 4 * (k) + 1, 4 * (k) + 2, 4 * (k) + 3
+#define Z 0x80, 0x80, 0x80, 0x80
+    {Z, Z, Z, Z},          {L(0), Z, Z, Z},       {L(1), Z, Z, Z},       {L(0), L(1), Z, Z},
+    {L(2), Z, Z, Z},       {L(0), L(2), Z, Z},    {L(1), L(2), Z, Z},    {L(0), L(1), L(2), Z},
+    {L(3), Z, Z, Z},       {L(0), L(3), Z, Z},    {L(1), L(3), Z, Z},    {L(0), L(1), L(3), Z},
+    {L(2), L(3), Z, Z},    {L(0), L(2), L(3), Z}, {L(1), L(2), L(3), Z}, {L(0), L(1), L(2), L(3)},
+#undef L
+#undef Z
+};
+#endif
+
+/*
+ * Counts the values below a and gathers those in [a, b] into out (room for cap + 4 values; past
+ * cap values it stops storing but goes on counting, so that the caller sees the overflow). Four at a time with SSE where the CPU has
+ * SSSE3 (packing by byte shuffle), else one at a time, branch-free.
+ */
+SELECT_INLINE void bracket_body(const float *v, size_t n, float center, bool deviation, float a,
+                                float b, float *out, size_t cap, size_t *below, size_t *inside)
+{
+    size_t lt = 0, m = 0, i = 0;
+#if defined(__SSSE3__) && defined(__POPCNT__)
+    const __m128 va = _mm_set1_ps(a), vb = _mm_set1_ps(b), vc = _mm_set1_ps(center);
+    const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+    for (; i + 4 <= n; i += 4) {
+        __m128 w = _mm_loadu_ps(v + i);
+        if (deviation)
+            w = _mm_and_ps(_mm_sub_ps(w, vc), abs_mask);
+        unsigned below_mask = (unsigned)_mm_movemask_ps(_mm_cmplt_ps(w, va));
+        unsigned in_mask = (unsigned)_mm_movemask_ps(
+            _mm_and_ps(_mm_cmpge_ps(w, va), _mm_cmple_ps(w, vb)));
+        lt += (size_t)_mm_popcnt_u32(below_mask);
+        if (m <= cap) { /* out has cap + 4 slots */
+            __m128i packed = _mm_shuffle_epi8(
+                _mm_castps_si128(w), _mm_loadu_si128((const __m128i *)pack_shuffle[in_mask]));
+            _mm_storeu_si128((__m128i *)(out + m), packed);
+        }
+        m += (size_t)_mm_popcnt_u32(in_mask);
+    }
+#endif
+    for (; i < n; i++) {
+        float w = select_value(v, i, center, deviation);
+        lt += w < a;
+        out[m < cap ? m : cap] = w; /* slot cap takes the overflow, if any */
+        m += (w >= a) & (w <= b);
+    }
+    *below = lt;
+    *inside = m;
+}
+
+static enum ecg_status select_pair_sampled(const float *v, size_t n, float center, bool deviation,
+                                           size_t r_lo, size_t r_hi, float *out_lo,
+                                           float *out_hi, bool *done, struct ecg_error *err)
+{
+    *done = false;
+    if (n < 16 * (size_t)SAMPLE_SIZE)
+        return ECG_OK;
+    const size_t stride = n / SAMPLE_SIZE, m = n / stride;
+    const double p = ((double)r_lo + 0.5) / (double)n;
+    const double margin = SAMPLE_MARGIN * sqrt((double)m * p * (1.0 - p)) + 16.0;
+    const double lo_rank = p * (double)m - margin, hi_rank = p * (double)m + margin;
+    const size_t cap = (size_t)(4.0 * (hi_rank - lo_rank) * (double)stride) + 1024;
+    enum ecg_status status = ECG_OK;
+    float *sample = malloc(m * sizeof *sample), *gathered = malloc((cap + 4) * sizeof *gathered);
+    if (!sample || !gathered) {
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "median: %zu values", cap);
+        goto out;
+    }
+    for (size_t i = 0; i < m; i++)
+        sample[i] = select_value(v, i * stride, center, deviation);
+    float a = lo_rank <= 0.0 ? -INFINITY : cpu_select_rank(sample, m, (size_t)lo_rank);
+    float b = hi_rank >= (double)(m - 1) ? INFINITY : cpu_select_rank(sample, m, (size_t)hi_rank);
+    size_t below, inside;
+    if (deviation)
+        bracket_body(v, n, center, true, a, b, gathered, cap, &below, &inside);
+    else
+        bracket_body(v, n, center, false, a, b, gathered, cap, &below, &inside);
+    if (inside > cap || below > r_lo || below + inside <= r_hi)
+        goto out; /* the bracket missed: the caller takes the slow path */
+    *out_hi = cpu_select_rank(gathered, inside, r_hi - below);
+    *out_lo = cpu_select_rank(gathered, r_hi - below + 1, r_lo - below);
+    *done = true;
+out:
+    free(sample);
+    free(gathered);
+    return status;
+}
+
+/* Values of ranks r_lo <= r_hi (see select_pair), by the fast path when it succeeds. */
+static enum ecg_status select_ranks(const float *v, size_t n, float center, bool deviation,
+                                    size_t r_lo, size_t r_hi, float *out_lo, float *out_hi,
+                                    struct ecg_error *err)
+{
+    bool done = false;
+    enum ecg_status status =
+        select_pair_sampled(v, n, center, deviation, r_lo, r_hi, out_lo, out_hi, &done, err);
+    if (status != ECG_OK || done)
+        return status;
+    return select_pair(v, n, center, deviation, r_lo, r_hi, out_lo, out_hi, err);
+}
+
+enum ecg_status cpu_median_mad(const float *v, size_t n, float *median, float *mad,
+                               struct ecg_error *err)
+{
+    const size_t r_lo = (n - 1) / 2, r_hi = n / 2;
+    float lo, hi;
+    enum ecg_status status = select_ranks(v, n, 0.0f, false, r_lo, r_hi, &lo, &hi, err);
+    if (status != ECG_OK)
+        return status;
+    *median = (float)(0.5 * ((double)lo + (double)hi));
+    status = select_ranks(v, n, *median, true, r_lo, r_hi, &lo, &hi, err);
+    if (status != ECG_OK)
+        return status;
+    *mad = (float)(0.5 * ((double)lo + (double)hi));
+    return ECG_OK;
 }

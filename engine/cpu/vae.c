@@ -17,99 +17,109 @@
 /* ---------------------------------------------------------------- layers */
 
 /*
- * conv3 forward: out[o][t] = b[o] + sum_i sum_k w[o][i][k] * u[i][t + k - 1] for t < t_out,
- * where u is the input upsampled by `up` (nearest: u[i][p] = in[i][p / up]) and zero outside.
+ * conv3 forward: out[o][t] = b[o] + sum_i sum_k w[o][i][k] * in[i][t + k - 1], zero outside
+ * [0, t_len). t_len >= 2. The inner loops run branch-free over t so that they vectorise.
  */
-static void conv3_fwd(const double *in, size_t cin, size_t t_out, size_t up, const double *w,
+static void conv3_fwd(const double *in, size_t cin, size_t t_len, const double *w,
                       const double *b, size_t cout, double *out)
 {
-    size_t t_in = t_out / up;
     for (size_t o = 0; o < cout; o++) {
-        double *y = out + o * t_out;
-        for (size_t t = 0; t < t_out; t++)
+        double *y = out + o * t_len;
+        for (size_t t = 0; t < t_len; t++)
             y[t] = b[o];
         for (size_t i = 0; i < cin; i++) {
-            const double *x = in + i * t_in;
+            const double *x = in + i * t_len;
             const double *wk = w + (o * cin + i) * 3;
-            if (up == 1) {
-                y[0] += wk[1] * x[0] + wk[2] * x[1];
-                for (size_t t = 1; t + 1 < t_out; t++)
-                    y[t] += wk[0] * x[t - 1] + wk[1] * x[t] + wk[2] * x[t + 1];
-                y[t_out - 1] += wk[0] * x[t_out - 2] + wk[1] * x[t_out - 1];
-            } else {
-                /* up == 2: positions 2s and 2s+1 both read x[s] at k = 1 */
-                y[0] += wk[1] * x[0] + wk[2] * x[0];
-                for (size_t t = 1; t + 1 < t_out; t++)
-                    y[t] += wk[0] * x[(t - 1) / 2] + wk[1] * x[t / 2] + wk[2] * x[(t + 1) / 2];
-                y[t_out - 1] += wk[0] * x[(t_out - 2) / 2] + wk[1] * x[(t_out - 1) / 2];
-            }
+            const double w0 = wk[0], w1 = wk[1], w2 = wk[2];
+            y[0] += w1 * x[0] + w2 * x[1];
+            for (size_t t = 1; t + 1 < t_len; t++)
+                y[t] += w0 * x[t - 1] + w1 * x[t] + w2 * x[t + 1];
+            y[t_len - 1] += w0 * x[t_len - 2] + w1 * x[t_len - 1];
         }
     }
+}
+
+/* Dot product of n terms with four partial sums (a fixed order, so results are reproducible). */
+static double dot(const double *a, const double *b, size_t n)
+{
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        s0 += a[j] * b[j];
+        s1 += a[j + 1] * b[j + 1];
+        s2 += a[j + 2] * b[j + 2];
+        s3 += a[j + 3] * b[j + 3];
+    }
+    for (; j < n; j++)
+        s0 += a[j] * b[j];
+    return (s0 + s1) + (s2 + s3);
 }
 
 /*
- * conv3 backward: given gout (cout x t_out), accumulates gw, gb and, when gin is not NULL, the
- * gradient with respect to the (not upsampled) input, gin (cin x t_out/up).
+ * conv3 backward: given gout (cout x t_len), accumulates gw, gb and, when gin is not NULL, the
+ * gradient with respect to the input, gin (cin x t_len).
  */
-static void conv3_bwd(const double *in, size_t cin, size_t t_out, size_t up, const double *w,
-                      size_t cout, const double *gout, double *gw, double *gb, double *gin)
+static void conv3_bwd(const double *in, size_t cin, size_t t_len, const double *w, size_t cout,
+                      const double *gout, double *gw, double *gb, double *gin)
 {
-    size_t t_in = t_out / up;
     for (size_t o = 0; o < cout; o++) {
-        const double *g = gout + o * t_out;
+        const double *g = gout + o * t_len;
         double sum = 0;
-        for (size_t t = 0; t < t_out; t++)
+        for (size_t t = 0; t < t_len; t++)
             sum += g[t];
         gb[o] += sum;
         for (size_t i = 0; i < cin; i++) {
-            const double *x = in + i * t_in;
+            const double *x = in + i * t_len;
             const double *wk = w + (o * cin + i) * 3;
             double *gwk = gw + (o * cin + i) * 3;
-            double g0 = 0, g1 = 0, g2 = 0;
-            for (size_t t = 0; t < t_out; t++) {
-                if (t >= 1)
-                    g0 += g[t] * x[(t - 1) / up];
-                g1 += g[t] * x[t / up];
-                if (t + 1 < t_out)
-                    g2 += g[t] * x[(t + 1) / up];
-            }
-            gwk[0] += g0;
-            gwk[1] += g1;
-            gwk[2] += g2;
+            gwk[0] += dot(g + 1, x, t_len - 1);
+            gwk[1] += dot(g, x, t_len);
+            gwk[2] += dot(g, x + 1, t_len - 1);
             if (!gin)
                 continue;
-            double *gx = gin + i * t_in;
-            for (size_t t = 0; t < t_out; t++) {
-                if (t >= 1)
-                    gx[(t - 1) / up] += wk[0] * g[t];
-                gx[t / up] += wk[1] * g[t];
-                if (t + 1 < t_out)
-                    gx[(t + 1) / up] += wk[2] * g[t];
-            }
+            double *gx = gin + i * t_len;
+            const double w0 = wk[0], w1 = wk[1], w2 = wk[2];
+            gx[0] += w0 * g[1] + w1 * g[0];
+            for (size_t t = 1; t + 1 < t_len; t++)
+                gx[t] += w0 * g[t + 1] + w1 * g[t] + w2 * g[t - 1];
+            gx[t_len - 1] += w1 * g[t_len - 1] + w2 * g[t_len - 2];
         }
     }
 }
 
-static double sigmoid(double v)
+/* Nearest-neighbour upsampling by 2 of c rows of t_in values. */
+static void up2_fwd(const double *in, size_t c, size_t t_in, double *out)
 {
-    return 1.0 / (1.0 + exp(-v));
+    for (size_t j = 0; j < c * t_in; j++) {
+        out[2 * j] = in[j];
+        out[2 * j + 1] = in[j];
+    }
 }
 
-/* swish: s = a * sigmoid(alpha * a), n values. */
-static void swish_fwd(const double *a, size_t n, double alpha, double *s)
+/* Its transpose: gin[j] = gout[2j] + gout[2j + 1]. */
+static void up2_bwd(const double *gout, size_t c, size_t t_in, double *gin)
 {
-    for (size_t j = 0; j < n; j++)
-        s[j] = a[j] * sigmoid(alpha * a[j]);
+    for (size_t j = 0; j < c * t_in; j++)
+        gin[j] = gout[2 * j] + gout[2 * j + 1];
+}
+
+/* swish: s = a * sigmoid(alpha * a), n values; keeps the sigmoids in sg for the backward. */
+static void swish_fwd(const double *a, size_t n, double alpha, double *s, double *sg)
+{
+    for (size_t j = 0; j < n; j++) {
+        sg[j] = 1.0 / (1.0 + exp(-alpha * a[j]));
+        s[j] = a[j] * sg[j];
+    }
 }
 
 /* swish backward: ga = gs * ds/da; returns sum of gs * ds/dalpha. */
-static double swish_bwd(const double *a, size_t n, double alpha, const double *gs, double *ga)
+static double swish_bwd(const double *a, const double *sg, size_t n, double alpha,
+                        const double *gs, double *ga)
 {
     double galpha = 0;
     for (size_t j = 0; j < n; j++) {
-        double sg = sigmoid(alpha * a[j]);
-        double d = sg * (1 - sg);
-        ga[j] = gs[j] * (sg + alpha * a[j] * d);
+        double d = sg[j] * (1 - sg[j]);
+        ga[j] = gs[j] * (sg[j] + alpha * a[j] * d);
         galpha += gs[j] * a[j] * a[j] * d;
     }
     return galpha;
@@ -135,13 +145,12 @@ static void blur_bwd(const double *gout, size_t c, size_t t_in, double *gin)
     for (size_t ch = 0; ch < c; ch++) {
         const double *g = gout + ch * t_out;
         double *gx = gin + ch * t_in;
-        memset(gx, 0, t_in * sizeof *gx);
-        for (size_t t = 0; t < t_out; t++) {
-            if (t >= 1)
-                gx[2 * t - 1] += 0.25 * g[t];
-            gx[2 * t] += 0.5 * g[t];
-            gx[2 * t + 1] += 0.25 * g[t];
+        gx[0] = 0.5 * g[0];
+        for (size_t t = 0; t + 1 < t_out; t++) {
+            gx[2 * t + 1] = 0.25 * (g[t] + g[t + 1]);
+            gx[2 * t + 2] = 0.5 * g[t + 1];
         }
+        gx[t_in - 1] = 0.25 * g[t_out - 1];
     }
 }
 
@@ -149,12 +158,13 @@ static void blur_bwd(const double *gout, size_t c, size_t t_in, double *gin)
 
 /* The activations of one beat, carved out of a work area. */
 struct acts {
-    double *a[3], *s[3], *b[3]; /* encoder: conv out, swish out, blur out */
-    double *hm, *hl;            /* head outputs before the mean, Z x T3 each */
-    double *h0;                 /* decoder input, d0 x T3 */
-    double *da[2], *ds[2];      /* decoder conv outs and swish outs */
-    double *out;                /* L */
-    double *z;                  /* Z */
+    double *a[3], *sg[3], *s[3], *b[3]; /* encoder: conv out, sigmoids, swish out, blur out */
+    double *hm, *hl;                    /* head outputs before the mean, Z x T3 each */
+    double *h0;                         /* decoder input, d0 x T3 */
+    double *u[3];                       /* upsampled inputs of the decoder convolutions */
+    double *da[2], *dsg[2], *ds[2];     /* decoder conv outs, sigmoids, swish outs */
+    double *out;                        /* L */
+    double *z;                          /* Z */
 };
 
 static size_t enc_len(const struct ecg_vae_arch *arch, int l)
@@ -162,7 +172,7 @@ static size_t enc_len(const struct ecg_vae_arch *arch, int l)
     return (size_t)arch->beat_len >> l; /* conv l runs at L / 2^l */
 }
 
-/* Carves one set of activations from p; returns the number of doubles used. */
+/* Carves one set of activations from p (NULL: only count); returns the doubles used. */
 static size_t acts_carve(const struct ecg_vae_arch *arch, double *p, struct acts *ac)
 {
     size_t used = 0;
@@ -174,16 +184,22 @@ static size_t acts_carve(const struct ecg_vae_arch *arch, double *p, struct acts
     } while (0)
     for (int l = 0; l < 3; l++) {
         CARVE(ac->a[l], arch->enc[l] * enc_len(arch, l));
+        CARVE(ac->sg[l], arch->enc[l] * enc_len(arch, l));
         CARVE(ac->s[l], arch->enc[l] * enc_len(arch, l));
         CARVE(ac->b[l], arch->enc[l] * enc_len(arch, l + 1));
     }
     CARVE(ac->hm, arch->latent_dim * t3);
     CARVE(ac->hl, arch->latent_dim * t3);
     CARVE(ac->h0, arch->dec[0] * t3);
+    CARVE(ac->u[0], arch->dec[0] * (l_len / 4));
     CARVE(ac->da[0], arch->dec[1] * (l_len / 4));
+    CARVE(ac->dsg[0], arch->dec[1] * (l_len / 4));
     CARVE(ac->ds[0], arch->dec[1] * (l_len / 4));
+    CARVE(ac->u[1], arch->dec[1] * (l_len / 2));
     CARVE(ac->da[1], arch->dec[2] * (l_len / 2));
+    CARVE(ac->dsg[1], arch->dec[2] * (l_len / 2));
     CARVE(ac->ds[1], arch->dec[2] * (l_len / 2));
+    CARVE(ac->u[2], arch->dec[2] * l_len);
     CARVE(ac->out, l_len);
     CARVE(ac->z, arch->latent_dim);
 #undef CARVE
@@ -205,15 +221,15 @@ static void encode_acts(const struct ecg_vae_arch *arch, const struct ecg_vae_la
     size_t cin = 1;
     for (int l = 0; l < 3; l++) {
         size_t t = enc_len(arch, l), c = arch->enc[l];
-        conv3_fwd(in, cin, t, 1, w + ly->enc_w[l], w + ly->enc_b[l], c, ac->a[l]);
-        swish_fwd(ac->a[l], c * t, w[ly->enc_alpha[l]], ac->s[l]);
+        conv3_fwd(in, cin, t, w + ly->enc_w[l], w + ly->enc_b[l], c, ac->a[l]);
+        swish_fwd(ac->a[l], c * t, w[ly->enc_alpha[l]], ac->s[l], ac->sg[l]);
         blur_fwd(ac->s[l], c, t, ac->b[l]);
         in = ac->b[l];
         cin = c;
     }
     size_t z_dim = arch->latent_dim, t3 = arch->beat_len / 8;
-    conv3_fwd(in, cin, t3, 1, w + ly->mu_w, w + ly->mu_b, z_dim, ac->hm);
-    conv3_fwd(in, cin, t3, 1, w + ly->logvar_w, w + ly->logvar_b, z_dim, ac->hl);
+    conv3_fwd(in, cin, t3, w + ly->mu_w, w + ly->mu_b, z_dim, ac->hm);
+    conv3_fwd(in, cin, t3, w + ly->logvar_w, w + ly->logvar_b, z_dim, ac->hl);
     for (size_t z = 0; z < z_dim; z++) {
         double sm = 0, sl = 0;
         for (size_t t = 0; t < t3; t++) {
@@ -237,13 +253,18 @@ static void decode_acts(const struct ecg_vae_arch *arch, const struct ecg_vae_la
             v += fw[j * z_dim + k] * z[k];
         ac->h0[j] = v;
     }
-    conv3_fwd(ac->h0, arch->dec[0], l_len / 4, 2, w + ly->dec_w[0], w + ly->dec_b[0],
+    up2_fwd(ac->h0, arch->dec[0], t3, ac->u[0]);
+    conv3_fwd(ac->u[0], arch->dec[0], l_len / 4, w + ly->dec_w[0], w + ly->dec_b[0],
               arch->dec[1], ac->da[0]);
-    swish_fwd(ac->da[0], arch->dec[1] * (l_len / 4), w[ly->dec_alpha[0]], ac->ds[0]);
-    conv3_fwd(ac->ds[0], arch->dec[1], l_len / 2, 2, w + ly->dec_w[1], w + ly->dec_b[1],
+    swish_fwd(ac->da[0], arch->dec[1] * (l_len / 4), w[ly->dec_alpha[0]], ac->ds[0],
+              ac->dsg[0]);
+    up2_fwd(ac->ds[0], arch->dec[1], l_len / 4, ac->u[1]);
+    conv3_fwd(ac->u[1], arch->dec[1], l_len / 2, w + ly->dec_w[1], w + ly->dec_b[1],
               arch->dec[2], ac->da[1]);
-    swish_fwd(ac->da[1], arch->dec[2] * (l_len / 2), w[ly->dec_alpha[1]], ac->ds[1]);
-    conv3_fwd(ac->ds[1], arch->dec[2], l_len, 2, w + ly->dec_w[2], w + ly->dec_b[2], 1, ac->out);
+    swish_fwd(ac->da[1], arch->dec[2] * (l_len / 2), w[ly->dec_alpha[1]], ac->ds[1],
+              ac->dsg[1]);
+    up2_fwd(ac->ds[1], arch->dec[2], l_len / 2, ac->u[2]);
+    conv3_fwd(ac->u[2], arch->dec[2], l_len, w + ly->dec_w[2], w + ly->dec_b[2], 1, ac->out);
 }
 
 void ecg_vae_encode(const struct ecg_vae_arch *arch, const struct ecg_vae_layout *layout,
@@ -290,20 +311,24 @@ double ecg_vae_train_beat(const struct ecg_vae_arch *arch, const struct ecg_vae_
         kl += -0.5 * (1.0 + logvar[k] - mu[k] * mu[k] - exp(logvar[k]));
 
     /* decoder, last layer first */
-    memset(gr.ds[1], 0, arch->dec[2] * (l_len / 2) * sizeof(double));
-    conv3_bwd(ac.ds[1], arch->dec[2], l_len, 2, w + ly->dec_w[2], 1, gr.out, grad + ly->dec_w[2],
-              grad + ly->dec_b[2], gr.ds[1]);
-    grad[ly->dec_alpha[1]] += swish_bwd(ac.da[1], arch->dec[2] * (l_len / 2),
+    size_t d0 = arch->dec[0], d1 = arch->dec[1], d2 = arch->dec[2];
+    memset(gr.u[2], 0, d2 * l_len * sizeof(double));
+    conv3_bwd(ac.u[2], d2, l_len, w + ly->dec_w[2], 1, gr.out, grad + ly->dec_w[2],
+              grad + ly->dec_b[2], gr.u[2]);
+    up2_bwd(gr.u[2], d2, l_len / 2, gr.ds[1]);
+    grad[ly->dec_alpha[1]] += swish_bwd(ac.da[1], ac.dsg[1], d2 * (l_len / 2),
                                         w[ly->dec_alpha[1]], gr.ds[1], gr.da[1]);
-    memset(gr.ds[0], 0, arch->dec[1] * (l_len / 4) * sizeof(double));
-    conv3_bwd(ac.ds[0], arch->dec[1], l_len / 2, 2, w + ly->dec_w[1], arch->dec[2], gr.da[1],
-              grad + ly->dec_w[1], grad + ly->dec_b[1], gr.ds[0]);
-    grad[ly->dec_alpha[0]] += swish_bwd(ac.da[0], arch->dec[1] * (l_len / 4),
+    memset(gr.u[1], 0, d1 * (l_len / 2) * sizeof(double));
+    conv3_bwd(ac.u[1], d1, l_len / 2, w + ly->dec_w[1], d2, gr.da[1], grad + ly->dec_w[1],
+              grad + ly->dec_b[1], gr.u[1]);
+    up2_bwd(gr.u[1], d1, l_len / 4, gr.ds[0]);
+    grad[ly->dec_alpha[0]] += swish_bwd(ac.da[0], ac.dsg[0], d1 * (l_len / 4),
                                         w[ly->dec_alpha[0]], gr.ds[0], gr.da[0]);
-    size_t fc_out = arch->dec[0] * t3;
-    memset(gr.h0, 0, fc_out * sizeof(double));
-    conv3_bwd(ac.h0, arch->dec[0], l_len / 4, 2, w + ly->dec_w[0], arch->dec[1], gr.da[0],
-              grad + ly->dec_w[0], grad + ly->dec_b[0], gr.h0);
+    memset(gr.u[0], 0, d0 * (l_len / 4) * sizeof(double));
+    conv3_bwd(ac.u[0], d0, l_len / 4, w + ly->dec_w[0], d1, gr.da[0], grad + ly->dec_w[0],
+              grad + ly->dec_b[0], gr.u[0]);
+    up2_bwd(gr.u[0], d0, t3, gr.h0);
+    size_t fc_out = d0 * t3;
     const double *fw = w + ly->fc_w;
     for (size_t k = 0; k < z_dim; k++)
         gr.z[k] = 0;
@@ -330,16 +355,17 @@ double ecg_vae_train_beat(const struct ecg_vae_arch *arch, const struct ecg_vae_
         }
     size_t e2 = arch->enc[2];
     memset(gr.b[2], 0, e2 * t3 * sizeof(double));
-    conv3_bwd(ac.b[2], e2, t3, 1, w + ly->mu_w, z_dim, gr.hm, grad + ly->mu_w, grad + ly->mu_b,
+    conv3_bwd(ac.b[2], e2, t3, w + ly->mu_w, z_dim, gr.hm, grad + ly->mu_w, grad + ly->mu_b,
               gr.b[2]);
-    conv3_bwd(ac.b[2], e2, t3, 1, w + ly->logvar_w, z_dim, gr.hl, grad + ly->logvar_w,
+    conv3_bwd(ac.b[2], e2, t3, w + ly->logvar_w, z_dim, gr.hl, grad + ly->logvar_w,
               grad + ly->logvar_b, gr.b[2]);
 
     /* encoder, last layer first */
     for (int l = 2; l >= 0; l--) {
         size_t t = enc_len(arch, l), c = arch->enc[l];
         blur_bwd(gr.b[l], c, t, gr.s[l]);
-        grad[ly->enc_alpha[l]] += swish_bwd(ac.a[l], c * t, w[ly->enc_alpha[l]], gr.s[l], gr.a[l]);
+        grad[ly->enc_alpha[l]] +=
+            swish_bwd(ac.a[l], ac.sg[l], c * t, w[ly->enc_alpha[l]], gr.s[l], gr.a[l]);
         const double *in = l > 0 ? ac.b[l - 1] : x;
         size_t cin = l > 0 ? arch->enc[l - 1] : 1;
         double *gin = NULL;
@@ -347,7 +373,7 @@ double ecg_vae_train_beat(const struct ecg_vae_arch *arch, const struct ecg_vae_
             gin = gr.b[l - 1];
             memset(gin, 0, cin * t * sizeof(double));
         }
-        conv3_bwd(in, cin, t, 1, w + ly->enc_w[l], c, gr.a[l], grad + ly->enc_w[l],
+        conv3_bwd(in, cin, t, w + ly->enc_w[l], c, gr.a[l], grad + ly->enc_w[l],
                   grad + ly->enc_b[l], gin);
     }
 
@@ -372,29 +398,53 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-double ecg_rr_prematurity(const float *rr_ms, size_t k, size_t i, uint32_t window)
+double ecg_rr_local_median(const float *rr_ms, size_t k, size_t i, uint32_t window)
 {
     double near[128];
     size_t n = 0;
-    if (!rr_ms || window == 0 || window > 64 || !(rr_ms[i] > 0) || !isfinite(rr_ms[i]))
-        return 0.0;
+    if (!rr_ms || window == 0 || window > 64 || i >= k)
+        return NAN;
     size_t lo = i > window ? i - window : 0;
     size_t hi = i + window < k ? i + window : k - 1;
     for (size_t j = lo; j <= hi; j++)
         if (j != i && rr_ms[j] > 0 && isfinite(rr_ms[j]))
             near[n++] = rr_ms[j];
     if (n == 0)
-        return 0.0;
+        return NAN;
     qsort(near, n, sizeof *near, cmp_double);
-    double m = n % 2 ? near[n / 2] : 0.5 * (near[n / 2 - 1] + near[n / 2]);
-    return (m - rr_ms[i]) / m;
+    return n % 2 ? near[n / 2] : 0.5 * (near[n / 2 - 1] + near[n / 2]);
 }
 
-double ecg_score_combine(const struct ecg_score_calib *calib, double recon, double prem)
+double ecg_rr_prematurity(const float *rr_ms, size_t k, size_t i, uint32_t window)
 {
-    double zr = (recon - calib->recon_center) / calib->recon_scale;
-    double zp = (prem - calib->rr_center) / calib->rr_scale;
-    return zr + calib->rr_weight * (zp > 0 ? zp : 0);
+    if (!rr_ms || i >= k || !(rr_ms[i] > 0) || !isfinite(rr_ms[i]))
+        return 0.0;
+    double m = ecg_rr_local_median(rr_ms, k, i, window);
+    return isnan(m) ? 0.0 : (m - rr_ms[i]) / m;
+}
+
+double ecg_score_combine(const struct ecg_score_calib *calib, double recon, double level,
+                         double prem)
+{
+    double z_abs = (recon - calib->recon_center) / calib->recon_scale;
+    double z_rel = (recon - level - calib->rel_center) / calib->rel_scale;
+    double z_rr = (prem - calib->rr_center) / calib->rr_scale;
+    double z = z_rel > z_abs ? z_rel : z_abs; /* NaN level: z_abs alone */
+    if (isnan(recon))
+        return NAN;
+    return z + calib->rr_weight * (z_rr > 0 ? z_rr : 0);
+}
+
+double ecg_recon_level(const double *recon, size_t n, double *scratch)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(recon[i]))
+            scratch[m++] = recon[i];
+    if (m == 0)
+        return NAN;
+    qsort(scratch, m, sizeof *scratch, cmp_double);
+    return m % 2 ? scratch[m / 2] : 0.5 * (scratch[m / 2 - 1] + scratch[m / 2]);
 }
 
 /* Converts the model's float weights to doubles; NULL when out of memory. */
@@ -462,14 +512,16 @@ enum ecg_status cpu_vae_score(const struct ecg_model *model, const float *emb,
         return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cpu_vae_score: missing input");
     if (k == 0)
         return ECG_OK;
-    double *parts = malloc(2 * k * sizeof *parts);
+    double *parts = malloc(3 * k * sizeof *parts);
     if (!parts)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cannot allocate %zu scores", k);
     enum ecg_status st = ecg_vae_score_parts(model, emb, kept, rr_ms, k, latent, parts,
                                              parts + k, err);
     if (st == ECG_OK) {
+        double level = ecg_recon_level(parts, k, parts + 2 * k); /* NaN rows: not kept */
         for (size_t i = 0; i < k; i++) {
-            double s = kept[i] ? ecg_score_combine(&model->calib, parts[i], parts[k + i]) : NAN;
+            double s =
+                kept[i] ? ecg_score_combine(&model->calib, parts[i], level, parts[k + i]) : NAN;
             if (score)
                 score[i] = (float)s;
             if (outlier)

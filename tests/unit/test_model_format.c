@@ -31,6 +31,8 @@ static struct ecg_model *sample_model(void)
     m->calib.rr_window = 4;
     m->calib.recon_center = -1.25;
     m->calib.recon_scale = 0.75;
+    m->calib.rel_center = 0.03;
+    m->calib.rel_scale = 0.5;
     m->calib.rr_center = 0.01;
     m->calib.rr_scale = 0.04;
     m->calib.rr_weight = 0.5;
@@ -49,6 +51,8 @@ static struct ecg_model *sample_model(void)
     m->prov.beats_mode = ECG_BEATS_NORMAL;
     m->prov.batch_size = 64;
     m->prov.learning_rate = 2e-3;
+    m->prov.schedule = 1;
+    m->prov.kl_weight = 0.1;
     m->prov.final_loss = 0.125;
     m->prov.seed = 12345678901ull;
     m->prov.loss_curve = malloc(3 * sizeof(float));
@@ -120,9 +124,9 @@ static void expect_refused(const uint8_t *bytes, size_t len, const char *code, c
 #define OFF_FS OFF(36)
 #define OFF_PARAMS_BEAT_LEN OFF(100)
 #define OFF_NORM OFF(104)
-#define OFF_PERCENTILE OFF(164)
-#define OFF_N_QUANTILES OFF(172)
-#define OFF_QUANTILES OFF(176)
+#define OFF_PERCENTILE OFF(180)
+#define OFF_N_QUANTILES OFF(188)
+#define OFF_QUANTILES OFF(192)
 
 /* ---------------------------------------------------------------- tests */
 
@@ -181,6 +185,7 @@ static void test_round_trip(void **state)
     assert_memory_equal(r->weights, m->weights, m->layout.n_weights * sizeof(float));
     assert_int_equal(r->calib.rr_window, 4);
     assert_true(r->calib.recon_center == -1.25 && r->calib.recon_scale == 0.75);
+    assert_true(r->calib.rel_center == 0.03 && r->calib.rel_scale == 0.5);
     assert_true(r->calib.rr_center == 0.01 && r->calib.rr_scale == 0.04);
     assert_true(r->calib.rr_weight == 0.5 && r->calib.threshold == 3.5);
     assert_true(r->calib.percentile == 99.0);
@@ -191,6 +196,7 @@ static void test_round_trip(void **state)
     assert_int_equal(r->prov.epochs, 3);
     assert_int_equal(r->prov.batch_size, 64);
     assert_true(r->prov.learning_rate == 2e-3 && r->prov.final_loss == 0.125);
+    assert_true(r->prov.schedule == 1 && r->prov.kl_weight == 0.1);
     assert_true(r->prov.seed == 12345678901ull);
     assert_true(r->prov.loss_curve[1] == 0.5f);
 
@@ -230,6 +236,7 @@ static void test_round_trip(void **state)
     assert_non_null(strstr(json.data, "\"records\":\"mitdb:101,106 lead 0\""));
     assert_non_null(strstr(json.data, "\"loss_curve\":[1.5,0.5,0.125]"));
     assert_non_null(strstr(json.data, "\"n_weights\":1622"));
+    assert_non_null(strstr(json.data, "\"schedule\":\"cosine\""));
     assert_int_equal(json.data[json.len - 1], '}');
 
     ecg_buf_fini(&json);
@@ -337,6 +344,7 @@ static void test_broken_payloads(void **state)
     EDIT(put32(b + OFF_PARAMS_BEAT_LEN, 128), "model_value",
          "params.beat_len 128 differs from the architecture's beat_len 256");
     EDIT(put32(b + OFF_NORM, 9), "model_value", "unknown normalisation 9");
+    EDIT(putf64(b + OFF(140), 0.0), "model_value", "score.rel_scale = 0 outside");
     EDIT(putf64(b + OFF_PERCENTILE, 100.0), "model_value", "score.percentile 100 outside");
     EDIT(put32(b + OFF_N_QUANTILES, 4000000000u), "model_dims",
          "score.n_quantiles 4000000000 outside");

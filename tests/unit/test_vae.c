@@ -221,6 +221,21 @@ static void test_fixture_float_path(void **state)
     assert_int_equal(cpu_vae_score(m, emb, kept, rr, b, latent, score, outlier, &err), ECG_OK);
     double *recon = malloc(b * sizeof *recon), *prem = malloc(b * sizeof *prem);
     assert_int_equal(ecg_vae_score_parts(m, emb, kept, rr, b, NULL, recon, prem, &err), ECG_OK);
+    /* the recording level: median of the 7 kept beats' recon terms */
+    double sorted[8] = {0}, scratch[8];
+    size_t n_kept = 0;
+    for (size_t i = 0; i < b; i++)
+        if (kept[i])
+            sorted[n_kept++] = recon[i];
+    for (size_t i = 1; i < n_kept; i++)
+        for (size_t j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+            double t = sorted[j];
+            sorted[j] = sorted[j - 1];
+            sorted[j - 1] = t;
+        }
+    double level = sorted[n_kept / 2];
+    assert_true(isnan(recon[3]));
+    assert_true(ecg_recon_level(recon, b, scratch) == level);
     for (size_t i = 0; i < b; i++) {
         if (!kept[i]) {
             assert_true(isnan(score[i]) && isnan(latent[i * z]) && outlier[i] == 0);
@@ -236,13 +251,13 @@ static void test_fixture_float_path(void **state)
                    (fx.recon_mu[i * l + t] - fx.x[i * l + t]);
         double want = log(mse / (double)l + 1e-6);
         assert_true(fabs(recon[i] - want) <= 1e-6 * fabs(want));
-        double s = ecg_score_combine(&m->calib, recon[i], prem[i]);
+        double s = ecg_score_combine(&m->calib, recon[i], level, prem[i]);
         assert_true(fabs(score[i] - s) <= 1e-5 * fmax(1, fabs(s)));
         assert_int_equal(outlier[i], s > m->calib.threshold);
     }
     /* beat 5 is 30% premature: the neutral calibration adds 0.3 to its recon z-score */
     assert_true(fabs(prem[5] - 0.3) < 1e-6);
-    assert_true(fabs(score[5] - (recon[5] + 0.3)) < 1e-5);
+    assert_true(fabs(score[5] - (fmax(recon[5], recon[5] - level) + 0.3)) < 1e-5);
     assert_true(prem[0] == 0.0 && prem[1] == 0.0);
 
     /* decode of PyTorch's mu reproduces PyTorch's recon_mu */
@@ -363,12 +378,21 @@ static void test_rr_prematurity(void **state)
     assert_true(ecg_rr_prematurity(lone, 2, 1, 4) == 0.0);    /* no neighbour with an RR */
     assert_true(ecg_rr_prematurity(NULL, 2, 1, 4) == 0.0);
 
-    struct ecg_score_calib c = {.recon_center = 1.0, .recon_scale = 2.0, .rr_center = 0.01,
-                                .rr_scale = 0.05, .rr_weight = 0.5};
-    assert_true(fabs(ecg_score_combine(&c, 5.0, 0.01) - 2.0) < 1e-12);
-    assert_true(fabs(ecg_score_combine(&c, 5.0, -0.5) - 2.0) < 1e-12);  /* late beats: no bonus */
-    assert_true(fabs(ecg_score_combine(&c, 5.0, 0.26) - (2.0 + 0.5 * 5.0)) < 1e-12);
-    assert_true(isnan(ecg_score_combine(&c, NAN, 0.2)));
+    struct ecg_score_calib c = {.recon_center = 1.0, .recon_scale = 2.0, .rel_center = 0.5,
+                                .rel_scale = 0.5, .rr_center = 0.01, .rr_scale = 0.05,
+                                .rr_weight = 0.5};
+    /* z_abs = (5 - 1) / 2 = 2; z_rel = (5 - 4 - 0.5) / 0.5 = 1: the larger counts */
+    assert_true(fabs(ecg_score_combine(&c, 5.0, 4.0, 0.01) - 2.0) < 1e-12);
+    assert_true(fabs(ecg_score_combine(&c, 5.0, 4.0, -0.5) - 2.0) < 1e-12); /* late: no bonus */
+    assert_true(fabs(ecg_score_combine(&c, 5.0, 4.0, 0.26) - (2.0 + 0.5 * 5.0)) < 1e-12);
+    /* a beat far above its own recording's level: z_rel = (5 - 2 - 0.5) / 0.5 = 5 */
+    assert_true(fabs(ecg_score_combine(&c, 5.0, 2.0, 0.01) - 5.0) < 1e-12);
+    assert_true(fabs(ecg_score_combine(&c, 5.0, NAN, 0.01) - 2.0) < 1e-12); /* no level */
+    assert_true(isnan(ecg_score_combine(&c, NAN, 4.0, 0.2)));
+    double vals[5] = {3.0, NAN, 1.0, 2.0, 10.0}, scratch[5];
+    assert_true(ecg_recon_level(vals, 5, scratch) == 2.5);
+    assert_true(ecg_recon_level(vals, 3, scratch) == 2.0);
+    assert_true(isnan(ecg_recon_level(vals + 1, 1, scratch)));
 }
 
 int main(void)

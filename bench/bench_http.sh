@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# bench_http.sh - HTTP service benchmarks: wrk on 10-second strips (requests/s, p50 and p99
+# latency), and one 20M-sample CSV analysed end to end compared with a raw loopback transfer of
+# the same bytes to a trivial sink, in the same run.
+#
+# Usage: bench/bench_http.sh [BUILD_DIR]      (from the repository root; default build)
+# Environment: ECGD (binary), BACKEND (default auto), WORKERS, DURATION (default 10s),
+#              MODEL (a .ecgm file; default models/default.ecgm when it exists, else none),
+#              BIG_SAMPLES (default 20000000), ECG_SHARED_DATA (default ../shared/data).
+# Prints one "RESULT ..." line per strip and a closing summary; the figures go to
+# bench/RESULTS.md by hand.
+set -u
+BUILD=${1:-build}
+ECGD=${ECGD:-$BUILD/ecgd}
+BACKEND=${BACKEND:-auto}
+DURATION=${DURATION:-10s}
+BIG_SAMPLES=${BIG_SAMPLES:-20000000}
+export ECG_SHARED_DATA=${ECG_SHARED_DATA:-../shared/data}
+HELP="python3 tests/e2e/http_helpers.py"
+LUA=bench/http_bench.lua
+cpus=$(nproc)
+WORKERS=${WORKERS:-$cpus}
+
+for tool in wrk curl python3; do
+    command -v "$tool" >/dev/null || { echo "bench_http: $tool is not installed" >&2; exit 1; }
+done
+[ -x "$ECGD" ] || { echo "bench_http: $ECGD is not built" >&2; exit 1; }
+
+tmp=$(mktemp -d)
+server_pid=
+sink_pid=
+cleanup() {
+    [ -n "$server_pid" ] && kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+    [ -n "$sink_pid" ] && kill "$sink_pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+MODEL=${MODEL:-models/default.ecgm}
+model_args=(--model none)
+[ -f "$MODEL" ] && model_args=(--model "$MODEL")
+
+# Fixtures: a 20 s and an 80 s recording of real ECG (UCR, 250 Hz) as CSV and float32.
+mkdir -p "$tmp/fx"
+$HELP fixtures "$ECG_SHARED_DATA" "$tmp/fx" || exit 1
+head -n 5000 "$tmp/fx/ucr.csv" >"$tmp/short.csv"
+
+"$ECGD" serve --bind 127.0.0.1 --port 0 --backend "$BACKEND" --workers "$WORKERS" \
+    --max-body-mb 1024 --queue-depth 256 --timeout-s 120 "${model_args[@]}" 2>"$tmp/server.log" &
+server_pid=$!
+port=
+for _ in $(seq 1 600); do
+    port=$(grep -m1 '"event":"listening"' "$tmp/server.log" 2>/dev/null | grep -o '"port":[0-9]*' |
+           head -1 | cut -d: -f2)
+    [ -n "$port" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ] && break
+    sleep 0.1
+done
+[ -n "$port" ] || { echo "bench_http: server did not start" >&2; cat "$tmp/server.log" >&2; exit 1; }
+base=http://127.0.0.1:$port
+info=$(curl -s "$base/v1/info")
+echo "# ecgd $(echo "$info" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["version"], "backend", d["backend"], "on", d["device"])'), $WORKERS workers, $cpus CPUs, model ${model_args[1]}"
+
+strip() { # strip NAME CONNECTIONS PATH [METHOD FILE TYPE]
+    local name=$1 conns=$2 path=$3
+    shift 3
+    BENCH_NAME=$name wrk -t 2 -c "$conns" -d "$DURATION" --timeout 30s -s "$LUA" "$base$path" -- "$name" "$@" |
+        grep '^RESULT'
+}
+
+strip healthz_c32 32 /healthz
+strip metrics_c8 8 /metrics
+strip analyze_csv_20s_c4 4 "/v1/analyze?fs=250" POST "$tmp/short.csv" text/csv
+strip analyze_csv_80s_c4 4 "/v1/analyze?fs=250" POST "$tmp/fx/ucr.csv" text/csv
+strip analyze_f32_80s_c4 4 "/v1/analyze?fs=250" POST "$tmp/fx/ucr.f32" application/octet-stream
+strip analyze_csv_20s_summary_c4 4 "/v1/analyze?fs=250&include=summary" POST "$tmp/short.csv" text/csv
+if [ "${model_args[1]}" != none ]; then
+    printf '{"grid": {"n": 8, "range": 3}}' >"$tmp/grid.json"
+    model_name=$(basename "${model_args[1]}" .ecgm)
+    strip decode_grid8_c4 4 "/v1/models/$model_name/decode" POST "$tmp/grid.json" application/json
+fi
+
+# The big one: BIG_SAMPLES samples of CSV, streamed by the same client to ecgd and to a trivial
+# sink that only reads and discards the bytes.
+$HELP bigcsv "$tmp/big.csv" "$BIG_SAMPLES" || exit 1
+bytes=$(stat -c %s "$tmp/big.csv")
+$HELP sink "$tmp/sink.port" &
+sink_pid=$!
+for _ in $(seq 1 100); do [ -s "$tmp/sink.port" ] && break; sleep 0.05; done
+sink=http://127.0.0.1:$(cat "$tmp/sink.port")/sink
+cat "$tmp/big.csv" >/dev/null   # warm the page cache for both
+
+post_time() { # post_time URL: seconds for the whole exchange (upload, processing, answer)
+    curl -s -o "$tmp/answer" -w '%{http_code} %{time_total}\n' -H 'Content-Type: text/csv' \
+        -T "$tmp/big.csv" -X POST "$1"
+}
+median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+
+raw=()
+ecgd=()
+for round in 1 2 3; do
+    read -r code t <<<"$(post_time "$sink")"
+    [ "$code" = 200 ] && raw+=("$t")
+    read -r code t <<<"$(post_time "$base/v1/analyze?fs=250&include=summary")"
+    [ "$code" = 200 ] || { echo "bench_http: big POST answered $code: $(head -c 300 "$tmp/answer")" >&2; exit 1; }
+    ecgd+=("$t")
+done
+# The same file through the CLI (read + analyse + JSON, plus engine start-up), for reference.
+cli_start=$EPOCHREALTIME
+"$ECGD" analyze "$tmp/big.csv" --format csv --fs 250 --include summary --backend "$BACKEND" \
+    --model "${model_args[1]}" >/dev/null 2>&1
+cli_s=$(python3 -c "print($EPOCHREALTIME - $cli_start)")
+beats=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["summary"]["beats"])' "$tmp/answer")
+raw_s=$(printf '%s\n' "${raw[@]}" | median)
+ecgd_s=$(printf '%s\n' "${ecgd[@]}" | median)
+python3 - "$BIG_SAMPLES" "$bytes" "$raw_s" "$ecgd_s" "$beats" "$cli_s" <<'PYTHON'
+import sys
+n, nbytes, raw, ecgd, beats, cli = (int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]),
+                                    float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]))
+print("RESULT name=big_csv_end_to_end samples=%d bytes=%d beats=%d ecgd_s=%.3f raw_loopback_s=%.3f "
+      "ratio=%.1f ecgd_MB_per_s=%.1f raw_MB_per_s=%.1f cli_analyze_s=%.3f" % (
+          n, nbytes, beats, ecgd, raw, ecgd / raw, nbytes / ecgd / 1e6, nbytes / raw / 1e6, cli))
+PYTHON
+# What the engine spent on it (from the server's metrics).
+curl -s "$base/metrics" | grep '^ecgd_engine_stage_seconds_sum' | sed 's/^/# /'

@@ -1,0 +1,148 @@
+/*
+ * bench_readers.c - throughput of the input readers on one core: ecg_parse_float() against
+ * strtof(), and ecg_read_memory() on CSV (the original data form, one value like
+ * "1.3863000000000008e+00" per line, ~23 bytes a line; and the short "-0.005" form of the UCR
+ * file), raw float32, .npy and JSON. Self-contained (synthetic data, fixed seed), ~10 s.
+ *
+ * Prints one line per measurement: "<name>: <MB/s> MB/s, <M values/s> M values/s (best of N)".
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ecg.h"
+
+#define BENCH_VALUES 8000000u
+#define BENCH_REPEATS 3
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* An ECG-like value in mV: pulses on a slow wave plus noise. */
+static double sample_at(size_t i, uint64_t *state)
+{
+    double t = (double)i / 250.0;
+    double phase = fmod(t * 1.2, 1.0) - 0.5;
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    double noise = ((double)(*state >> 11) / 9007199254740992.0 - 0.5) * 0.05;
+    return exp(-phase * phase / 2e-4) + 0.3 * sin(0.3 * t) + noise;
+}
+
+static void report(const char *name, size_t bytes, size_t values, double best_s)
+{
+    printf("%s: %.0f MB/s, %.1f M values/s (best of %d)\n", name, (double)bytes / best_s / 1e6,
+           (double)values / best_s / 1e6, BENCH_REPEATS);
+}
+
+static int bench_read(const char *name, const void *buf, size_t len, enum ecg_format format,
+                      size_t want_n)
+{
+    struct ecg_read_opts opts = {.format = format, .fs_hz = 250};
+    double best = INFINITY;
+    for (int r = 0; r < BENCH_REPEATS; r++) {
+        struct ecg_signal sig;
+        struct ecg_error err = {0};
+        double t0 = now_s();
+        enum ecg_status status = ecg_read_memory(buf, len, &opts, &sig, &err);
+        double dt = now_s() - t0;
+        if (status != ECG_OK || sig.n != want_n) {
+            fprintf(stderr, "bench_readers: %s: %s (%zu values)\n", name, err.message, sig.n);
+            return 1;
+        }
+        ecg_signal_free(&sig);
+        best = dt < best ? dt : best;
+    }
+    report(name, len, want_n, best);
+    return 0;
+}
+
+int main(void)
+{
+    int rc = 1;
+    size_t n = BENCH_VALUES;
+    char *text = malloc((size_t)n * 32), *short_text = malloc((size_t)n * 16);
+    char *json = malloc((size_t)n * 16 + 64);
+    unsigned char *raw = malloc((size_t)n * 4 + 128);
+    if (!text || !short_text || !json || !raw)
+        goto out;
+
+    size_t len = 0, short_len = 0, json_len = 0;
+    uint64_t state = 42;
+    json_len += (size_t)sprintf(json, "{\"fs\": 250, \"signal\": [");
+    for (size_t i = 0; i < n; i++) {
+        double v = sample_at(i, &state);
+        len += (size_t)sprintf(text + len, "%.16e\n", v);
+        short_len += (size_t)sprintf(short_text + short_len, "%.3g\n", v);
+        json_len += (size_t)sprintf(json + json_len, "%s%.3g", i ? "," : "", v);
+        float f = (float)v;
+        memcpy(raw + 128 + 4 * i, &f, 4); /* little-endian host assumed for the fixture */
+    }
+    json_len += (size_t)sprintf(json + json_len, "]}");
+
+    /* ecg_parse_float vs strtof on the data form. */
+    double best_fast = INFINITY, best_strtof = INFINITY;
+    volatile float sink = 0;
+    for (int r = 0; r < BENCH_REPEATS; r++) {
+        double t0 = now_s();
+        const char *p = text, *end = text + len;
+        float sum = 0;
+        while (p < end) {
+            float v;
+            p = ecg_parse_float(p, end, &v) + 1;
+            sum += v;
+        }
+        double dt = now_s() - t0;
+        best_fast = dt < best_fast ? dt : best_fast;
+        t0 = now_s();
+        p = text;
+        float sum2 = 0;
+        while (p < end) {
+            char *q;
+            sum2 += strtof(p, &q);
+            p = q + 1;
+        }
+        dt = now_s() - t0;
+        best_strtof = dt < best_strtof ? dt : best_strtof;
+        if (sum != sum2) {
+            fprintf(stderr, "bench_readers: ecg_parse_float and strtof disagree\n");
+            goto out;
+        }
+        sink = sum;
+    }
+    (void)sink;
+    report("ecg_parse_float, \"%.16e\" values", len, n, best_fast);
+    report("strtof, \"%.16e\" values", len, n, best_strtof);
+
+    if (bench_read("csv, \"%.16e\" one column", text, len, ECG_FORMAT_CSV, n) ||
+        bench_read("csv, \"%.3g\" one column", short_text, short_len, ECG_FORMAT_CSV, n) ||
+        bench_read("json, \"%.3g\" values", json, json_len, ECG_FORMAT_JSON, n))
+        goto out;
+
+    /* .npy v1 header padded to 128 bytes, then the float32 data. */
+    char header[128];
+    int hl = snprintf(header + 10, sizeof header - 10,
+                      "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu,), }", n);
+    memset(header + 10 + hl, ' ', sizeof header - 10 - (size_t)hl);
+    header[127] = '\n';
+    memcpy(header, "\x93NUMPY\x01\x00", 8);
+    header[8] = 118;
+    header[9] = 0;
+    memcpy(raw, header, 128);
+    if (bench_read("npy <f4", raw, 128 + 4 * n, ECG_FORMAT_NPY, n) ||
+        bench_read("raw f32", raw + 128, 4 * n, ECG_FORMAT_F32, n))
+        goto out;
+    rc = 0;
+out:
+    free(text);
+    free(short_text);
+    free(json);
+    free(raw);
+    return rc;
+}

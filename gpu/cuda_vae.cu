@@ -1,0 +1,762 @@
+/*
+ * cuda_vae.cu - the VAE encoder and decoder and the outlier score on the device (twin of
+ * engine/cpu/vae.c; models/model.h describes the network and the score).
+ *
+ * Two paths compute the latent mean and the reconstruction error of every beat:
+ * - fused (the default whenever the activations fit in shared memory, as for the default
+ *   architecture): one block per beat runs the whole network in two shared-memory buffers, the
+ *   weights staged next to them; only mu and the error leave the block. Memory traffic is the
+ *   embedding read once, so the cost is arithmetic and barriers.
+ * - cuDNN (ECG_CUDA_VAE=cudnn, or an architecture too wide for shared memory): the seven 1-D
+ *   convolutions (kernel 3, padding 1) as 2-D convolutions on NCHW tensors with H = 1
+ *   (cudnnConvolutionForward, FMA math only: no TF32), in chunks of VAE_CHUNK beats, with
+ *   custom kernels between them that fuse bias, Swish, the [1 2 1]/4 blur with stride 2,
+ *   nearest upsampling by 2, the mean over time of the mu head, the linear layer and the error.
+ * Both compute in float (with double sums for the means and the error) and stay within ~1e-6
+ * of the CPU's double reference. The logvar head is not needed for scoring and is not computed.
+ *
+ * The score: the level (median error of the kept beats: a radix sort of a copy, NaN for beats
+ * not kept sorting last), then one thread per beat for the RR prematurity (its local median by
+ * insertion into at most 128 values) and ecg_score_combine()'s formula. Every beat is encoded
+ * (rows of beats not kept are zero) and the score kernel masks those not kept (NaN latent and
+ * score, outlier 0).
+ *
+ * Threads: one per output value in the elementwise kernels; one block per beat in the fused
+ * kernel; one warp per beat for the cuDNN path's error; one thread per beat for the score.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cub/cub.cuh>
+
+#include "cuda_internal.h"
+
+#define VAE_CHUNK 32768
+#define VAE_LAYERS 7 /* enc0 enc1 enc2 mu dec0 dec1 dec2 */
+
+struct conv_layer {
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    cudnnConvolutionFwdAlgo_t algo;
+    size_t ws_bytes;
+    const float *d_w;
+    int cin, cout, width;
+};
+
+static __device__ float swish(float x, float alpha)
+{
+    return x / (1.0f + expf(-alpha * x));
+}
+
+/* (n, c, t) of out [N][C][W/2]: blur/2 of swish(in + bias). */
+static __global__ void swish_blur_kernel(const float *in, const float *bias, const float *alpha,
+                                         size_t n, int c, int w, float *out)
+{
+    const int w_out = w / 2;
+    const size_t total = n * (size_t)c * w_out;
+    const float a = *alpha;
+    for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < total;
+         v += (size_t)gridDim.x * blockDim.x) {
+        int t = (int)(v % w_out);
+        size_t row = v / w_out; /* n * C + ch */
+        int ch = (int)(row % c);
+        const float *x = in + row * w;
+        const float b = bias[ch];
+        float centre = swish(x[2 * t] + b, a), right = swish(x[2 * t + 1] + b, a);
+        float left = t > 0 ? swish(x[2 * t - 1] + b, a) : 0.0f;
+        out[v] = 0.25f * left + 0.5f * centre + 0.25f * right;
+    }
+}
+
+/* (n, z): mu = bias + mean over time of the head's convolution. */
+static __global__ void mean_kernel(const float *in, const float *bias, size_t n, int z_dim,
+                                   int t3, float *mu)
+{
+    const size_t total = n * (size_t)z_dim;
+    for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < total;
+         v += (size_t)gridDim.x * blockDim.x) {
+        const float *x = in + v * t3;
+        double sum = 0.0;
+        for (int t = 0; t < t3; t++)
+            sum += (double)x[t];
+        mu[v] = (float)((double)bias[v % z_dim] + sum / (double)t3);
+    }
+}
+
+/* (n, c, p) of out [N][d0][2 * T3]: the linear layer on mu, upsampled by 2. */
+static __global__ void fc_up_kernel(const float *mu, const float *fc_w, const float *fc_b,
+                                    size_t n, int z_dim, int d0, int t3, float *out)
+{
+    const int w_out = 2 * t3;
+    const size_t total = n * (size_t)d0 * w_out;
+    for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < total;
+         v += (size_t)gridDim.x * blockDim.x) {
+        int p = (int)(v % w_out);
+        size_t row = v / w_out;
+        int ch = (int)(row % d0);
+        size_t beat = row / d0;
+        int j = ch * t3 + p / 2;
+        float acc = fc_b[j];
+        for (int k = 0; k < z_dim; k++)
+            acc += fc_w[(size_t)j * z_dim + k] * mu[beat * z_dim + k];
+        out[v] = acc;
+    }
+}
+
+/* (n, c, p) of out [N][C][2W]: nearest upsampling of swish(in + bias). */
+static __global__ void swish_up_kernel(const float *in, const float *bias, const float *alpha,
+                                       size_t n, int c, int w, float *out)
+{
+    const int w_out = 2 * w;
+    const size_t total = n * (size_t)c * w_out;
+    const float a = *alpha;
+    for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < total;
+         v += (size_t)gridDim.x * blockDim.x) {
+        int p = (int)(v % w_out);
+        size_t row = v / w_out;
+        int ch = (int)(row % c);
+        out[v] = swish(in[row * w + p / 2] + bias[ch], a);
+    }
+}
+
+/* One warp per beat: recon = log(mean_t (r_t - x_t)^2 + 1e-6), r = in + bias. */
+static __global__ void recon_kernel(const float *in, const float *bias, const float *x, size_t n,
+                                    int l_len, double *recon)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+    const size_t n_warps = ((size_t)gridDim.x * blockDim.x) >> 5;
+    const float b = bias[0];
+    for (size_t i = warp; i < n; i += n_warps) {
+        double sum = 0.0;
+        for (int t = (int)lane; t < l_len; t += 32) {
+            double d = (double)(in[i * l_len + t] + b) - (double)x[i * l_len + t];
+            sum += d * d;
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0)
+            recon[i] = log(sum / (double)l_len + 1e-6);
+    }
+}
+
+struct score_args {
+    const double *recon;
+    const double *level;     /* device scalar: median recon of the kept beats (NaN if none) */
+    const uint8_t *kept;
+    const float *rr_ms;
+    size_t k;
+    int z_dim;
+    float *latent, *score;
+    uint8_t *outlier;
+    uint32_t rr_window;
+    double recon_center, recon_scale, rel_center, rel_scale, rr_center, rr_scale, rr_weight;
+    double threshold;
+};
+
+/* ecg_rr_prematurity() for beat i (ecg_rr_local_median() inlined). */
+static __device__ double prematurity(const struct score_args *a, size_t i)
+{
+    double near[128];
+    size_t n = 0;
+    float rr = a->rr_ms[i];
+    if (!(rr > 0) || !isfinite(rr) || a->rr_window == 0 || a->rr_window > 64)
+        return 0.0;
+    size_t lo = i > a->rr_window ? i - a->rr_window : 0;
+    size_t hi = i + a->rr_window < a->k ? i + a->rr_window : a->k - 1;
+    for (size_t j = lo; j <= hi; j++) {
+        float v = a->rr_ms[j];
+        if (j != i && v > 0 && isfinite(v)) {
+            /* insertion keeps near[] sorted */
+            size_t t = n++;
+            while (t > 0 && near[t - 1] > (double)v) {
+                near[t] = near[t - 1];
+                t--;
+            }
+            near[t] = v;
+        }
+    }
+    if (n == 0)
+        return 0.0;
+    double m = n % 2 ? near[n / 2] : 0.5 * (near[n / 2 - 1] + near[n / 2]);
+    return (m - (double)rr) / m;
+}
+
+/* recon of beats not kept becomes NaN (they take no part in the level). */
+static __global__ void mask_recon_kernel(double *recon, const uint8_t *kept, size_t k,
+                                         double *copy)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < k;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (!kept[i])
+            recon[i] = NAN;
+        copy[i] = recon[i];
+    }
+}
+
+/* ecg_recon_level() from the sorted recon values: NaN (positive, from NAN) sort last. */
+static __global__ void level_kernel(const double *sorted, size_t k, double *level)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    size_t lo = 0, hi = k; /* m = the first NaN: finite values come first */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (isnan(sorted[mid]))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    const size_t m = lo;
+    *level = m == 0 ? NAN
+                    : (m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]));
+}
+
+static __global__ void score_kernel(struct score_args a)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.k;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (!a.kept[i]) {
+            for (int z = 0; z < a.z_dim; z++)
+                a.latent[i * a.z_dim + z] = NAN;
+            a.score[i] = NAN;
+            a.outlier[i] = 0;
+            continue;
+        }
+        /* ecg_score_combine() */
+        const double recon = a.recon[i];
+        const double prem = prematurity(&a, i);
+        const double z_abs = (recon - a.recon_center) / a.recon_scale;
+        const double z_rel = (recon - *a.level - a.rel_center) / a.rel_scale;
+        const double z_rr = (prem - a.rr_center) / a.rr_scale;
+        const double z = z_rel > z_abs ? z_rel : z_abs; /* NaN level: z_abs alone */
+        const double s = isnan(recon) ? NAN : z + a.rr_weight * (z_rr > 0 ? z_rr : 0);
+        a.score[i] = (float)s;
+        a.outlier[i] = s > a.threshold;
+    }
+}
+
+/* Scores every beat from its reconstruction error (recon, k doubles) and the RR column. */
+static enum ecg_status launch_score(struct cuda_ctx *ctx, const struct ecg_model *model,
+                                   size_t k, double *recon, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct table_layout t;
+    struct score_args sa;
+    char *table = (char *)ctx->table.ptr;
+    size_t temp = 0, keys = (k * sizeof(double) + 255) & ~(size_t)255;
+    double *d_copy, *d_sorted, *d_level;
+    table_layout(k, model->arch.latent_dim, &t);
+    /* the level: median recon of the kept beats, by a radix sort of a copy (scratch is free:
+     * the embedding's sort keys are no longer needed) */
+    ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, 2 * keys + 256, err));
+    d_copy = (double *)ctx->scratch.ptr;
+    d_sorted = (double *)((char *)ctx->scratch.ptr + keys);
+    d_level = (double *)((char *)ctx->scratch.ptr + 2 * keys);
+    mask_recon_kernel<<<grid_for(k), CUDA_THREADS, 0, ctx->stream>>>(
+        recon, (const uint8_t *)(table + t.kept), k, d_copy);
+    CUDA_LAUNCH_CHECK();
+    CUDA_TRY(cub::DeviceRadixSort::SortKeys(NULL, temp, d_copy, d_sorted, k, 0, 64,
+                                            ctx->stream));
+    ECG_TRY(dbuf_reserve(ctx, &ctx->cub_temp, temp, err));
+    CUDA_TRY(cub::DeviceRadixSort::SortKeys(ctx->cub_temp.ptr, temp, d_copy, d_sorted, k, 0, 64,
+                                            ctx->stream));
+    level_kernel<<<1, 1, 0, ctx->stream>>>(d_sorted, k, d_level);
+    CUDA_LAUNCH_CHECK();
+    sa.level = d_level;
+    sa.recon = recon;
+    sa.kept = (const uint8_t *)(table + t.kept);
+    sa.rr_ms = (const float *)(table + t.rr_ms);
+    sa.k = k;
+    sa.z_dim = (int)model->arch.latent_dim;
+    sa.latent = (float *)(table + t.latent);
+    sa.score = (float *)(table + t.score);
+    sa.outlier = (uint8_t *)(table + t.outlier);
+    sa.rr_window = model->calib.rr_window;
+    sa.recon_center = model->calib.recon_center;
+    sa.recon_scale = model->calib.recon_scale;
+    sa.rel_center = model->calib.rel_center;
+    sa.rel_scale = model->calib.rel_scale;
+    sa.rr_center = model->calib.rr_center;
+    sa.rr_scale = model->calib.rr_scale;
+    sa.rr_weight = model->calib.rr_weight;
+    sa.threshold = model->calib.threshold;
+    score_kernel<<<grid_for(k), CUDA_THREADS, 0, ctx->stream>>>(sa);
+    CUDA_LAUNCH_CHECK();
+out:
+    return status;
+}
+
+/* ---------------------------------------------------------------- fused path */
+
+/* The network's shape and weights, by value for the fused kernel. */
+struct vae_net {
+    const float *w;          /* the model's weights on the device */
+    struct ecg_vae_layout ly;
+    int l_len, z_dim, enc[3], dec[3];
+    int buf;                 /* floats in each of the two shared-memory buffers */
+    int staged;              /* floats reserved for weights in shared memory (0: global) */
+    int n_weights;
+};
+
+/*
+ * out[o][t] = b[o] + sum_i sum_k w[o][i][k] * u[i][t + k - 1] for t < t_out (zero outside),
+ * u = in, or in upsampled by 2 (nearest) when up2; then swish(alpha) when alpha is given.
+ * The block's threads share the outputs; in may be global or shared memory. CIN > 0 fixes the
+ * input width at compile time (the loops unroll); CIN == 0 reads it from cin.
+ */
+template <int CIN>
+static __device__ void block_conv3_t(const float *in, int cin, int t_out, bool up2,
+                                     const float *w, const float *b, int cout,
+                                     const float *alpha, float *out)
+{
+    const int n_in = CIN > 0 ? CIN : cin;
+    const int t_in = up2 ? t_out / 2 : t_out;
+    const float a = alpha ? *alpha : 0.0f;
+    for (int v = threadIdx.x; v < cout * t_out; v += blockDim.x) {
+        const int o = v / t_out, t = v - o * t_out;
+        float acc = b[o];
+        const int pl = t - 1, pr = t + 1;
+        const int il = up2 ? (pl >> 1) : pl, ic = up2 ? (t >> 1) : t, ir = up2 ? (pr >> 1) : pr;
+        const bool has_l = pl >= 0, has_r = pr < t_out;
+        const float *wk = w + o * n_in * 3;
+#pragma unroll
+        for (int i = 0; i < (CIN > 0 ? CIN : 1); i++) {
+            /* CIN == 0: this runs once and the loop below does the work */
+            if (CIN == 0)
+                break;
+            const float *x = in + i * t_in;
+            if (has_l)
+                acc += wk[3 * i] * x[il];
+            acc += wk[3 * i + 1] * x[ic];
+            if (has_r)
+                acc += wk[3 * i + 2] * x[ir];
+        }
+        if (CIN == 0) {
+            for (int i = 0; i < n_in; i++) {
+                const float *x = in + i * t_in;
+                if (has_l)
+                    acc += wk[3 * i] * x[il];
+                acc += wk[3 * i + 1] * x[ic];
+                if (has_r)
+                    acc += wk[3 * i + 2] * x[ir];
+            }
+        }
+        out[v] = alpha ? swish(acc, a) : acc;
+    }
+}
+
+static __device__ void block_conv3(const float *in, int cin, int t_out, bool up2, const float *w,
+                                   const float *b, int cout, const float *alpha, float *out)
+{
+    switch (cin) {
+    case 1: block_conv3_t<1>(in, cin, t_out, up2, w, b, cout, alpha, out); break;
+    case 2: block_conv3_t<2>(in, cin, t_out, up2, w, b, cout, alpha, out); break;
+    case 4: block_conv3_t<4>(in, cin, t_out, up2, w, b, cout, alpha, out); break;
+    case 8: block_conv3_t<8>(in, cin, t_out, up2, w, b, cout, alpha, out); break;
+    case 16: block_conv3_t<16>(in, cin, t_out, up2, w, b, cout, alpha, out); break;
+    default: block_conv3_t<0>(in, cin, t_out, up2, w, b, cout, alpha, out); break;
+    }
+}
+
+/* out[c][t] = in[c][2t-1]/4 + in[c][2t]/2 + in[c][2t+1]/4 (zero padding). */
+static __device__ void block_blur(const float *in, int c, int t_in, float *out)
+{
+    const int t_out = t_in / 2;
+    for (int v = threadIdx.x; v < c * t_out; v += blockDim.x) {
+        const int ch = v / t_out, t = v % t_out;
+        const float *x = in + ch * t_in;
+        out[v] = (t > 0 ? 0.25f * x[2 * t - 1] : 0.0f) + 0.5f * x[2 * t] + 0.25f * x[2 * t + 1];
+    }
+}
+
+/*
+ * One block per beat (grid-stride over beats): the whole encoder, the mean of the mu head, the
+ * decoder on mu and the reconstruction error, in two shared-memory buffers; nothing but the
+ * latent mean and the error leaves the block.
+ */
+static __global__ void vae_fused_kernel(struct vae_net net, const float *emb, size_t k,
+                                        float *latent, double *recon)
+{
+    extern __shared__ float smem[];
+    float *w_local = smem;                         /* the weights, when staged */
+    float *buf_a = smem + net.staged, *buf_b = buf_a + net.buf;
+    float *mu = buf_b + net.buf;
+    double *partial = (double *)(mu + ((net.z_dim + 1) & ~1));
+    const float *w = net.w;
+    if (net.staged) {
+        /* every warp reads each weight many times per beat: keep them next to the SMs */
+        for (int i = threadIdx.x; i < net.n_weights; i += blockDim.x)
+            w_local[i] = net.w[i];
+        __syncthreads();
+        w = w_local;
+    }
+    const struct ecg_vae_layout *ly = &net.ly;
+    const int l_len = net.l_len, t3 = l_len / 8;
+    for (size_t beat = blockIdx.x; beat < k; beat += gridDim.x) {
+        const float *x = emb + beat * l_len;
+        /* encoder */
+        block_conv3(x, 1, l_len, false, w + ly->enc_w[0], w + ly->enc_b[0], net.enc[0],
+                    w + ly->enc_alpha[0], buf_b);
+        __syncthreads();
+        block_blur(buf_b, net.enc[0], l_len, buf_a);
+        __syncthreads();
+        block_conv3(buf_a, net.enc[0], l_len / 2, false, w + ly->enc_w[1], w + ly->enc_b[1],
+                    net.enc[1], w + ly->enc_alpha[1], buf_b);
+        __syncthreads();
+        block_blur(buf_b, net.enc[1], l_len / 2, buf_a);
+        __syncthreads();
+        block_conv3(buf_a, net.enc[1], l_len / 4, false, w + ly->enc_w[2], w + ly->enc_b[2],
+                    net.enc[2], w + ly->enc_alpha[2], buf_b);
+        __syncthreads();
+        block_blur(buf_b, net.enc[2], l_len / 4, buf_a);
+        __syncthreads();
+        block_conv3(buf_a, net.enc[2], t3, false, w + ly->mu_w, w + ly->mu_b, net.z_dim, NULL,
+                    buf_b);
+        __syncthreads();
+        for (int z = threadIdx.x; z < net.z_dim; z += blockDim.x) {
+            double sum = 0.0;
+            for (int t = 0; t < t3; t++)
+                sum += (double)buf_b[z * t3 + t];
+            mu[z] = (float)(sum / (double)t3);
+            latent[beat * net.z_dim + z] = mu[z];
+        }
+        __syncthreads();
+        /* decoder: linear layer, then three upsampling convolutions */
+        for (int j = threadIdx.x; j < net.dec[0] * t3; j += blockDim.x) {
+            float acc = w[ly->fc_b + j];
+            for (int q = 0; q < net.z_dim; q++)
+                acc += w[ly->fc_w + (size_t)j * net.z_dim + q] * mu[q];
+            buf_a[j] = acc;
+        }
+        __syncthreads();
+        block_conv3(buf_a, net.dec[0], l_len / 4, true, w + ly->dec_w[0], w + ly->dec_b[0],
+                    net.dec[1], w + ly->dec_alpha[0], buf_b);
+        __syncthreads();
+        block_conv3(buf_b, net.dec[1], l_len / 2, true, w + ly->dec_w[1], w + ly->dec_b[1],
+                    net.dec[2], w + ly->dec_alpha[1], buf_a);
+        __syncthreads();
+        block_conv3(buf_a, net.dec[2], l_len, true, w + ly->dec_w[2], w + ly->dec_b[2], 1, NULL,
+                    buf_b);
+        __syncthreads();
+        /* reconstruction error: block reduction in double */
+        double sum = 0.0;
+        for (int t = threadIdx.x; t < l_len; t += blockDim.x) {
+            double d = (double)buf_b[t] - (double)x[t];
+            sum += d * d;
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if ((threadIdx.x & 31) == 0)
+            partial[threadIdx.x >> 5] = sum;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double total = 0.0;
+            for (unsigned q = 0; q < blockDim.x >> 5; q++)
+                total += partial[q];
+            recon[beat] = log(total / (double)l_len + 1e-6);
+        }
+        __syncthreads();
+    }
+}
+
+#define VAE_FUSED_THREADS 128
+
+/* Shared memory the fused kernel needs for arch, or 0 when it would not fit. */
+static size_t fused_smem_bytes(const struct ecg_vae_arch *arch, int *buf_floats)
+{
+    size_t l = arch->beat_len, widest = l; /* the reconstruction */
+    size_t sizes[] = {arch->enc[0] * l, arch->enc[1] * (l / 2), arch->enc[2] * (l / 4),
+                      (size_t)arch->latent_dim * (l / 8), arch->dec[0] * (l / 8),
+                      arch->dec[1] * (l / 4), arch->dec[2] * (l / 2)};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i] > widest)
+            widest = sizes[i];
+    size_t bytes = 2 * widest * sizeof(float) + (arch->latent_dim + 2) * sizeof(float) +
+                   (VAE_FUSED_THREADS / 32) * sizeof(double) + 16;
+    *buf_floats = (int)widest;
+    return bytes <= 48 * 1024 ? bytes : 0;
+}
+
+/* Weights worth staging in shared memory next to the activations (an even count keeps the
+ * buffers after them 8-byte aligned), or 0 when they would not fit. */
+static int fused_staged_weights(size_t n_weights, size_t act_bytes)
+{
+    size_t even = (n_weights + 1) & ~(size_t)1;
+    return act_bytes + even * sizeof(float) <= 48 * 1024 ? (int)even : 0;
+}
+
+static enum ecg_status encode_fused(struct cuda_ctx *ctx, size_t smem, int buf_floats,
+                                    struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    const struct ecg_model *model = ctx->state->model;
+    const size_t k = ctx->n_beats;
+    struct vae_net net;
+    struct table_layout t;
+    double *recon;
+    unsigned blocks;
+    net.w = ctx->dev->model.d_weights;
+    net.ly = model->layout;
+    net.l_len = (int)model->arch.beat_len;
+    net.z_dim = (int)model->arch.latent_dim;
+    for (int i = 0; i < 3; i++) {
+        net.enc[i] = (int)model->arch.enc[i];
+        net.dec[i] = (int)model->arch.dec[i];
+    }
+    net.buf = buf_floats;
+    net.n_weights = (int)model->layout.n_weights;
+    net.staged = fused_staged_weights(model->layout.n_weights, smem);
+    smem += (size_t)net.staged * sizeof(float);
+    ECG_TRY(dbuf_reserve(ctx, &ctx->vae_work, k * sizeof(double), err));
+    recon = (double *)ctx->vae_work.ptr;
+    table_layout(k, (size_t)net.z_dim, &t);
+    blocks = k < 65535u ? (unsigned)k : 65535u;
+    vae_fused_kernel<<<blocks, VAE_FUSED_THREADS, smem, ctx->stream>>>(
+        net, (const float *)ctx->emb.ptr, k, (float *)((char *)ctx->table.ptr + t.latent), recon);
+    CUDA_LAUNCH_CHECK();
+    ECG_TRY(launch_score(ctx, model, k, recon, err));
+out:
+    return status;
+}
+
+/* ---------------------------------------------------------------- cuDNN layers */
+
+static void layer_fini(struct conv_layer *l)
+{
+    if (l->x)
+        (void)cudnnDestroyTensorDescriptor(l->x);
+    if (l->y)
+        (void)cudnnDestroyTensorDescriptor(l->y);
+    if (l->w)
+        (void)cudnnDestroyFilterDescriptor(l->w);
+    if (l->conv)
+        (void)cudnnDestroyConvolutionDescriptor(l->conv);
+    memset(l, 0, sizeof *l);
+}
+
+static enum ecg_status layer_init(struct conv_layer *l, const float *d_w, int cin, int cout,
+                                  int width, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    memset(l, 0, sizeof *l);
+    l->d_w = d_w;
+    l->cin = cin;
+    l->cout = cout;
+    l->width = width;
+    CUDNN_TRY(cudnnCreateTensorDescriptor(&l->x));
+    CUDNN_TRY(cudnnCreateTensorDescriptor(&l->y));
+    CUDNN_TRY(cudnnCreateFilterDescriptor(&l->w));
+    CUDNN_TRY(cudnnCreateConvolutionDescriptor(&l->conv));
+    CUDNN_TRY(cudnnSetFilter4dDescriptor(l->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, cout, cin, 1,
+                                         3));
+    CUDNN_TRY(cudnnSetConvolution2dDescriptor(l->conv, 0, 1, 1, 1, 1, 1,
+                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_TRY(cudnnSetConvolutionMathType(l->conv, CUDNN_FMA_MATH));
+out:
+    return status;
+}
+
+/* Sets the batch size and picks the algorithm (cuDNN's heuristic, FMA math only). */
+static enum ecg_status layer_shape(cudnnHandle_t handle, struct conv_layer *l, int n,
+                                   struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    cudnnConvolutionFwdAlgoPerf_t perf[8];
+    int returned = 0;
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, l->cin, 1,
+                                         l->width));
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, l->cout, 1,
+                                         l->width));
+    CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(handle, l->x, l->w, l->conv, l->y, 8,
+                                                     &returned, perf));
+    l->algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    for (int i = 0; i < returned; i++) {
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType == CUDNN_FMA_MATH) {
+            l->algo = perf[i].algo;
+            break;
+        }
+    }
+    CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(handle, l->x, l->w, l->conv, l->y, l->algo,
+                                                      &l->ws_bytes));
+out:
+    return status;
+}
+
+static enum ecg_status layer_run(cudnnHandle_t handle, const struct conv_layer *l,
+                                 const float *in, float *out, void *ws, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_TRY(cudnnConvolutionForward(handle, &one, l->x, in, l->w, l->d_w, l->conv, l->algo, ws,
+                                      l->ws_bytes, &zero, l->y, out));
+out:
+    return status;
+}
+
+/* The cuDNN path: every beat of the request in chunks of VAE_CHUNK, layer by layer. */
+static enum ecg_status encode_cudnn(struct cuda_ctx *ctx, const struct ecg_plan *plan,
+                                    struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    const struct ecg_model *model = ctx->state->model;
+    struct conv_layer layers[VAE_LAYERS];
+    struct table_layout t;
+    size_t k, per_beat, buf_bytes, ws_max = 0, chunk_max, off;
+    int l_len, z_dim, t3, shaped = -1;
+    const float *w;
+    const struct ecg_vae_layout *ly;
+    char *base, *table;
+    float *ping, *pong, *latent;
+    double *recon;
+    void *ws;
+
+    memset(layers, 0, sizeof layers);
+    k = ctx->n_beats;
+    l_len = (int)model->arch.beat_len;
+    z_dim = (int)model->arch.latent_dim;
+    t3 = l_len / 8;
+    ly = &model->layout;
+    w = ctx->dev->model.d_weights;
+    ECG_TRY(layer_init(&layers[0], w + ly->enc_w[0], 1, (int)model->arch.enc[0], l_len, err));
+    ECG_TRY(layer_init(&layers[1], w + ly->enc_w[1], (int)model->arch.enc[0],
+                       (int)model->arch.enc[1], l_len / 2, err));
+    ECG_TRY(layer_init(&layers[2], w + ly->enc_w[2], (int)model->arch.enc[1],
+                       (int)model->arch.enc[2], l_len / 4, err));
+    ECG_TRY(layer_init(&layers[3], w + ly->mu_w, (int)model->arch.enc[2], z_dim, t3, err));
+    ECG_TRY(layer_init(&layers[4], w + ly->dec_w[0], (int)model->arch.dec[0],
+                       (int)model->arch.dec[1], l_len / 4, err));
+    ECG_TRY(layer_init(&layers[5], w + ly->dec_w[1], (int)model->arch.dec[1],
+                       (int)model->arch.dec[2], l_len / 2, err));
+    ECG_TRY(layer_init(&layers[6], w + ly->dec_w[2], (int)model->arch.dec[2], 1, l_len, err));
+
+    /* the widest activation (C x W) of any layer, for the ping-pong buffers */
+    per_beat = 0;
+    for (int i = 0; i < VAE_LAYERS; i++) {
+        size_t in_size = (size_t)layers[i].cin * layers[i].width;
+        size_t out_size = (size_t)layers[i].cout * layers[i].width;
+        if (in_size > per_beat)
+            per_beat = in_size;
+        if (out_size > per_beat)
+            per_beat = out_size;
+    }
+    chunk_max = k < VAE_CHUNK ? k : VAE_CHUNK;
+    ECG_TRY(layer_shape(ctx->cudnn, &layers[0], (int)chunk_max, err));
+    for (int i = 1; i < VAE_LAYERS; i++)
+        ECG_TRY(layer_shape(ctx->cudnn, &layers[i], (int)chunk_max, err));
+    shaped = (int)chunk_max;
+    for (int i = 0; i < VAE_LAYERS; i++)
+        if (layers[i].ws_bytes > ws_max)
+            ws_max = layers[i].ws_bytes;
+    /* vae_work: ping | pong | recon[k] | cuDNN work space (grown when a shape needs more) */
+    buf_bytes = (chunk_max * per_beat * sizeof(float) + 255) & ~(size_t)255;
+    off = 2 * buf_bytes + ((k * sizeof(double) + 255) & ~(size_t)255);
+    ECG_TRY(dbuf_reserve(ctx, &ctx->vae_work, off + ws_max + 256, err));
+    base = (char *)ctx->vae_work.ptr;
+    ping = (float *)base;
+    pong = (float *)(base + buf_bytes);
+    recon = (double *)(base + 2 * buf_bytes);
+    ws = base + off;
+
+    table_layout(k, (size_t)z_dim, &t);
+    table = (char *)ctx->table.ptr;
+    latent = (float *)(table + t.latent);
+    for (size_t b0 = 0; b0 < k; b0 += VAE_CHUNK) {
+        const size_t n = k - b0 < VAE_CHUNK ? k - b0 : VAE_CHUNK;
+        const float *x = (const float *)ctx->emb.ptr + b0 * l_len;
+        float *mu = latent + b0 * z_dim;
+        if ((int)n != shaped) {
+            size_t need = 0;
+            for (int i = 0; i < VAE_LAYERS; i++) {
+                ECG_TRY(layer_shape(ctx->cudnn, &layers[i], (int)n, err));
+                if (layers[i].ws_bytes > need)
+                    need = layers[i].ws_bytes;
+            }
+            shaped = (int)n;
+            if (need > ws_max) {
+                status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
+                                  "cuda_encode: cuDNN work space grew for a smaller batch");
+                goto out;
+            }
+        }
+        const struct ecg_vae_arch *ar = &model->arch;
+        /* encoder */
+        ECG_TRY(layer_run(ctx->cudnn, &layers[0], x, ping, ws, err));
+        swish_blur_kernel<<<grid_for(n * ar->enc[0] * (l_len / 2)), CUDA_THREADS, 0,
+                            ctx->stream>>>(ping, w + ly->enc_b[0], w + ly->enc_alpha[0], n,
+                                           (int)ar->enc[0], l_len, pong);
+        CUDA_LAUNCH_CHECK();
+        ECG_TRY(layer_run(ctx->cudnn, &layers[1], pong, ping, ws, err));
+        swish_blur_kernel<<<grid_for(n * ar->enc[1] * (l_len / 4)), CUDA_THREADS, 0,
+                            ctx->stream>>>(ping, w + ly->enc_b[1], w + ly->enc_alpha[1], n,
+                                           (int)ar->enc[1], l_len / 2, pong);
+        CUDA_LAUNCH_CHECK();
+        ECG_TRY(layer_run(ctx->cudnn, &layers[2], pong, ping, ws, err));
+        swish_blur_kernel<<<grid_for(n * ar->enc[2] * t3), CUDA_THREADS, 0, ctx->stream>>>(
+            ping, w + ly->enc_b[2], w + ly->enc_alpha[2], n, (int)ar->enc[2], l_len / 4, pong);
+        CUDA_LAUNCH_CHECK();
+        ECG_TRY(layer_run(ctx->cudnn, &layers[3], pong, ping, ws, err));
+        mean_kernel<<<grid_for(n * z_dim), CUDA_THREADS, 0, ctx->stream>>>(
+            ping, w + ly->mu_b, n, z_dim, t3, mu);
+        CUDA_LAUNCH_CHECK();
+        /* decoder on mu */
+        fc_up_kernel<<<grid_for(n * ar->dec[0] * 2 * t3), CUDA_THREADS, 0, ctx->stream>>>(
+            mu, w + ly->fc_w, w + ly->fc_b, n, z_dim, (int)ar->dec[0], t3, pong);
+        CUDA_LAUNCH_CHECK();
+        ECG_TRY(layer_run(ctx->cudnn, &layers[4], pong, ping, ws, err));
+        swish_up_kernel<<<grid_for(n * ar->dec[1] * (l_len / 2)), CUDA_THREADS, 0,
+                          ctx->stream>>>(ping, w + ly->dec_b[0], w + ly->dec_alpha[0], n,
+                                         (int)ar->dec[1], l_len / 4, pong);
+        CUDA_LAUNCH_CHECK();
+        ECG_TRY(layer_run(ctx->cudnn, &layers[5], pong, ping, ws, err));
+        swish_up_kernel<<<grid_for(n * ar->dec[2] * l_len), CUDA_THREADS, 0, ctx->stream>>>(
+            ping, w + ly->dec_b[1], w + ly->dec_alpha[1], n, (int)ar->dec[2], l_len / 2, pong);
+        CUDA_LAUNCH_CHECK();
+        ECG_TRY(layer_run(ctx->cudnn, &layers[6], pong, ping, ws, err));
+        recon_kernel<<<grid_for(n * 32), CUDA_THREADS, 0, ctx->stream>>>(
+            ping, w + ly->dec_b[2], x, n, l_len, recon + b0);
+        CUDA_LAUNCH_CHECK();
+    }
+
+    ECG_TRY(launch_score(ctx, model, k, recon, err));
+out:
+    for (int i = 0; i < VAE_LAYERS; i++)
+        layer_fini(&layers[i]);
+    return status;
+}
+
+/* ECG_CUDA_VAE=cudnn forces the layer-by-layer cuDNN path; the fused kernel is the default
+ * whenever the architecture's activations fit in shared memory. */
+extern "C" enum ecg_status cuda_encode(void *ctx_ptr, const struct ecg_plan *plan,
+                                       struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
+    const struct ecg_model *model = ctx->state->model;
+    const char *force = getenv("ECG_CUDA_VAE");
+    size_t smem;
+    int buf_floats = 0;
+    ECG_TRY(ctx_enter(ctx, err));
+    if (!model || !ctx->dev->model.d_weights || !ctx->cudnn) {
+        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal", "cuda_encode: no model");
+        goto out;
+    }
+    if (ctx->n_beats == 0)
+        goto out;
+    if (plan->beat_len != model->arch.beat_len || ctx->emb_len != ctx->n_beats * plan->beat_len) {
+        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
+                          "cuda_encode: embedding of %zu values for %zu beats of %u",
+                          ctx->emb_len, ctx->n_beats, plan->beat_len);
+        goto out;
+    }
+    smem = fused_smem_bytes(&model->arch, &buf_floats);
+    if (smem && !(force && strcmp(force, "cudnn") == 0))
+        ECG_TRY(encode_fused(ctx, smem, buf_floats, err));
+    else
+        ECG_TRY(encode_cudnn(ctx, plan, err));
+    ECG_TRY(ctx_sync(ctx, "encode", err));
+out:
+    return status;
+}

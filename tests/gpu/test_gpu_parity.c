@@ -1,0 +1,826 @@
+/*
+ * test_gpu_parity.c - the CUDA backend against the CPU reference (the oracle), stage by stage
+ * and end to end, on the 22 shared MIT-BIH records and on random signals with fixed seeds.
+ *
+ * Skips every test, visibly, where the build has no CUDA backend or the machine no device.
+ * Data: ECG_GPU_DATA (a directory holding mitdb/) overrides ECG_SHARED_DATA, so that a copy of
+ * the records can travel to a GPU machine. ECG_GPU_QUICK=1 runs 2 records instead of 22 (for
+ * compute-sanitizer, which slows kernels down a hundredfold).
+ *
+ * Tolerances (what the CUDA backend promises; see the gpu/ sources):
+ *   CSV and raw parsing           bit-identical values
+ *   resample, filter (direct)     |gpu - cpu| <= 1e-6 max|cpu|; bit-identical is expected and
+ *                                 the count of differing values is printed
+ *   filter (FFT, forced)          |gpu - cpu| <= 2e-5 max|cpu|
+ *   detect (same inputs)          identical peaks, except ties caused by a 1-ulp difference of
+ *                                 the feature (counted; at most 1 in 2000 beats)
+ *   segment/embed                 identical table columns, embedding within 1e-6 abs
+ *   latent, score                 |gpu - cpu| <= max(1e-4 |cpu|, 1e-5); outlier flags equal
+ *                                 except where the score is within 1e-4 of the threshold
+ */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "cpu/cpu.h"
+#include "ecg.h"
+#include "model.h"
+
+static const char *const records[] = {"101", "106", "108", "109", "112", "114", "115", "116",
+                                      "118", "119", "122", "124", "201", "203", "205", "207",
+                                      "208", "209", "215", "220", "223", "230"};
+#define N_RECORDS (sizeof records / sizeof records[0])
+
+/* ---------------------------------------------------------------- fixtures */
+
+struct pair {
+    const struct ecg_backend_ops *cpu, *gpu;
+    void *cpu_state, *gpu_state;
+    void *cpu_ctx, *gpu_ctx;
+    struct ecg_model *model;
+};
+
+static bool device_present(void)
+{
+    const struct ecg_backend_ops *gpu = ecg_cuda_backend_ops();
+    if (!gpu)
+        return false;
+    struct ecg_engine_config config = {.backend = ECG_BACKEND_CUDA, .device = -1};
+    struct ecg_error err = {0};
+    void *state = NULL;
+    if (gpu->open(&config, &state, &err) != ECG_OK) {
+        printf("# no CUDA device: %s\n", err.message);
+        return false;
+    }
+    gpu->close(state);
+    return true;
+}
+
+/* A model with random weights and a fixed calibration (the network, not its training, is
+ * under test). */
+static struct ecg_model *random_model(uint64_t seed)
+{
+    struct ecg_vae_arch arch = ecg_vae_arch_default();
+    struct ecg_params params = ecg_params_default();
+    struct ecg_error err = {0};
+    struct ecg_model *model = ecg_model_create(&arch, &params, &err);
+    assert_non_null(model);
+    srand((unsigned)seed);
+    for (size_t i = 0; i < model->layout.n_weights; i++)
+        model->weights[i] = (float)(((double)rand() / RAND_MAX - 0.5) * 0.8);
+    for (int l = 0; l < 3; l++)
+        model->weights[model->layout.enc_alpha[l]] = 1.0f + 0.1f * (float)l;
+    for (int l = 0; l < 2; l++)
+        model->weights[model->layout.dec_alpha[l]] = 0.9f;
+    model->calib.rr_window = 4;
+    model->calib.rel_center = 0.2;
+    model->calib.rel_scale = 0.5;
+    model->calib.recon_center = -2.0;
+    model->calib.recon_scale = 0.7;
+    model->calib.rr_center = 0.0;
+    model->calib.rr_scale = 0.1;
+    model->calib.rr_weight = 1.0;
+    model->calib.threshold = 1.5;
+    return model;
+}
+
+static int setup(void **state)
+{
+    if (!device_present()) {
+        *state = NULL;
+        return 0;
+    }
+    struct pair *p = calloc(1, sizeof *p);
+    assert_non_null(p);
+    p->model = random_model(7);
+    struct ecg_engine_config config = {.backend = ECG_BACKEND_CUDA, .model = p->model,
+                                       .device = -1};
+    struct ecg_error err = {0};
+    p->cpu = &ecg_cpu_backend;
+    p->gpu = ecg_cuda_backend_ops();
+    assert_int_equal(p->cpu->open(&config, &p->cpu_state, &err), ECG_OK);
+    assert_int_equal(p->gpu->open(&config, &p->gpu_state, &err), ECG_OK);
+    assert_int_equal(p->cpu->ctx_create(p->cpu_state, &p->cpu_ctx, &err), ECG_OK);
+    assert_int_equal(p->gpu->ctx_create(p->gpu_state, &p->gpu_ctx, &err), ECG_OK);
+    printf("# device: %s\n", p->gpu->device(p->gpu_state));
+    *state = p;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct pair *p = *state;
+    if (!p)
+        return 0;
+    p->cpu->ctx_destroy(p->cpu_ctx);
+    p->gpu->ctx_destroy(p->gpu_ctx);
+    p->cpu->close(p->cpu_state);
+    p->gpu->close(p->gpu_state);
+    ecg_model_free(p->model);
+    free(p);
+    return 0;
+}
+
+#define NEED_DEVICE(state)                                                                    \
+    do {                                                                                      \
+        if (!*(state)) {                                                                      \
+            printf("# SKIP: no CUDA device on this machine\n");                               \
+            skip();                                                                           \
+        }                                                                                     \
+    } while (0)
+
+static bool quick(void)
+{
+    const char *q = getenv("ECG_GPU_QUICK");
+    return q && *q && strcmp(q, "0") != 0;
+}
+
+static size_t n_records(void)
+{
+    return quick() ? 2 : N_RECORDS;
+}
+
+static void record_path(const char *rec, char *path, size_t cap)
+{
+    const char *dir = getenv("ECG_GPU_DATA");
+    snprintf(path, cap, "%s/mitdb/%s", dir && *dir ? dir : ECG_SHARED_DATA, rec);
+}
+
+static void read_record(const char *rec, struct ecg_signal *sig)
+{
+    char path[512];
+    struct ecg_error err = {0};
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB};
+    record_path(rec, path, sizeof path);
+    enum ecg_status st = ecg_read_file(path, &opts, sig, &err);
+    if (st != ECG_OK)
+        fail_msg("%s: %s", path, err.message);
+}
+
+/* A synthetic ECG: Gaussian QRS-like pulses with jittered RR, a T wave, baseline wander and
+ * noise; or (kind 1) white noise only. */
+static float *random_signal(uint64_t seed, double fs, size_t n, int kind)
+{
+    float *x = malloc(n * sizeof *x);
+    assert_non_null(x);
+    srand((unsigned)seed);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(0.05 * ((double)rand() / RAND_MAX - 0.5));
+    if (kind == 1)
+        return x;
+    double t = 0.3;
+    while (t * fs < (double)n) {
+        double amp = 0.8 + 0.6 * (double)rand() / RAND_MAX;
+        for (long k = -(long)(0.05 * fs); k <= (long)(0.05 * fs); k++) {
+            long i = (long)(t * fs) + k;
+            if (i >= 0 && (size_t)i < n)
+                x[i] += (float)(amp * exp(-0.5 * pow(k / (0.012 * fs), 2)));
+        }
+        for (long k = -(long)(0.12 * fs); k <= (long)(0.12 * fs); k++) {
+            long i = (long)((t + 0.25) * fs) + k;
+            if (i >= 0 && (size_t)i < n)
+                x[i] += (float)(0.25 * exp(-0.5 * pow(k / (0.05 * fs), 2)));
+        }
+        t += 0.6 + 0.5 * (double)rand() / RAND_MAX;
+    }
+    for (size_t i = 0; i < n; i++)
+        x[i] += (float)(0.2 * sin(2 * M_PI * 0.3 * (double)i / fs));
+    return x;
+}
+
+/* ---------------------------------------------------------------- comparisons */
+
+static float *read_all(const struct ecg_backend_ops *ops, void *ctx, enum ecg_stage_buf which,
+                       size_t elem, size_t *n)
+{
+    struct ecg_error err = {0};
+    size_t len = 0;
+    assert_int_equal(ops->read_buf(ctx, which, NULL, 0, &len, &err), ECG_OK);
+    void *buf = malloc((len ? len : 1) * elem);
+    assert_non_null(buf);
+    assert_int_equal(ops->read_buf(ctx, which, buf, len, n, &err), ECG_OK);
+    assert_int_equal(*n, len);
+    return buf;
+}
+
+/* Compares two float arrays: max |a - b|, how many differ in their bits; fails past tol. */
+static void compare_floats(const char *what, const float *cpu, const float *gpu, size_t n,
+                           double rel_tol)
+{
+    double max_ref = 0, max_diff = 0;
+    size_t bits_differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (fabs(cpu[i]) > max_ref)
+            max_ref = fabs(cpu[i]);
+        double d = fabs((double)cpu[i] - (double)gpu[i]);
+        if (d > max_diff || isnan(d))
+            max_diff = isnan(d) ? INFINITY : d;
+        if (memcmp(&cpu[i], &gpu[i], sizeof(float)) != 0)
+            bits_differ++;
+    }
+    printf("#   %-10s n=%zu max|diff|=%.3g (max|ref| %.3g) bit-identical %zu/%zu\n", what, n,
+           max_diff, max_ref, n - bits_differ, n);
+    if (!(max_diff <= rel_tol * (max_ref > 0 ? max_ref : 1)))
+        fail_msg("%s: max |gpu - cpu| = %g exceeds %g x %g", what, max_diff, rel_tol, max_ref);
+}
+
+/* Beats detected by one backend and not the other (both ascending). */
+static size_t peak_mismatches(const int64_t *a, size_t na, const int64_t *b, size_t nb)
+{
+    size_t i = 0, j = 0, miss = 0;
+    while (i < na || j < nb) {
+        if (i < na && j < nb && a[i] == b[j]) {
+            i++, j++;
+        } else if (j >= nb || (i < na && a[i] < b[j])) {
+            miss++, i++;
+        } else {
+            miss++, j++;
+        }
+    }
+    return miss;
+}
+
+/* ---------------------------------------------------------------- stage by stage */
+
+struct stage_totals {
+    size_t beats, detect_miss, records;
+};
+
+/*
+ * Runs one signal through both backends stage by stage. Each GPU stage starts from the CPU's
+ * output of the previous stage where a buffer can be injected (input, resampled, filtered).
+ */
+static void stages_one(struct pair *p, const float *x, size_t n, double fs, const char *label,
+                       struct stage_totals *tot)
+{
+    struct ecg_error err = {0};
+    struct ecg_plan plan;
+    struct ecg_params params = p->model->params;
+    size_t n_cpu = 0, n_gpu = 0, len_c, len_g;
+    assert_int_equal(ecg_plan_init(&plan, &params, fs, &err), ECG_OK);
+    printf("# %s: %zu samples at %g Hz (up %u / down %u)\n", label, n, fs, plan.up, plan.down);
+
+    assert_int_equal(p->cpu->load(p->cpu_ctx, x, n, &err), ECG_OK);
+    assert_int_equal(p->gpu->load(p->gpu_ctx, x, n, &err), ECG_OK);
+    /* resample */
+    assert_int_equal(p->cpu->resample(p->cpu_ctx, &plan, &err), ECG_OK);
+    if (p->gpu->resample(p->gpu_ctx, &plan, &err) != ECG_OK)
+        fail_msg("gpu resample: %s", err.message);
+    float *yc = read_all(p->cpu, p->cpu_ctx, ECG_BUF_RESAMPLED, sizeof(float), &len_c);
+    float *yg = read_all(p->gpu, p->gpu_ctx, ECG_BUF_RESAMPLED, sizeof(float), &len_g);
+    assert_int_equal(len_c, len_g);
+    compare_floats("resample", yc, yg, len_c, 1e-6);
+    /* filter, from the CPU's resampled signal */
+    assert_int_equal(p->gpu->write_buf(p->gpu_ctx, ECG_BUF_RESAMPLED, yc, len_c, &err), ECG_OK);
+    assert_int_equal(p->cpu->filter(p->cpu_ctx, &plan, &err), ECG_OK);
+    if (p->gpu->filter(p->gpu_ctx, &plan, &err) != ECG_OK)
+        fail_msg("gpu filter: %s", err.message);
+    float *fc = read_all(p->cpu, p->cpu_ctx, ECG_BUF_FILTERED, sizeof(float), &len_c);
+    float *fg = read_all(p->gpu, p->gpu_ctx, ECG_BUF_FILTERED, sizeof(float), &len_g);
+    assert_int_equal(len_c, len_g);
+    compare_floats("filter", fc, fg, len_c, 1e-6);
+    /* detect, from the CPU's filter response */
+    assert_int_equal(p->gpu->write_buf(p->gpu_ctx, ECG_BUF_FILTERED, fc, len_c, &err), ECG_OK);
+    assert_int_equal(p->cpu->detect(p->cpu_ctx, &plan, &n_cpu, &err), ECG_OK);
+    if (p->gpu->detect(p->gpu_ctx, &plan, &n_gpu, &err) != ECG_OK)
+        fail_msg("gpu detect: %s", err.message);
+    int64_t *pc = (int64_t *)read_all(p->cpu, p->cpu_ctx, ECG_BUF_PEAKS, sizeof(int64_t), &len_c);
+    int64_t *pg = (int64_t *)read_all(p->gpu, p->gpu_ctx, ECG_BUF_PEAKS, sizeof(int64_t), &len_g);
+    size_t miss = peak_mismatches(pc, len_c, pg, len_g);
+    printf("#   detect     cpu %zu beats, gpu %zu beats, %zu mismatched\n", len_c, len_g, miss);
+    tot->beats += len_c;
+    tot->detect_miss += miss;
+    tot->records++;
+    /* embed and encode: comparable beat by beat when the peaks agree */
+    assert_int_equal(p->cpu->embed(p->cpu_ctx, &plan, &err), ECG_OK);
+    if (p->gpu->embed(p->gpu_ctx, &plan, &err) != ECG_OK)
+        fail_msg("gpu embed: %s", err.message);
+    if (miss == 0) {
+        float *ec = read_all(p->cpu, p->cpu_ctx, ECG_BUF_EMBED, sizeof(float), &len_c);
+        float *eg = read_all(p->gpu, p->gpu_ctx, ECG_BUF_EMBED, sizeof(float), &len_g);
+        assert_int_equal(len_c, len_g);
+        compare_floats("embed", ec, eg, len_c, 1e-6);
+        free(ec);
+        free(eg);
+    }
+    assert_int_equal(p->cpu->encode(p->cpu_ctx, &plan, &err), ECG_OK);
+    if (p->gpu->encode(p->gpu_ctx, &plan, &err) != ECG_OK)
+        fail_msg("gpu encode: %s", err.message);
+    if (miss == 0 && n_cpu > 0) {
+        struct ecg_result rc = {0}, rg = {0};
+        size_t k = n_cpu, z = p->model->arch.latent_dim;
+        struct ecg_result *r[2] = {&rc, &rg};
+        for (int s = 0; s < 2; s++) {
+            r[s]->n_beats = k;
+            r[s]->latent_dim = (uint32_t)z;
+            r[s]->r_peak = malloc(k * sizeof(int64_t));
+            r[s]->onset = malloc(k * sizeof(int64_t));
+            r[s]->end = malloc(k * sizeof(int64_t));
+            r[s]->rr_ms = malloc(k * sizeof(float));
+            r[s]->kept = malloc(k);
+            r[s]->latent = malloc(k * z * sizeof(float));
+            r[s]->score = malloc(k * sizeof(float));
+            r[s]->outlier = malloc(k);
+        }
+        assert_int_equal(p->cpu->fetch(p->cpu_ctx, &rc, &err), ECG_OK);
+        if (p->gpu->fetch(p->gpu_ctx, &rg, &err) != ECG_OK)
+            fail_msg("gpu fetch: %s", err.message);
+        assert_memory_equal(rc.r_peak, rg.r_peak, k * sizeof(int64_t));
+        assert_memory_equal(rc.onset, rg.onset, k * sizeof(int64_t));
+        assert_memory_equal(rc.end, rg.end, k * sizeof(int64_t));
+        assert_memory_equal(rc.kept, rg.kept, k);
+        for (size_t i = 1; i < k; i++)
+            assert_true(rc.rr_ms[i] == rg.rr_ms[i]);
+        double max_rel_latent = 0, max_rel_score = 0;
+        size_t flag_diff = 0, kept = 0;
+        for (size_t i = 0; i < k; i++) {
+            if (!rc.kept[i]) {
+                assert_true(isnan(rg.score[i]) && rg.outlier[i] == 0);
+                continue;
+            }
+            kept++;
+            for (size_t d = 0; d < z; d++) {
+                double c = rc.latent[i * z + d], g = rg.latent[i * z + d];
+                double e = fabs(g - c) / fmax(fabs(c), 0.1);
+                if (e > max_rel_latent || isnan(e))
+                    max_rel_latent = isnan(e) ? INFINITY : e;
+                if (!(fabs(g - c) <= fmax(1e-4 * fabs(c), 1e-5)))
+                    fail_msg("beat %zu latent %zu: gpu %.8g cpu %.8g", i, d, g, c);
+            }
+            double c = rc.score[i], g = rg.score[i];
+            double e = fabs(g - c) / fmax(fabs(c), 0.1);
+            if (e > max_rel_score || isnan(e))
+                max_rel_score = isnan(e) ? INFINITY : e;
+            if (!(fabs(g - c) <= fmax(1e-4 * fabs(c), 1e-5)))
+                fail_msg("beat %zu score: gpu %.8g cpu %.8g", i, g, c);
+            if (rc.outlier[i] != rg.outlier[i]) {
+                flag_diff++;
+                assert_true(fabs(c - p->model->calib.threshold) < 1e-4);
+            }
+        }
+        printf("#   encode     %zu kept beats: max rel err latent %.2e score %.2e, outlier "
+               "flags differing %zu\n", kept, max_rel_latent, max_rel_score, flag_diff);
+        for (int s = 0; s < 2; s++) {
+            free(r[s]->r_peak);
+            free(r[s]->onset);
+            free(r[s]->end);
+            free(r[s]->rr_ms);
+            free(r[s]->kept);
+            free(r[s]->latent);
+            free(r[s]->score);
+            free(r[s]->outlier);
+        }
+    }
+    free(yc);
+    free(yg);
+    free(fc);
+    free(fg);
+    free(pc);
+    free(pg);
+    ecg_plan_fini(&plan);
+}
+
+static void check_detect_totals(const struct stage_totals *tot)
+{
+    printf("# detect totals: %zu beats over %zu signals, %zu mismatched (tie exceptions)\n",
+           tot->beats, tot->records, tot->detect_miss);
+    assert_true(tot->detect_miss * 2000 <= tot->beats);
+}
+
+static void test_stages_records(void **state)
+{
+    NEED_DEVICE(state);
+    struct stage_totals tot = {0};
+    for (size_t r = 0; r < n_records(); r++) {
+        struct ecg_signal sig = {0};
+        read_record(records[r], &sig);
+        char label[64];
+        snprintf(label, sizeof label, "record %s", records[r]);
+        stages_one(*state, sig.samples, sig.n, sig.fs_hz, label, &tot);
+        ecg_signal_free(&sig);
+    }
+    check_detect_totals(&tot);
+}
+
+static void test_stages_random(void **state)
+{
+    NEED_DEVICE(state);
+    static const double rates[] = {360, 250, 500, 1000, 128, 200};
+    struct stage_totals tot = {0};
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+        for (int kind = 0; kind < 2; kind++) {
+            size_t n = (size_t)(rates[i] * (quick() ? 60 : 600));
+            float *x = random_signal(100 + i * 2 + (uint64_t)kind, rates[i], n, kind);
+            char label[64];
+            snprintf(label, sizeof label, "random %s seed %zu", kind ? "noise" : "ecg",
+                     100 + i * 2 + (size_t)kind);
+            stages_one(*state, x, n, rates[i], label, &tot);
+            free(x);
+        }
+    }
+    check_detect_totals(&tot);
+}
+
+/* The layer-by-layer cuDNN path of the VAE, forced (the fused kernel is the default). */
+static void test_vae_cudnn(void **state)
+{
+    NEED_DEVICE(state);
+    struct stage_totals tot = {0};
+    setenv("ECG_CUDA_VAE", "cudnn", 1);
+    for (size_t r = 0; r < 2; r++) {
+        struct ecg_signal sig = {0};
+        char label[64];
+        read_record(records[r + 4], &sig);
+        snprintf(label, sizeof label, "record %s, cuDNN VAE", records[r + 4]);
+        stages_one(*state, sig.samples, sig.n, sig.fs_hz, label, &tot);
+        ecg_signal_free(&sig);
+    }
+    unsetenv("ECG_CUDA_VAE");
+    check_detect_totals(&tot);
+}
+
+/* The cuFFT path, forced, against the CPU's FFTW path on a record and a long Ricker. */
+static void test_filter_fft(void **state)
+{
+    NEED_DEVICE(state);
+    struct pair *p = *state;
+    struct ecg_error err = {0};
+    struct ecg_signal sig = {0};
+    read_record("208", &sig);
+    struct ecg_params params = ecg_params_default();
+    for (int variant = 0; variant < 2; variant++) {
+        if (variant == 1)
+            params.ricker_points_s = 1.0; /* 251 taps: cpu_filter takes FFTW itself */
+        struct ecg_plan plan;
+        assert_int_equal(ecg_plan_init(&plan, &params, sig.fs_hz, &err), ECG_OK);
+        size_t n_a = ecg_plan_resampled_len(&plan, sig.n);
+        float *y = malloc(n_a * sizeof *y), *fc = malloc(n_a * sizeof *fc), *fg;
+        assert_int_equal(cpu_resample(&plan, sig.samples, sig.n, y, &err), ECG_OK);
+        assert_int_equal(cpu_filter_with(&plan, y, n_a, fc, CPU_FILTER_FFT, &err), ECG_OK);
+        setenv("ECG_CUDA_FILTER", "fft", 1);
+        assert_int_equal(p->gpu->write_buf(p->gpu_ctx, ECG_BUF_RESAMPLED, y, n_a, &err), ECG_OK);
+        enum ecg_status st = p->gpu->filter(p->gpu_ctx, &plan, &err);
+        unsetenv("ECG_CUDA_FILTER");
+        if (st != ECG_OK)
+            fail_msg("gpu fft filter: %s", err.message);
+        size_t len = 0;
+        fg = read_all(p->gpu, p->gpu_ctx, ECG_BUF_FILTERED, sizeof(float), &len);
+        assert_int_equal(len, n_a);
+        printf("# cuFFT filter, %zu taps:\n", plan.ricker_len);
+        compare_floats("filter fft", fc, fg, n_a, 2e-5);
+        free(y);
+        free(fc);
+        free(fg);
+        ecg_plan_fini(&plan);
+    }
+    ecg_signal_free(&sig);
+}
+
+/* ---------------------------------------------------------------- end to end (engine) */
+
+static struct ecg_engine *engine_of(enum ecg_backend_kind kind, const struct ecg_model *model)
+{
+    struct ecg_engine_config config = {.backend = kind, .model = model, .workers = 2,
+                                       .device = -1};
+    struct ecg_error err = {0};
+    struct ecg_engine *engine = ecg_engine_create(&config, &err);
+    if (!engine)
+        fail_msg("engine: %s", err.message);
+    return engine;
+}
+
+static void compare_results(const struct ecg_result *c, const struct ecg_result *g,
+                            double threshold, size_t *mismatch)
+{
+    size_t miss = peak_mismatches(c->r_peak, c->n_beats, g->r_peak, g->n_beats);
+    *mismatch += miss;
+    if (miss)
+        return;
+    size_t k = c->n_beats, z = c->latent_dim;
+    assert_memory_equal(c->onset, g->onset, k * sizeof(int64_t));
+    assert_memory_equal(c->end, g->end, k * sizeof(int64_t));
+    assert_memory_equal(c->kept, g->kept, k);
+    for (size_t i = 0; i < k; i++) {
+        if (!c->kept[i] || !c->score)
+            continue;
+        for (size_t d = 0; d < z; d++) {
+            double a = c->latent[i * z + d], b = g->latent[i * z + d];
+            if (!(fabs(a - b) <= fmax(1e-4 * fabs(a), 1e-5)))
+                fail_msg("beat %zu latent %zu: gpu %.8g cpu %.8g", i, d, b, a);
+        }
+        if (!(fabs(c->score[i] - g->score[i]) <= fmax(1e-4 * fabs(c->score[i]), 1e-5)))
+            fail_msg("beat %zu score: gpu %.8g cpu %.8g", i, g->score[i], c->score[i]);
+        if (c->outlier[i] != g->outlier[i])
+            assert_true(fabs(c->score[i] - threshold) < 1e-4);
+    }
+}
+
+static void test_engine_records(void **state)
+{
+    NEED_DEVICE(state);
+    struct pair *p = *state;
+    struct ecg_engine *cpu = engine_of(ECG_BACKEND_CPU, p->model);
+    struct ecg_engine *gpu = engine_of(ECG_BACKEND_CUDA, p->model);
+    assert_string_equal(ecg_engine_backend(gpu), "cuda");
+    size_t beats = 0, miss = 0;
+    for (size_t r = 0; r < n_records(); r++) {
+        struct ecg_signal sig = {0};
+        struct ecg_result *rc = NULL, *rg = NULL;
+        struct ecg_error err = {0};
+        read_record(records[r], &sig);
+        assert_int_equal(ecg_engine_analyze(cpu, &sig, &rc, &err), ECG_OK);
+        if (ecg_engine_analyze(gpu, &sig, &rg, &err) != ECG_OK)
+            fail_msg("record %s on cuda: %s", records[r], err.message);
+        size_t before = miss;
+        compare_results(rc, rg, p->model->calib.threshold, &miss);
+        printf("# engine record %s: %zu beats (cpu) %zu (gpu), %zu mismatched; cpu %.1f ms, "
+               "gpu %.1f ms\n", records[r], rc->n_beats, rg->n_beats, miss - before,
+               rc->timing.total_ms, rg->timing.total_ms);
+        beats += rc->n_beats;
+        ecg_result_free(rc);
+        ecg_result_free(rg);
+        ecg_signal_free(&sig);
+    }
+    printf("# engine totals: %zu beats, %zu mismatched\n", beats, miss);
+    assert_true(miss * 2000 <= beats);
+    ecg_engine_destroy(cpu);
+    ecg_engine_destroy(gpu);
+}
+
+/* Several threads share one CUDA engine (one stream per worker context): each result must
+ * equal the CPU's, whatever runs beside it. */
+struct concurrent_job {
+    struct ecg_engine *engine;
+    const struct ecg_signal *sig;
+    const struct ecg_result *expect;
+    int rounds;
+    size_t mismatched;
+    int failures;
+};
+
+static void *concurrent_worker(void *arg)
+{
+    struct concurrent_job *job = arg;
+    for (int r = 0; r < job->rounds; r++) {
+        struct ecg_result *res = NULL;
+        struct ecg_error err = {0};
+        if (ecg_engine_analyze(job->engine, job->sig, &res, &err) != ECG_OK) {
+            job->failures++;
+            continue;
+        }
+        if (res->n_beats != job->expect->n_beats ||
+            memcmp(res->r_peak, job->expect->r_peak, res->n_beats * sizeof(int64_t)) != 0 ||
+            memcmp(res->score, job->expect->score, res->n_beats * sizeof(float)) != 0)
+            job->mismatched++;
+        ecg_result_free(res);
+    }
+    return NULL;
+}
+
+static void test_engine_concurrent(void **state)
+{
+    NEED_DEVICE(state);
+    struct pair *p = *state;
+    enum { THREADS = 4 };
+    struct ecg_engine_config config = {.backend = ECG_BACKEND_CUDA, .model = p->model,
+                                       .workers = THREADS, .device = -1};
+    struct ecg_error err = {0};
+    struct ecg_engine *gpu = ecg_engine_create(&config, &err);
+    if (!gpu)
+        fail_msg("engine: %s", err.message);
+    struct ecg_signal sig[THREADS];
+    struct ecg_result *expect[THREADS];
+    struct concurrent_job jobs[THREADS];
+    pthread_t tid[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        memset(&sig[t], 0, sizeof sig[t]);
+        read_record(records[t * 5], &sig[t]);
+        /* the reference: the same engine, alone (equal to the CPU per test_engine_records) */
+        assert_int_equal(ecg_engine_analyze(gpu, &sig[t], &expect[t], &err), ECG_OK);
+        jobs[t] = (struct concurrent_job){gpu, &sig[t], expect[t], quick() ? 2 : 6, 0, 0};
+    }
+    for (int t = 0; t < THREADS; t++)
+        assert_int_equal(pthread_create(&tid[t], NULL, concurrent_worker, &jobs[t]), 0);
+    size_t mismatched = 0;
+    int failures = 0;
+    for (int t = 0; t < THREADS; t++) {
+        pthread_join(tid[t], NULL);
+        mismatched += jobs[t].mismatched;
+        failures += jobs[t].failures;
+        ecg_result_free(expect[t]);
+        ecg_signal_free(&sig[t]);
+    }
+    printf("# concurrent: %d threads x %d analyses on one engine (%s): %d failed, %zu differed\n",
+           THREADS, jobs[0].rounds, ecg_engine_device(gpu), failures, mismatched);
+    assert_int_equal(failures, 0);
+    assert_int_equal(mismatched, 0);
+    ecg_engine_destroy(gpu);
+}
+
+/* ---------------------------------------------------------------- readers on the device */
+
+/* Loads bytes on the GPU and on the host; the samples must be bit-identical. */
+static void bytes_parity(struct pair *p, const char *buf, size_t len,
+                         const struct ecg_read_opts *opts, const char *what, bool expect_device)
+{
+    struct ecg_error err = {0};
+    struct ecg_signal sig = {0};
+    size_t n = 0, got = 0;
+    double fs = 0;
+    char lead[32] = "";
+    if (ecg_read_memory(buf, len, opts, &sig, &err) != ECG_OK)
+        fail_msg("%s: the host reader refused it: %s", what, err.message);
+    enum ecg_status st = p->gpu->load_bytes(p->gpu_ctx, buf, len, opts, &n, &fs, lead, &err);
+    if (st == ECG_ERR_UNSUPPORTED) {
+        printf("#   %s: handed to the host reader\n", what);
+        if (expect_device)
+            fail_msg("%s: the device parser refused a clean input", what);
+        ecg_signal_free(&sig);
+        return;
+    }
+    if (st != ECG_OK)
+        fail_msg("%s: %s", what, err.message);
+    assert_int_equal(n, sig.n);
+    assert_true(fs == sig.fs_hz);
+    assert_string_equal(lead, sig.lead);
+    float *v = read_all(p->gpu, p->gpu_ctx, ECG_BUF_INPUT, sizeof(float), &got);
+    assert_int_equal(got, sig.n);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&v[i], &sig.samples[i], sizeof(float)) != 0) {
+            if (differ < 5)
+                printf("#   sample %zu: gpu %a host %a\n", i, v[i], sig.samples[i]);
+            differ++;
+        }
+    printf("#   %s: %zu samples, %zu differ in their bits\n", what, n, differ);
+    assert_int_equal(differ, 0);
+    free(v);
+    ecg_signal_free(&sig);
+}
+
+/* Random decimal tokens of every shape the grammar allows, hard ones included. */
+static void random_token(char *out, size_t cap, unsigned *seed)
+{
+    int shape = rand_r(seed) % 10;
+    char digits[64];
+    int nd = 1 + rand_r(seed) % (shape == 9 ? 30 : 9); /* < 10^38: in float range */
+    for (int i = 0; i < nd; i++)
+        digits[i] = (char)('0' + rand_r(seed) % 10);
+    digits[nd] = 0;
+    int point = rand_r(seed) % (nd + 1);
+    const char *sign = rand_r(seed) % 3 == 0 ? "-" : (rand_r(seed) % 7 == 0 ? "+" : "");
+    if (shape <= 5) {
+        snprintf(out, cap, "%s%.*s.%s", sign, point, digits, digits + point);
+    } else if (shape <= 7) {
+        snprintf(out, cap, "%s%.*s.%se%d", sign, point ? point : 1, digits,
+                 digits + (point ? point : 1), rand_r(seed) % 60 - 30);
+    } else if (shape == 8) {
+        float f = (float)rand_r(seed) / (float)RAND_MAX * 10.0f - 5.0f;
+        snprintf(out, cap, "%.9g", (double)f);
+    } else {
+        snprintf(out, cap, "%s%s", sign, digits);
+    }
+}
+
+static void test_csv_bits(void **state)
+{
+    NEED_DEVICE(state);
+    struct pair *p = *state;
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_CSV, .fs_hz = 360};
+    unsigned seed = 1234;
+    size_t lines = quick() ? 20000 : 400000;
+    struct ecg_buf text = {0};
+    char tok[128];
+    /* one column */
+    for (size_t i = 0; i < lines; i++) {
+        random_token(tok, sizeof tok, &seed);
+        ecg_buf_printf(&text, "%s\n", tok);
+    }
+    assert_false(text.failed);
+    bytes_parity(p, text.data, text.len, &opts, "csv random tokens", true);
+    ecg_buf_fini(&text);
+    /* three columns, CRLF, a header, blank lines, spaces; select by name */
+    ecg_buf_puts(&text, "\xef\xbb\xbf time ; MLII ;V5\r\n");
+    for (size_t i = 0; i < lines / 4; i++) {
+        random_token(tok, sizeof tok, &seed);
+        ecg_buf_printf(&text, "%zu ; %s ;1.5\r\n", i, tok);
+        if (i % 1000 == 7)
+            ecg_buf_puts(&text, "  \r\n");
+    }
+    opts.lead = "mlii";
+    bytes_parity(p, text.data, text.len, &opts, "csv header/blank/crlf", true);
+    ecg_buf_fini(&text);
+    /* the shared excerpt */
+    {
+        char path[512];
+        snprintf(path, sizeof path, "%s/mitdb_100s.csv", ECG_TEST_DATA);
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            char chunk[65536];
+            size_t got;
+            while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
+                ecg_buf_append(&text, chunk, got);
+            fclose(f);
+            opts.lead = "V1";
+            bytes_parity(p, text.data, text.len, &opts, "mitdb_100s.csv lead V1", true);
+            opts.lead = NULL;
+            bytes_parity(p, text.data, text.len, &opts, "mitdb_100s.csv lead 0", true);
+            ecg_buf_fini(&text);
+        }
+    }
+    /* bad inputs go back to the host, which reports them */
+    static const char *const bad[] = {"1.0\n2.0\nabc\n", "1.0\nnan\n", "1e40\n1\n", "1,2\n3\n",
+                                      "1\n\x01\n"};
+    opts.lead = "1";
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t n = 0;
+        double fs = 0;
+        char lead[32];
+        struct ecg_error err = {0};
+        enum ecg_status st =
+            p->gpu->load_bytes(p->gpu_ctx, bad[i], strlen(bad[i]), &opts, &n, &fs, lead, &err);
+        assert_int_equal(st, ECG_ERR_UNSUPPORTED);
+    }
+}
+
+static void test_raw_bits(void **state)
+{
+    NEED_DEVICE(state);
+    struct pair *p = *state;
+    size_t n = 100003;
+    unsigned seed = 99;
+    unsigned char *buf = malloc(n * 8);
+    assert_non_null(buf);
+    for (size_t i = 0; i < n * 8; i++)
+        buf[i] = (unsigned char)rand_r(&seed);
+    /* float32 and float64 need finite values: build them */
+    float *f = (float *)buf;
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)rand_r(&seed) / (float)RAND_MAX * 20.0f - 10.0f;
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_F32, .fs_hz = 250};
+    bytes_parity(p, (const char *)buf, n * 4, &opts, "f32", true);
+    double *d = (double *)buf;
+    for (size_t i = 0; i < n; i++)
+        d[i] = ((double)rand_r(&seed) / RAND_MAX - 0.5) * 1e3;
+    opts.format = ECG_FORMAT_F64;
+    bytes_parity(p, (const char *)buf, n * 8, &opts, "f64", true);
+    opts.format = ECG_FORMAT_I16;
+    bytes_parity(p, (const char *)buf, n * 2, &opts, "i16", true);
+    f[17] = NAN;
+    opts.format = ECG_FORMAT_F32;
+    size_t got = 0;
+    double fs;
+    char lead[32];
+    struct ecg_error err = {0};
+    assert_int_equal(p->gpu->load_bytes(p->gpu_ctx, buf, n * 4, &opts, &got, &fs, lead, &err),
+                     ECG_ERR_UNSUPPORTED);
+    free(buf);
+}
+
+/* ---------------------------------------------------------------- errors */
+
+/* A request too big for the device fails with DEVICE_OOM and the context keeps serving. */
+static void test_oom_recovers(void **state)
+{
+    NEED_DEVICE(state);
+    if (getenv("ECG_GPU_NO_OOM")) { /* under compute-sanitizer, which reports the planted OOM */
+        printf("# SKIP: ECG_GPU_NO_OOM set\n");
+        skip();
+    }
+    struct pair *p = *state;
+    struct ecg_error err = {0};
+    float tiny[4] = {0};
+    /* the reservation fails before the host buffer is read */
+    enum ecg_status st = p->gpu->write_buf(p->gpu_ctx, ECG_BUF_INPUT, tiny, (size_t)1 << 40, &err);
+    printf("# oom: %s: %s\n", ecg_status_str(st), err.message);
+    assert_int_equal(st, ECG_ERR_DEVICE_OOM);
+    struct stage_totals tot = {0};
+    float *x = random_signal(5, 360, 360 * 60, 0);
+    stages_one(p, x, 360 * 60, 360, "after oom", &tot);
+    free(x);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_csv_bits),
+        cmocka_unit_test(test_raw_bits),
+        cmocka_unit_test(test_stages_records),
+        cmocka_unit_test(test_stages_random),
+        cmocka_unit_test(test_filter_fft),
+        cmocka_unit_test(test_vae_cudnn),
+        cmocka_unit_test(test_engine_records),
+        cmocka_unit_test(test_engine_concurrent),
+        cmocka_unit_test(test_oom_recovers),
+    };
+    return cmocka_run_group_tests_name("gpu_parity", tests, setup, teardown);
+}

@@ -1,0 +1,339 @@
+/*
+ * test_service.c - the service's pure parts: route matching, the status -> HTTP mapping, the
+ * configuration parser (flags, environment, precedence, refusals), the metrics exposition, JSON
+ * string escaping in logs, and the worker pool (every job runs once; cancelled on a stopping
+ * pool). The server itself is tested end to end by tests/e2e/test_http.sh.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../service/config.h"
+#include "../../service/jobs.h"
+#include "../../service/log.h"
+#include "../../service/metrics.h"
+#include "../../service/routes.h"
+#include "../../service/server.h"
+
+static void test_route_match(void **state)
+{
+    (void)state;
+    char name[64];
+    assert_int_equal(svc_route_match("/v1/analyze", name, sizeof name), SVC_ROUTE_ANALYZE);
+    assert_string_equal(name, "");
+    assert_int_equal(svc_route_match("/healthz", name, sizeof name), SVC_ROUTE_HEALTHZ);
+    assert_int_equal(svc_route_match("/v2/health/ready", name, sizeof name), SVC_ROUTE_READY);
+    assert_int_equal(svc_route_match("/openapi.json", name, sizeof name), SVC_ROUTE_OPENAPI);
+    assert_int_equal(svc_route_match("/v1/models", name, sizeof name), SVC_ROUTE_MODELS);
+    assert_int_equal(svc_route_match("/v1/models/default", name, sizeof name), SVC_ROUTE_MODEL);
+    assert_string_equal(name, "default");
+    assert_int_equal(svc_route_match("/v1/models/mit-bih_v2.1/decode", name, sizeof name),
+                     SVC_ROUTE_DECODE);
+    assert_string_equal(name, "mit-bih_v2.1");
+
+    /* Not routes: trailing slashes, empty or hidden names, traversal, other characters,
+     * extra segments, names too long. */
+    static const char *const unknown[] = {
+        "/",          "/healthz/",          "/v1/analyze/",      "/v1/models/",
+        "/v1/models/..", "/v1/models/.hidden", "/v1/models/a/b",  "/v1/models/a b",
+        "/v1/models/a%2Fb", "/v1/models/a/decode/x", "/V1/ANALYZE", "/metricsx",
+    };
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
+        assert_int_equal(svc_route_match(unknown[i], name, sizeof name), SVC_ROUTE_UNKNOWN);
+    char long_path[128] = "/v1/models/";
+    memset(long_path + strlen(long_path), 'a', 64);
+    assert_int_equal(svc_route_match(long_path, name, sizeof name), SVC_ROUTE_UNKNOWN);
+    long_path[strlen("/v1/models/") + 63] = '\0';
+    assert_int_equal(svc_route_match(long_path, name, sizeof name), SVC_ROUTE_MODEL);
+    assert_int_equal(strlen(name), 63);
+
+    /* Every route but "other" has a method and an Allow value. */
+    for (int r = 0; r < SVC_ROUTE_UNKNOWN; r++) {
+        const struct svc_route_def *def = svc_route_def((enum svc_route)r);
+        assert_int_equal(def->route, r);
+        assert_true(!strcmp(def->method, "GET") || !strcmp(def->method, "POST"));
+        assert_non_null(strstr(def->allow, def->method));
+    }
+    assert_string_equal(svc_route_def(SVC_ROUTE_COUNT)->pattern, "other");
+}
+
+static void test_http_status(void **state)
+{
+    (void)state;
+    assert_int_equal(svc_http_status(ECG_OK), 200);
+    assert_int_equal(svc_http_status(ECG_ERR_FORMAT), 400);
+    assert_int_equal(svc_http_status(ECG_ERR_ARG), 400);
+    assert_int_equal(svc_http_status(ECG_ERR_NOT_FOUND), 404);
+    assert_int_equal(svc_http_status(ECG_ERR_TOO_LARGE), 413);
+    assert_int_equal(svc_http_status(ECG_ERR_UNSUPPORTED), 422);
+    assert_int_equal(svc_http_status(ECG_ERR_BUSY), 503);
+    assert_int_equal(svc_http_status(ECG_ERR_DEVICE), 503);
+    assert_int_equal(svc_http_status(ECG_ERR_DEVICE_OOM), 503);
+    assert_int_equal(svc_http_status(ECG_ERR_MODEL), 500);
+    assert_int_equal(svc_http_status(ECG_ERR_INTERNAL), 500);
+    assert_int_equal(svc_http_status(ECG_ERR_IO), 500);
+    assert_int_equal(svc_http_status(ECG_ERR_NOMEM), 500);
+    /* An input problem is never a server error, and no error is a success. */
+    for (int s = 1; s < ECG_STATUS_COUNT; s++) {
+        unsigned http = svc_http_status((enum ecg_status)s);
+        assert_true(http >= 400 && http <= 599);
+    }
+    assert_int_equal(svc_http_status(ECG_STATUS_COUNT), 500);
+}
+
+static enum svc_config_action parse(struct svc_config *cfg, int argc, const char **argv)
+{
+    FILE *sink = fopen("/dev/null", "w");
+    assert_non_null(sink);
+    enum svc_config_action action = svc_config_parse(cfg, argc, (char **)argv, sink, sink);
+    fclose(sink);
+    return action;
+}
+
+static const char *const all_vars[] = {
+    "ECGD_PORT", "ECGD_BIND", "ECGD_BACKEND", "ECGD_DEVICE", "ECGD_MODEL_DIR", "ECGD_MODEL",
+    "ECGD_WORKERS", "ECGD_IO_THREADS", "ECGD_MAX_BODY_MB", "ECGD_TIMEOUT_S",
+    "ECGD_QUEUE_DEPTH", "ECGD_DRAIN_S", "ECGD_TOKEN",
+};
+
+static void clear_env(void)
+{
+    for (size_t i = 0; i < sizeof all_vars / sizeof all_vars[0]; i++)
+        unsetenv(all_vars[i]);
+}
+
+static void test_config(void **state)
+{
+    (void)state;
+    struct svc_config cfg;
+    clear_env();
+
+    const char *plain[] = {"serve"};
+    assert_int_equal(parse(&cfg, 1, plain), SVC_CONFIG_RUN);
+    assert_string_equal(cfg.bind, "0.0.0.0");
+    assert_int_equal(cfg.port, 8080);
+    assert_int_equal(cfg.backend, ECG_BACKEND_AUTO);
+    assert_string_equal(cfg.model_dir, "models");
+    assert_string_equal(cfg.model, "default");
+    assert_int_equal(cfg.max_body_bytes, (size_t)256 << 20);
+    assert_true(cfg.workers >= 1 && cfg.io_threads >= 2);
+    assert_string_equal(cfg.token, "");
+
+    /* The environment sets, flags (both spellings) win. */
+    setenv("ECGD_PORT", "9000", 1);
+    setenv("ECGD_WORKERS", "3", 1);
+    setenv("ECGD_BACKEND", "cpu", 1);
+    setenv("ECGD_TOKEN", "t0k", 1);
+    const char *flags[] = {"serve", "--workers", "5", "--max-body-mb=2", "--bind", "::1"};
+    assert_int_equal(parse(&cfg, 6, flags), SVC_CONFIG_RUN);
+    assert_int_equal(cfg.port, 9000);
+    assert_int_equal(cfg.workers, 5);
+    assert_int_equal(cfg.io_threads, 5);
+    assert_int_equal(cfg.backend, ECG_BACKEND_CPU);
+    assert_int_equal(cfg.max_body_bytes, (size_t)2 << 20);
+    assert_string_equal(cfg.bind, "::1");
+    assert_string_equal(cfg.token, "t0k");
+    clear_env();
+
+    /* A leading "serve" in argv[1] (the whole command line) is skipped. */
+    const char *whole[] = {"ecgd", "serve", "--port", "1"};
+    assert_int_equal(parse(&cfg, 4, whole), SVC_CONFIG_RUN);
+    assert_int_equal(cfg.port, 1);
+
+    /* Refusals: out of range, trailing junk, unknown names, missing values, empty model. */
+    const char *bad[][3] = {
+        {"serve", "--port", "65536"},   {"serve", "--port", "80x"},
+        {"serve", "--workers", "0"},    {"serve", "--backend", "tpu"},
+        {"serve", "--frobnicate", "1"}, {"serve", "--model", ""},
+        {"serve", "--timeout-s", "-1"}, {"serve", "--max-body-mb", "99999999999"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(parse(&cfg, 3, bad[i]), SVC_CONFIG_EXIT_USAGE);
+    const char *missing[] = {"serve", "--port"};
+    assert_int_equal(parse(&cfg, 2, missing), SVC_CONFIG_EXIT_USAGE);
+    setenv("ECGD_QUEUE_DEPTH", "lots", 1);
+    assert_int_equal(parse(&cfg, 1, plain), SVC_CONFIG_EXIT_USAGE);
+    clear_env();
+
+    const char *help[] = {"serve", "--help"};
+    assert_int_equal(parse(&cfg, 2, help), SVC_CONFIG_EXIT_OK);
+    const char *routes[] = {"serve", "--list-routes"};
+    assert_int_equal(parse(&cfg, 2, routes), SVC_CONFIG_LIST_ROUTES);
+
+    /* The JSON form redacts the token. */
+    snprintf(cfg.token, sizeof cfg.token, "secret-value");
+    struct ecg_buf json = {0};
+    svc_config_write_json(&cfg, &json);
+    assert_false(json.failed);
+    assert_null(strstr(json.data, "secret-value"));
+    assert_non_null(strstr(json.data, "\"token\":\"(set)\""));
+    ecg_buf_fini(&json);
+}
+
+static void test_metrics_render(void **state)
+{
+    (void)state;
+    struct svc_metrics metrics;
+    svc_metrics_init(&metrics);
+    svc_metrics_request(&metrics, SVC_ROUTE_ANALYZE, 200, 0.0005, 1000, 200);
+    svc_metrics_request(&metrics, SVC_ROUTE_ANALYZE, 200, 0.3, 2000, 300);
+    svc_metrics_request(&metrics, SVC_ROUTE_ANALYZE, 400, 0.002, 10, 90);
+    svc_metrics_request(&metrics, SVC_ROUTE_UNKNOWN, 404, 100.0, 0, 70);
+    svc_metrics_request(&metrics, SVC_ROUTE_HEALTHZ, 299, 0.001, 0, 28); /* "other" code */
+    struct ecg_timing timing = {.read_ms = 1500, .filter_ms = 250, .total_ms = 2000};
+    svc_metrics_analysis(&metrics, &timing, 5000, 7, 2);
+    struct svc_metrics_gauges gauges = {
+        .in_flight = 3, .queued = 1, .busy_workers = 2, .workers = 4, .ready = true,
+        .backend = "cpu", .device = "a \"quoted\" device",
+    };
+    struct ecg_buf text = {0};
+    svc_metrics_render(&metrics, &gauges, &text);
+    assert_false(text.failed);
+    static const char *const expected[] = {
+        "ecgd_http_requests_total{route=\"/v1/analyze\",code=\"200\"} 2\n",
+        "ecgd_http_requests_total{route=\"/v1/analyze\",code=\"400\"} 1\n",
+        "ecgd_http_requests_total{route=\"other\",code=\"404\"} 1\n",
+        "ecgd_http_requests_total{route=\"/healthz\",code=\"other\"} 1\n",
+        /* cumulative buckets */
+        "ecgd_http_request_duration_seconds_bucket{route=\"/v1/analyze\",le=\"0.001\"} 1\n",
+        "ecgd_http_request_duration_seconds_bucket{route=\"/v1/analyze\",le=\"0.0025\"} 2\n",
+        "ecgd_http_request_duration_seconds_bucket{route=\"/v1/analyze\",le=\"0.25\"} 2\n",
+        "ecgd_http_request_duration_seconds_bucket{route=\"/v1/analyze\",le=\"0.5\"} 3\n",
+        "ecgd_http_request_duration_seconds_bucket{route=\"/v1/analyze\",le=\"+Inf\"} 3\n",
+        "ecgd_http_request_duration_seconds_count{route=\"/v1/analyze\"} 3\n",
+        "ecgd_http_request_duration_seconds_bucket{route=\"other\",le=\"60\"} 0\n",
+        "ecgd_http_request_duration_seconds_bucket{route=\"other\",le=\"+Inf\"} 1\n",
+        "ecgd_engine_stage_seconds_sum{stage=\"read\"} 1.5\n",
+        "ecgd_engine_stage_seconds_sum{stage=\"filter\"} 0.25\n",
+        "ecgd_engine_stage_seconds_count{stage=\"total\"} 1\n",
+        "ecgd_http_received_bytes_total 3010\n",
+        "ecgd_http_sent_bytes_total 688\n",
+        "ecgd_beats_analysed_total 7\n",
+        "ecgd_outlier_beats_total 2\n",
+        "ecgd_samples_analysed_total 5000\n",
+        "ecgd_http_requests_in_flight 3\n",
+        "ecgd_analysis_queued 1\n",
+        "ecgd_ready 1\n",
+        "ecgd_build_info{version=\"" ECG_VERSION
+        "\",backend=\"cpu\",device=\"a \\\"quoted\\\" device\"} 1\n",
+        "# TYPE ecgd_http_request_duration_seconds histogram\n",
+    };
+    for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++) {
+        if (!strstr(text.data, expected[i]))
+            fail_msg("missing line: %s", expected[i]);
+    }
+    /* No route without traffic shows up. */
+    assert_null(strstr(text.data, "route=\"/v1/info\""));
+    ecg_buf_fini(&text);
+    svc_metrics_fini(&metrics);
+}
+
+static void test_json_string(void **state)
+{
+    (void)state;
+    struct ecg_buf out = {0};
+    svc_json_string(&out, "a\"b\\c\n\x01 \xc3\xa9 \xff \xe2\x82 z");
+    assert_false(out.failed);
+    assert_string_equal(out.data,
+                        "\"a\\\"b\\\\c\\u000a\\u0001 \xc3\xa9 \\ufffd \\ufffd\\ufffd z\"");
+    ecg_buf_fini(&out);
+    svc_json_string(&out, NULL);
+    assert_string_equal(out.data, "\"\"");
+    ecg_buf_fini(&out);
+}
+
+/* ---- the worker pool */
+
+struct counting_job {
+    struct svc_job job;
+    atomic_int *ran;
+    atomic_int *cancelled;
+    atomic_bool *gate; /* when not NULL, the job waits for it */
+};
+
+static void counting_run(struct svc_job *job, bool cancelled)
+{
+    struct counting_job *cj = (struct counting_job *)job;
+    while (cj->gate && !atomic_load(cj->gate))
+        ;
+    atomic_fetch_add(cancelled ? cj->cancelled : cj->ran, 1);
+}
+
+static void test_jobs_all_run(void **state)
+{
+    (void)state;
+    struct svc_jobs jobs;
+    struct ecg_error err = {0};
+    assert_int_equal(svc_jobs_start(&jobs, 3, &err), ECG_OK);
+    atomic_int ran = 0, cancelled = 0;
+    struct counting_job list[200];
+    for (size_t i = 0; i < 200; i++) {
+        list[i] = (struct counting_job){{NULL, counting_run}, &ran, &cancelled, NULL};
+        assert_true(svc_jobs_submit(&jobs, &list[i].job));
+    }
+    svc_jobs_stop(&jobs, false);
+    assert_int_equal(atomic_load(&ran), 200);
+    assert_int_equal(atomic_load(&cancelled), 0);
+}
+
+struct stopper {
+    struct svc_jobs *jobs;
+};
+
+static void *stop_thread(void *arg)
+{
+    svc_jobs_stop(((struct stopper *)arg)->jobs, true);
+    return NULL;
+}
+
+static void test_jobs_cancel(void **state)
+{
+    (void)state;
+    struct svc_jobs jobs;
+    struct ecg_error err = {0};
+    assert_int_equal(svc_jobs_start(&jobs, 1, &err), ECG_OK);
+    atomic_int ran = 0, cancelled = 0;
+    atomic_bool gate = false;
+    struct counting_job blocker = {{NULL, counting_run}, &ran, &cancelled, &gate};
+    struct counting_job queued[5];
+    assert_true(svc_jobs_submit(&jobs, &blocker.job));
+    for (size_t i = 0; i < 5; i++) {
+        queued[i] = (struct counting_job){{NULL, counting_run}, &ran, &cancelled, NULL};
+        assert_true(svc_jobs_submit(&jobs, &queued[i].job));
+    }
+    /* Stop (with cancel) while the blocker holds the only worker. */
+    while (atomic_load(&jobs.running) == 0)
+        ;
+    struct stopper stopper = {&jobs};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, stop_thread, &stopper), 0);
+    for (;;) {
+        pthread_mutex_lock(&jobs.mutex);
+        bool stopping = jobs.stopping;
+        pthread_mutex_unlock(&jobs.mutex);
+        if (stopping)
+            break;
+    }
+    struct counting_job late = {{NULL, counting_run}, &ran, &cancelled, NULL};
+    assert_false(svc_jobs_submit(&jobs, &late.job)); /* refused once stopping */
+    atomic_store(&gate, true);
+    pthread_join(thread, NULL);
+    assert_int_equal(atomic_load(&ran), 1);
+    assert_int_equal(atomic_load(&cancelled), 5);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_route_match),   cmocka_unit_test(test_http_status),
+        cmocka_unit_test(test_config),        cmocka_unit_test(test_metrics_render),
+        cmocka_unit_test(test_json_string),   cmocka_unit_test(test_jobs_all_run),
+        cmocka_unit_test(test_jobs_cancel),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
