@@ -21,9 +21,11 @@ LUA=bench/http_bench.lua
 cpus=$(nproc)
 WORKERS=${WORKERS:-$cpus}
 
-for tool in wrk curl python3; do
+for tool in curl python3; do
     command -v "$tool" >/dev/null || { echo "bench_http: $tool is not installed" >&2; exit 1; }
 done
+have_wrk=1
+command -v wrk >/dev/null || { have_wrk=0; echo "# wrk is not installed: the 10-second strips are skipped"; }
 [ -x "$ECGD" ] || { echo "bench_http: $ECGD is not built" >&2; exit 1; }
 
 tmp=$(mktemp -d)
@@ -61,6 +63,7 @@ info=$(curl -s "$base/v1/info")
 echo "# ecgd $(echo "$info" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["version"], "backend", d["backend"], "on", d["device"])'), $WORKERS workers, $cpus CPUs, model ${model_args[1]}"
 
 strip() { # strip NAME CONNECTIONS PATH [METHOD FILE TYPE]
+    [ "$have_wrk" = 1 ] || return 0
     local name=$1 conns=$2 path=$3
     shift 3
     BENCH_NAME=$name wrk -t 2 -c "$conns" -d "$DURATION" --timeout 30s -s "$LUA" "$base$path" -- "$name" "$@" |

@@ -296,9 +296,11 @@ static void print_eval(const char *label, const struct ecg_anomaly_eval *ev)
 {
     size_t n_abn = ev->n[1] + ev->n[2] + ev->n[3] + ev->n[4];
     size_t f_abn = ev->flagged[1] + ev->flagged[2] + ev->flagged[3] + ev->flagged[4];
-    printf("%-8s AUC V vs N %.4f  abnormal vs N %.4f  S vs N %.4f  | beats N %zu S %zu V %zu "
-           "F %zu Q %zu | flag: sens V %.1f%% abnormal %.1f%%, false positives (N) %.2f%%\n",
-           label, ev->auc_v, ev->auc_abnormal, ev->auc_s, ev->n[0], ev->n[1], ev->n[2], ev->n[3],
+    printf("%-8s AUC V vs N %.4f  abnormal vs N %.4f  S vs N %.4f  F vs N %.4f | beats N %zu "
+           "S %zu V %zu F %zu Q %zu | flag: sens V %.1f%% abnormal %.1f%%, false positives (N) "
+           "%.2f%%\n",
+           label, ev->auc_v, ev->auc_abnormal, ev->auc_s, ev->auc_f, ev->n[0], ev->n[1], ev->n[2],
+           ev->n[3],
            ev->n[4], ev->n[2] ? 100.0 * (double)ev->flagged[2] / (double)ev->n[2] : NAN,
            n_abn ? 100.0 * (double)f_abn / (double)n_abn : NAN,
            ev->n[0] ? 100.0 * (double)ev->flagged[0] / (double)ev->n[0] : NAN);

@@ -73,6 +73,8 @@ static size_t enumerate_pairs(const int64_t *det, size_t n_det, const int64_t *r
  * Matching is global nearest-first: of all (reference, detection) pairs within the window, the
  * closest pair is matched first, both leave the pool, and so on (ties: earlier reference, then
  * earlier detection). Each reference is matched to at most one detection and vice versa.
+ * The window in samples is floor(window_s * fs_hz), inclusive, so a match is never more than
+ * window_s apart (54 samples for 150 ms at 360 Hz, as bxb).
  * Both arrays must be ascending (as readers and detectors produce them). The pair list is
  * allocated; if that fails, a sequential pass (each reference in turn takes the nearest unused
  * detection within the window) gives the same answer for all but chains of beats closer than

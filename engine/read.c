@@ -48,12 +48,12 @@ static const struct {
     const char *name;
     enum ecg_format format;
 } format_aliases[] = {
-    {"csv", ECG_FORMAT_CSV},   {"txt", ECG_FORMAT_CSV},   {"text", ECG_FORMAT_CSV},
-    {"f32", ECG_FORMAT_F32},   {"bin", ECG_FORMAT_F32},   {"raw", ECG_FORMAT_F32},
-    {"float32", ECG_FORMAT_F32}, {"f64", ECG_FORMAT_F64}, {"float64", ECG_FORMAT_F64},
-    {"i16", ECG_FORMAT_I16},   {"int16", ECG_FORMAT_I16}, {"npy", ECG_FORMAT_NPY},
-    {"edf", ECG_FORMAT_EDF},   {"bdf", ECG_FORMAT_EDF},   {"json", ECG_FORMAT_JSON},
-    {"wfdb", ECG_FORMAT_WFDB}, {"hea", ECG_FORMAT_WFDB},  {"dat", ECG_FORMAT_WFDB},
+    {"csv", ECG_FORMAT_CSV},     {"txt", ECG_FORMAT_CSV},   {"text", ECG_FORMAT_CSV},
+    {"f32", ECG_FORMAT_F32},     {"bin", ECG_FORMAT_F32},   {"raw", ECG_FORMAT_F32},
+    {"float32", ECG_FORMAT_F32}, {"f64", ECG_FORMAT_F64},   {"float64", ECG_FORMAT_F64},
+    {"i16", ECG_FORMAT_I16},     {"int16", ECG_FORMAT_I16}, {"npy", ECG_FORMAT_NPY},
+    {"edf", ECG_FORMAT_EDF},     {"bdf", ECG_FORMAT_EDF},   {"json", ECG_FORMAT_JSON},
+    {"wfdb", ECG_FORMAT_WFDB},   {"hea", ECG_FORMAT_WFDB},  {"dat", ECG_FORMAT_WFDB},
 };
 
 enum ecg_format ecg_format_from_name(const char *name)
@@ -156,8 +156,8 @@ enum ecg_status read_rate_from_opts(const struct ecg_read_opts *opts, const char
 {
     double fs = opts ? opts->fs_hz : 0;
     if (fs == 0)
-        return ecg_fail(err, ECG_ERR_ARG, "fs_required",
-                        "%s carries no sampling rate: give fs", format_name);
+        return ecg_fail(err, ECG_ERR_ARG, "fs_required", "%s carries no sampling rate: give fs",
+                        format_name);
     if (!isfinite(fs) || fs < 0)
         return ecg_fail(err, ECG_ERR_ARG, "bad_fs", "sampling rate %g Hz is not positive", fs);
     *fs_hz = fs;
@@ -175,8 +175,7 @@ enum ecg_status read_check_finite(const float *v, size_t n, const char *format_n
     return ECG_OK;
 }
 
-enum ecg_status read_check_count(size_t n, const struct ecg_read_opts *opts,
-                                 struct ecg_error *err)
+enum ecg_status read_check_count(size_t n, const struct ecg_read_opts *opts, struct ecg_error *err)
 {
     if (opts && opts->max_samples && n > opts->max_samples)
         return ecg_fail(err, ECG_ERR_TOO_LARGE, "too_many_samples",
@@ -231,7 +230,7 @@ static enum ecg_format sniff_format(const unsigned char *b, size_t len)
 {
     if (len >= 6 && memcmp(b, "\x93NUMPY", 6) == 0)
         return ECG_FORMAT_NPY;
-    if (len >= 8 && (memcmp(b, "0       ", 8) == 0 || memcmp(b, "\xff" "BIOSEMI", 8) == 0))
+    if (len >= 8 && (memcmp(b, "0       ", 8) == 0 || memcmp(b, "\377BIOSEMI", 8) == 0))
         return ECG_FORMAT_EDF;
     size_t i = 0;
     if (len >= 3 && memcmp(b, "\xef\xbb\xbf", 3) == 0) /* UTF-8 byte order mark */
@@ -272,34 +271,39 @@ enum ecg_status ecg_read_memory(const void *buf, size_t len, const struct ecg_re
                             "(csv, f32, f64, i16, npy, edf, json)");
     }
     switch (format) {
-    case ECG_FORMAT_CSV: return read_csv(buf, len, opts, out, err);
+    case ECG_FORMAT_CSV:
+        return read_csv(buf, len, opts, out, err);
     case ECG_FORMAT_F32:
     case ECG_FORMAT_F64:
-    case ECG_FORMAT_I16: return read_raw(buf, len, format, opts, out, err);
-    case ECG_FORMAT_NPY: return read_npy(buf, len, opts, out, err);
-    case ECG_FORMAT_EDF: return read_edf_memory(buf, len, opts, out, err);
-    case ECG_FORMAT_JSON: return read_json(buf, len, opts, out, err);
+    case ECG_FORMAT_I16:
+        return read_raw(buf, len, format, opts, out, err);
+    case ECG_FORMAT_NPY:
+        return read_npy(buf, len, opts, out, err);
+    case ECG_FORMAT_EDF:
+        return read_edf_memory(buf, len, opts, out, err);
+    case ECG_FORMAT_JSON:
+        return read_json(buf, len, opts, out, err);
     case ECG_FORMAT_WFDB:
         return ecg_fail(err, ECG_ERR_ARG, "format_unsupported",
                         "WFDB records need their .hea and .dat files: read them from files");
     case ECG_FORMAT_AUTO:
-    case ECG_FORMAT_COUNT: break;
+    case ECG_FORMAT_COUNT:
+        break;
     }
     return ecg_fail(err, ECG_ERR_ARG, "bad_format", "unknown input format %d", (int)format);
 }
 
 /* Reads a whole regular file into a new buffer (*data, *len). */
-static enum ecg_status slurp_file(const char *path, char **data, size_t *len,
-                                  struct ecg_error *err)
+static enum ecg_status slurp_file(const char *path, char **data, size_t *len, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     char *bytes = NULL;
     size_t have = 0, cap = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        status = ecg_fail(err, errno == ENOENT ? ECG_ERR_NOT_FOUND : ECG_ERR_IO,
-                          errno == ENOENT ? "not_found" : "io_error", "%s: %s", path,
-                          strerror(errno));
+        status =
+            ecg_fail(err, errno == ENOENT ? ECG_ERR_NOT_FOUND : ECG_ERR_IO,
+                     errno == ENOENT ? "not_found" : "io_error", "%s: %s", path, strerror(errno));
         goto out;
     }
     struct stat st;

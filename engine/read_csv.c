@@ -3,15 +3,17 @@
  *
  * Accepted: LF or CRLF line ends; blank (or all-space) lines anywhere; an optional UTF-8 byte
  * order mark; an optional header row (the first non-blank line, when its chosen field - or, for
- * a lead chosen by name, any field - starts with a letter, '_' or a quote); columns separated by ',', ';' or tab (whichever the first
- * non-blank line uses, in that order of preference); spaces around fields. Only the selected
- * column (opts->lead: 0-based index, or a header name) must hold numbers; every field of the
- * rows must still be text (no control bytes). Numbers are decimal (ecg_parse_float): "nan",
- * "inf" and values beyond the float range are refused with their line and column.
+ * a lead chosen by name, any field - starts with a letter, '_' or a quote); columns separated
+ * by ',', ';' or tab (whichever the first non-blank line uses, in that order of preference);
+ * spaces around fields. Only the selected column (opts->lead: 0-based index, or a header name)
+ * must hold numbers; every field of the rows must still be text (no control bytes). Numbers are
+ * decimal (ecg_parse_float): "nan", "inf" and values beyond the float range are refused with
+ * their line and column.
  *
  * Speed: the file is scanned once, in place, with no per-line allocation; the output grows
  * geometrically. For the common one-column file the scanner parses the number at the start of
- * the line and checks the byte after it, so each line costs one ecg_parse_float call.
+ * the line and checks that LF or CRLF follows, so each line costs one ecg_parse_float call;
+ * lines with several columns or spaces take the general path.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,9 +24,9 @@
 #include "read_internal.h"
 
 struct csv_state {
-    const char *end;  /* end of the input */
-    char delim;       /* ',', ';', '\t', or 0 for a single column */
-    size_t line;      /* 1-based number of the line being read */
+    const char *end; /* end of the input */
+    char delim;      /* ',', ';', '\t', or 0 for a single column */
+    size_t line;     /* 1-based number of the line being read */
 };
 
 static inline bool is_blank(char c)
@@ -109,8 +111,8 @@ static bool looks_like_name(const char *s, const char *e)
     if (s == e)
         return false;
     char c = *s;
-    bool name_start = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' ||
-                      c == '"' || c == '\'';
+    bool name_start =
+        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' || c == '"' || c == '\'';
     if (!name_start)
         return false;
     /* Spelled-out non-numbers are bad values, not names. */
@@ -136,15 +138,14 @@ static enum ecg_status bad_value(const struct csv_state *st, size_t column, cons
                    (len == 8 && strncasecmp(s, "infinity", 8) == 0);
     if (spelled)
         return ecg_fail(err, ECG_ERR_FORMAT, "nan_in_input",
-                        "line %zu, column %zu: \"%s\" is not a finite number", st->line,
-                        column + 1, q);
+                        "line %zu, column %zu: \"%s\" is not a finite number", st->line, column + 1,
+                        q);
     if (fs == fe)
         return ecg_fail(err, ECG_ERR_FORMAT, "bad_csv",
                         "line %zu, column %zu: expected a number, got an empty field", st->line,
                         column + 1);
     return ecg_fail(err, ECG_ERR_FORMAT, "bad_csv",
-                    "line %zu, column %zu: expected a number, got \"%s\"", st->line, column + 1,
-                    q);
+                    "line %zu, column %zu: expected a number, got \"%s\"", st->line, column + 1, q);
 }
 
 /* Reports a number at p (in the selected column) that overflowed the float range. */
@@ -157,8 +158,8 @@ static enum ecg_status out_of_range(const struct csv_state *st, size_t column, c
     char q[4 * READ_QUOTE_MAX + 8];
     read_quote(q, sizeof q, p, (size_t)(fe - p));
     return ecg_fail(err, ECG_ERR_FORMAT, "nan_in_input",
-                    "line %zu, column %zu: \"%s\" is outside the float range", st->line,
-                    column + 1, q);
+                    "line %zu, column %zu: \"%s\" is outside the float range", st->line, column + 1,
+                    q);
 }
 
 /* Picks the delimiter from the first non-blank line [ls, le). */
@@ -190,10 +191,10 @@ static enum ecg_status header_select(const struct csv_state *st, const char *ls,
             if (e - s >= 2 && (*s == '"' || *s == '\'') && e[-1] == *s)
                 s++, e--;
             size_t len = (size_t)(e - s);
-            bool match = name ? (len == strlen(name) &&
-                                 (pass == 0 ? strncmp(s, name, len) == 0
-                                            : strncasecmp(s, name, len) == 0))
-                              : (long)col == index;
+            bool match =
+                name ? (len == strlen(name) &&
+                        (pass == 0 ? strncmp(s, name, len) == 0 : strncasecmp(s, name, len) == 0))
+                     : (long)col == index;
             if (match) {
                 *column = col;
                 read_set_lead(out, s, len);
@@ -315,8 +316,8 @@ enum ecg_status read_csv(const char *buf, size_t len, const struct ecg_read_opts
             /* Fast path: a number right at the line start, then the line end or a delimiter. */
             float v;
             const char *q = starts_number(*p) ? ecg_parse_float(p, st.end, &v) : p;
-            bool line_ends = q < st.end && (*q == '\n' ||
-                                            (*q == '\r' && q + 1 < st.end && q[1] == '\n'));
+            bool line_ends =
+                q < st.end && (*q == '\n' || (*q == '\r' && q + 1 < st.end && q[1] == '\n'));
             if (q != p && line_ends) {
                 if (!isfinite(v)) {
                     status = out_of_range(&st, column, p, err);

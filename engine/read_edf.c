@@ -41,8 +41,7 @@ static enum ecg_status open_error(int code, const char *name, struct ecg_error *
     enum ecg_status status = ECG_ERR_FORMAT;
     switch (code) {
     case EDFLIB_MALLOC_ERROR:
-        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "%s: EDFlib ran out of memory",
-                        name);
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "%s: EDFlib ran out of memory", name);
     case EDFLIB_NO_SUCH_FILE_OR_DIRECTORY:
         return ecg_fail(err, ECG_ERR_NOT_FOUND, "not_found", "%s: no such file", name);
     case EDFLIB_FILE_CONTAINS_FORMAT_ERRORS:
@@ -63,8 +62,7 @@ static enum ecg_status open_error(int code, const char *name, struct ecg_error *
         status = ECG_ERR_UNSUPPORTED;
         break;
     case EDFLIB_ARCH_ERROR:
-        return ecg_fail(err, ECG_ERR_INTERNAL, "internal", "%s: EDFlib architecture error",
-                        name);
+        return ecg_fail(err, ECG_ERR_INTERNAL, "internal", "%s: EDFlib architecture error", name);
     default:
         why = "EDFlib could not open it";
         break;
@@ -118,8 +116,8 @@ static enum ecg_status pick_signal(const struct edf_hdr_struct *hdr, const char 
     }
     char q[4 * READ_QUOTE_MAX + 8];
     read_quote(q, sizeof q, lead, strlen(lead));
-    return ecg_fail(err, ECG_ERR_NOT_FOUND, "lead_not_found", "%s: no signal labelled \"%s\"",
-                    name, q);
+    return ecg_fail(err, ECG_ERR_NOT_FOUND, "lead_not_found", "%s: no signal labelled \"%s\"", name,
+                    q);
 }
 
 /* Reads the EDF file at path (opened by EDFlib); name is what messages call it. */

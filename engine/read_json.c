@@ -65,16 +65,15 @@ enum ecg_status read_json(const char *buf, size_t len, const struct ecg_read_opt
         return ecg_fail(err, ECG_ERR_FORMAT, "empty_input", "JSON input is empty");
     doc = cJSON_ParseWithLengthOpts(buf, len, &parse_end, false);
     if (!doc) {
-        size_t at = parse_end && parse_end >= buf && parse_end <= buf + len
-                        ? (size_t)(parse_end - buf)
-                        : 0;
+        size_t at =
+            parse_end && parse_end >= buf && parse_end <= buf + len ? (size_t)(parse_end - buf) : 0;
         size_t line, column;
         position_of(buf, at, &line, &column);
         char q[4 * READ_QUOTE_MAX + 8];
         read_quote(q, sizeof q, buf + at, len - at);
-        status = ecg_fail(err, ECG_ERR_FORMAT, "bad_json",
-                          "JSON: syntax error at line %zu, column %zu, near \"%s\"", line, column,
-                          q);
+        status =
+            ecg_fail(err, ECG_ERR_FORMAT, "bad_json",
+                     "JSON: syntax error at line %zu, column %zu, near \"%s\"", line, column, q);
         goto out;
     }
     /* Only whitespace may follow the document. */
@@ -101,9 +100,9 @@ enum ecg_status read_json(const char *buf, size_t len, const struct ecg_read_opt
             goto out;
         }
         if (!cJSON_IsArray(signal)) {
-            status = ecg_fail(err, ECG_ERR_FORMAT, "bad_json",
-                              "JSON: \"signal\" must be an array of numbers, got %s",
-                              type_name(signal));
+            status =
+                ecg_fail(err, ECG_ERR_FORMAT, "bad_json",
+                         "JSON: \"signal\" must be an array of numbers, got %s", type_name(signal));
             goto out;
         }
         const cJSON *fs = cJSON_GetObjectItemCaseSensitive(doc, "fs");
@@ -138,13 +137,11 @@ enum ecg_status read_json(const char *buf, size_t len, const struct ecg_read_opt
 
     /* The document holds one lead: any other choice does not exist. */
     long index;
-    if (read_lead_index(opts->lead, &index) ? index != 0
-                                            : strcmp(opts->lead, out->lead) != 0) {
+    if (read_lead_index(opts->lead, &index) ? index != 0 : strcmp(opts->lead, out->lead) != 0) {
         char q[4 * READ_QUOTE_MAX + 8];
         read_quote(q, sizeof q, opts->lead, strlen(opts->lead));
         status = ecg_fail(err, ECG_ERR_NOT_FOUND, "lead_not_found",
-                          "JSON holds one lead (\"%s\"): lead \"%s\" does not exist", out->lead,
-                          q);
+                          "JSON holds one lead (\"%s\"): lead \"%s\" does not exist", out->lead, q);
         goto out;
     }
     if (fs_hz == 0) {

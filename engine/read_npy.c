@@ -22,8 +22,8 @@
 #define NPY_MAX_DIMS 2
 
 struct npy_header {
-    char kind;        /* 'f', 'i' or 'u' */
-    size_t size;      /* bytes per element */
+    char kind;   /* 'f', 'i' or 'u' */
+    size_t size; /* bytes per element */
     bool big_endian;
     bool fortran_order;
     int ndim;
@@ -48,9 +48,8 @@ static enum ecg_status npy_syntax(const struct npy_cursor *c, const char *expect
 {
     char q[4 * READ_QUOTE_MAX + 8];
     read_quote(q, sizeof q, c->p, (size_t)(c->end - c->p));
-    return ecg_fail(err, ECG_ERR_FORMAT, "bad_npy",
-                    "npy header, byte %zu: expected %s, got \"%s\"", (size_t)(c->p - c->start),
-                    expected, q);
+    return ecg_fail(err, ECG_ERR_FORMAT, "bad_npy", "npy header, byte %zu: expected %s, got \"%s\"",
+                    (size_t)(c->p - c->start), expected, q);
 }
 
 static bool accept(struct npy_cursor *c, char ch)
@@ -102,8 +101,12 @@ static enum ecg_status parse_descr(struct npy_cursor *c, struct npy_header *h,
         return ecg_fail(err, ECG_ERR_FORMAT, "bad_npy",
                         "npy dtype \"%s\" is not supported: use <f4, <f8, <i2 or <i4", q);
     switch (s[0]) {
-    case '<': h->big_endian = false; break;
-    case '>': h->big_endian = true; break;
+    case '<':
+        h->big_endian = false;
+        break;
+    case '>':
+        h->big_endian = true;
+        break;
     case '=':
         h->big_endian = __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__;
         break;
@@ -114,8 +117,8 @@ static enum ecg_status parse_descr(struct npy_cursor *c, struct npy_header *h,
         h->big_endian = false;
         break;
     default:
-        return ecg_fail(err, ECG_ERR_FORMAT, "bad_npy",
-                        "npy dtype \"%s\": unknown byte order '%c'", q, s[0]);
+        return ecg_fail(err, ECG_ERR_FORMAT, "bad_npy", "npy dtype \"%s\": unknown byte order '%c'",
+                        q, s[0]);
     }
     return ECG_OK;
 }
@@ -210,8 +213,7 @@ static enum ecg_status parse_header(const char *text, size_t len, struct npy_hea
         if (*seen) {
             char q[4 * READ_QUOTE_MAX + 8];
             read_quote(q, sizeof q, key, key_len);
-            return ecg_fail(err, ECG_ERR_FORMAT, "bad_npy", "npy header: key \"%s\" repeated",
-                            q);
+            return ecg_fail(err, ECG_ERR_FORMAT, "bad_npy", "npy header: key \"%s\" repeated", q);
         }
         *seen = true;
         if (accept(&c, '}'))
@@ -227,10 +229,10 @@ static enum ecg_status parse_header(const char *text, size_t len, struct npy_hea
     if (c.p != c.end)
         return npy_syntax(&c, "the end of the header", err);
     if (!have_descr || !have_order || !have_shape)
-        return ecg_fail(err, ECG_ERR_FORMAT, "bad_npy",
-                        "npy header lacks %s", !have_descr ? "'descr'"
-                                               : !have_order ? "'fortran_order'"
-                                                             : "'shape'");
+        return ecg_fail(err, ECG_ERR_FORMAT, "bad_npy", "npy header lacks %s",
+                        !have_descr   ? "'descr'"
+                        : !have_order ? "'fortran_order'"
+                                      : "'shape'");
     return ECG_OK;
 }
 
@@ -294,13 +296,13 @@ enum ecg_status read_npy(const void *buf, size_t len, const struct ecg_read_opts
         header_at = 12;
     } else {
         return ecg_fail(err, ECG_ERR_FORMAT, "bad_npy",
-                        "npy format version %u.%u is not supported (1.0, 2.0 and 3.0 are)",
-                        major, minor);
+                        "npy format version %u.%u is not supported (1.0, 2.0 and 3.0 are)", major,
+                        minor);
     }
     if (minor != 0)
         return ecg_fail(err, ECG_ERR_FORMAT, "bad_npy",
-                        "npy format version %u.%u is not supported (1.0, 2.0 and 3.0 are)",
-                        major, minor);
+                        "npy format version %u.%u is not supported (1.0, 2.0 and 3.0 are)", major,
+                        minor);
     if (header_len > len - header_at)
         return ecg_fail(err, ECG_ERR_FORMAT, "bad_npy",
                         "npy header claims %zu bytes but only %zu follow", header_len,

@@ -14,8 +14,7 @@
 
 static float load_f32le(const unsigned char *b)
 {
-    uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                 (uint32_t)b[3] << 24;
+    uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
     float f;
     memcpy(&f, &u, sizeof f);
     return f;

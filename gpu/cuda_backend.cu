@@ -221,6 +221,7 @@ static enum ecg_status device_init(struct cuda_device *dev, int ordinal,
     CUDA_TRY(cudaFree(0)); /* creates the primary context now, not in the first request */
     CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal));
     snprintf(dev->name, sizeof dev->name, "%s", prop.name);
+    dev->sm_count = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
     CUDA_TRY(cudaDeviceGetDefaultMemPool(&dev->pool, ordinal));
     CUDA_TRY(cudaMemPoolSetAttribute(dev->pool, cudaMemPoolAttrReleaseThreshold, &keep));
     if (model) {

@@ -42,7 +42,9 @@
 /* The detector's constants: keep equal to detect.c's. */
 #define DETECT_ENVELOPE_S 0.10
 #define DETECT_MIN_PROMINENCE 0.05
-#define DETECT_LEARN_S 2.0
+#define DETECT_LEARN_S 4.0
+#define DETECT_LEARN_TOP 3
+#define DETECT_DECAY_RR 3.0
 #define DETECT_LEVEL_GAIN 0.125
 #define DETECT_SEARCHBACK_GAIN 0.25
 #define DETECT_THRESHOLD 0.25
@@ -54,7 +56,7 @@
 #define DETECT_SLOPE_S 0.06
 #define DETECT_REFINE_S 0.075
 #define DETECT_BASELINE_S 0.3
-#define DETECT_BASELINE_POINTS 32
+#define DETECT_BASELINE_POINTS 16
 #define DETECT_POLARITY_SWITCH 3.0
 
 #define DMUL(a, b) __dmul_rn((a), (b))
@@ -127,22 +129,20 @@ static __global__ void abs_kernel(struct detect_args a)
 /* Thread i: env[i] = (sum of quantised |f| over the window) * unit, as detect.c's envelope. */
 static __global__ void envelope_kernel(struct detect_args a)
 {
-    /* detect.c's peak also covers |f| at the edges before they are recomputed */
-    const size_t edge = a.ricker_len / 2;
-    float peak = *a.peak;
-    for (size_t i = 0; i < edge && i < a.n_a; i++) {
-        float lo = fabsf(a.f[i]), hi = fabsf(a.f[a.n_a - 1 - i]);
-        peak = lo > peak ? lo : peak;
-        peak = hi > peak ? hi : peak;
-    }
+    const float peak = *a.peak; /* the largest |response|, edges recomputed */
     const bool flat = !(peak > 0.0f) || !isfinite(peak);
     int exponent = 0;
     float scale = 1.0f;
     double unit = 0.0;
     if (!flat) {
+        /* a whole window of the largest |f| stays below 2^30 */
+        const size_t width = 2 * a.half_env + 1;
+        int width_bits = 0;
+        while (((size_t)1 << width_bits) < width)
+            width_bits++;
         frexpf(peak, &exponent);
-        scale = ldexpf(1.0f, 30 - exponent);
-        unit = __ddiv_rn(1.0, DMUL((double)scale, (double)(2 * a.half_env + 1)));
+        scale = ldexpf(1.0f, 30 - exponent - width_bits);
+        unit = __ddiv_rn(1.0, DMUL((double)scale, (double)width));
     }
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.n_a;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -152,9 +152,9 @@ static __global__ void envelope_kernel(struct detect_args a)
         }
         size_t lo = i > a.half_env ? i - a.half_env : 0;
         size_t hi = i + a.half_env < a.n_a - 1 ? i + a.half_env : a.n_a - 1;
-        int64_t sum = 0;
+        int32_t sum = 0;
         for (size_t j = lo; j <= hi; j++)
-            sum += (int64_t)__fadd_rn(__fmul_rn(a.absf[j], scale), 0.5f);
+            sum += (int32_t)__fadd_rn(__fmul_rn(a.absf[j], scale), 0.5f);
         a.env[i] = (float)DMUL((double)sum, unit);
     }
 }
@@ -270,19 +270,36 @@ static __global__ void adaptive_kernel(struct detect_args a)
      * refractory period of the last beat */
     size_t scanned = 0, best = SIZE_MAX;
     float best_h = 0.0f;
+    double sb_limit = DMUL(DETECT_SEARCHBACK_RR, rr_mean); /* search back past this gap */
+
+    int64_t last_decay = 0; /* when SPK was last halved (or the last beat) */
 
     if (threadIdx.x == 0) {
-        float heights[64];
+        /* detector_learn(): SPK half the median of the DETECT_LEARN_TOP largest candidates of
+         * the learning period, NPK half the median candidate (at most half of SPK) */
+        float heights[64], top0 = 0.0f, top1 = 0.0f, top2 = 0.0f;
         size_t m = 0;
-        double top = 0.0;
         for (size_t k = 0; k < n_cand && __ldg(&cpos[k]) < a.learn; k++) {
             float h = __ldg(&height[k]);
             if (m < 64)
                 heights[m++] = h;
-            if (h > top)
-                top = h;
+            /* insert into top0 >= top1 >= top2 as detect.c's loop does */
+            if (h > top0) {
+                float moved = top0;
+                top0 = h;
+                h = moved;
+            }
+            if (h > top1) {
+                float moved = top1;
+                top1 = h;
+                h = moved;
+            }
+            if (h > top2)
+                top2 = h;
         }
-        spk = DMUL(0.5, top);
+        const size_t n_top = m < DETECT_LEARN_TOP ? m : DETECT_LEARN_TOP;
+        const float top_mid = n_top / 2 == 0 ? top0 : top1; /* top[n_top / 2], n_top <= 3 */
+        spk = n_top ? DMUL(0.5, (double)top_mid) : 0.0;
         npk = m ? DMUL(0.5, (double)median_small(heights, m)) : 0.0;
         if (npk > DMUL(0.5, spk))
             npk = DMUL(0.5, spk);
@@ -317,10 +334,17 @@ static __global__ void adaptive_kernel(struct detect_args a)
             r7 = r6; r6 = r5; r5 = r4; r4 = r3; r3 = r2; r2 = r1; r1 = r0; r0 = rr_new;    \
             rr_sum += rr_new;                                                              \
             n_rr++;                                                                        \
-            rr_mean = __ddiv_rn(rr_sum, (double)(n_rr < DETECT_RR_COUNT ? n_rr            \
-                                                                        : DETECT_RR_COUNT)); \
+            const size_t acc_m = n_rr < DETECT_RR_COUNT ? n_rr : DETECT_RR_COUNT;         \
+            /* dividing by a power of two is an exact scaling: the same double, cheaper */ \
+            rr_mean = acc_m == 8   ? DMUL(rr_sum, 0.125)                                   \
+                      : acc_m == 4 ? DMUL(rr_sum, 0.25)                                    \
+                      : acc_m == 2 ? DMUL(rr_sum, 0.5)                                     \
+                      : acc_m == 1 ? rr_sum                                                \
+                                   : __ddiv_rn(rr_sum, (double)acc_m);                     \
         }                                                                                  \
+        sb_limit = DMUL(DETECT_SEARCHBACK_RR, rr_mean);                                    \
         last = acc_pos;                                                                    \
+        last_decay = acc_pos;                                                              \
         last_slope = SLOPE(acc_k);                                                         \
         after_last = acc_k + 1;                                                            \
     } while (0)
@@ -329,7 +353,9 @@ static __global__ void adaptive_kernel(struct detect_args a)
         const size_t k_stop = k0 + ADAPTIVE_CHUNK < n_cand + 1 ? k0 + ADAPTIVE_CHUNK : n_cand + 1;
         for (size_t k = k0; k < k_stop; k++) {
             const int64_t pos = k < n_cand ? s_pos[k - k0] : (int64_t)a.n_a;
-            while (last >= 0 && (double)(pos - last) > DMUL(DETECT_SEARCHBACK_RR, rr_mean)) {
+            /* search back (from the start of the recording until the first beat), possibly
+             * for several missed beats in a row */
+            while ((double)(pos - (last >= 0 ? last : 0)) > sb_limit) {
                 const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
                 const double floor_height = DMUL(DETECT_SEARCHBACK_TH, threshold);
                 if (scanned < after_last) {
@@ -337,7 +363,7 @@ static __global__ void adaptive_kernel(struct detect_args a)
                     best = SIZE_MAX;
                 }
                 for (; scanned < k; scanned++) {
-                    if (POS(scanned) - last < a.refractory)
+                    if (last >= 0 && POS(scanned) - last < a.refractory)
                         continue;
                     const float hs = HEIGHT(scanned);
                     if (best == SIZE_MAX || hs > best_h) {
@@ -345,11 +371,19 @@ static __global__ void adaptive_kernel(struct detect_args a)
                         best_h = hs;
                     }
                 }
-                if (best == SIZE_MAX || !((double)best_h > floor_height))
+                if (best != SIZE_MAX && (double)best_h > floor_height) {
+                    ACCEPT(best, DETECT_SEARCHBACK_GAIN);
+                    scanned = after_last;
+                    best = SIZE_MAX;
+                    continue;
+                }
+                /* nothing even at the lowered threshold: halve SPK, at most once per
+                 * DETECT_DECAY_RR mean RR and never below twice NPK, and look again */
+                if ((double)(pos - last_decay) <= DMUL(DETECT_DECAY_RR, rr_mean) ||
+                    spk <= DMUL(2.0, npk))
                     break;
-                ACCEPT(best, DETECT_SEARCHBACK_GAIN);
-                scanned = after_last;
-                best = SIZE_MAX;
+                spk = DMUL(spk, 0.5);
+                last_decay = pos;
             }
             if (k == n_cand)
                 break;

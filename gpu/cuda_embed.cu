@@ -204,7 +204,7 @@ extern "C" enum ecg_status cuda_embed(void *ctx_ptr, const struct ecg_plan *plan
     a.k = k;
     a.n_a = n_a;
     a.n_in = ctx->n_in;
-    a.pre_r = plan->pre_r;
+    a.pre_r = plan->pre_r > 0 ? (int64_t)plan->pre_r : 1; /* an onset before every R */
     a.beat_min = plan->beat_min;
     a.beat_max = plan->beat_max;
     a.up = plan->up;

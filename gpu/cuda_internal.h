@@ -53,6 +53,7 @@ struct cuda_device {
     int ordinal;
     cudaMemPool_t pool;
     struct cuda_model model; /* d_weights NULL when the engine has no model */
+    int sm_count;            /* multiprocessors: sizes persistent grids */
     char name[256];
 };
 

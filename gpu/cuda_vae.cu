@@ -513,7 +513,10 @@ static enum ecg_status encode_fused(struct cuda_ctx *ctx, size_t smem, int buf_f
     ECG_TRY(dbuf_reserve(ctx, &ctx->vae_work, k * sizeof(double), err));
     recon = (double *)ctx->vae_work.ptr;
     table_layout(k, (size_t)net.z_dim, &t);
-    blocks = k < 65535u ? (unsigned)k : 65535u;
+    /* a persistent grid: each block stages the weights once and then loops over beats */
+    blocks = (unsigned)(ctx->dev->sm_count * 8);
+    if ((size_t)blocks > k)
+        blocks = (unsigned)k;
     vae_fused_kernel<<<blocks, VAE_FUSED_THREADS, smem, ctx->stream>>>(
         net, (const float *)ctx->emb.ptr, k, (float *)((char *)ctx->table.ptr + t.latent), recon);
     CUDA_LAUNCH_CHECK();

@@ -152,6 +152,7 @@ void ecg_anomaly_finish(const struct ecg_anomaly_acc *acc, struct ecg_anomaly_ev
     }
     out->auc_v = ecg_roc_auc(acc->scores[2], acc->n[2], acc->scores[0], acc->n[0]);
     out->auc_s = ecg_roc_auc(acc->scores[1], acc->n[1], acc->scores[0], acc->n[0]);
+    out->auc_f = ecg_roc_auc(acc->scores[3], acc->n[3], acc->scores[0], acc->n[0]);
     size_t n_abn = acc->n[1] + acc->n[2] + acc->n[3] + acc->n[4];
     float *abn = malloc((n_abn ? n_abn : 1) * sizeof *abn);
     if (!abn) {

@@ -97,6 +97,7 @@ struct ecg_anomaly_eval {
     double auc_v;             /* V vs N-class */
     double auc_abnormal;      /* S+V+F+Q vs N-class */
     double auc_s;             /* S vs N-class */
+    double auc_f;             /* F vs N-class */
 };
 
 /*

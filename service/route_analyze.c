@@ -7,7 +7,7 @@
  *                                          int16 or float64; dtype may also be a query option
  *   application/x-npy (also application/npy)   NumPy .npy
  *   application/edf (also application/x-edf)   EDF, EDF+ or BDF
- *   application/json                       {"fs": 360, "samples": [...]} as the JSON reader takes
+ *   application/json                       {"fs": 360, "signal": [...], "lead": "MLII"}, or a bare array
  * Query: fs (Hz), lead (index or name), model (a name from /v1/models), include (comma list),
  * dtype. Unknown query options are refused, so that a typo cannot silently change an analysis.
  *

@@ -1,10 +1,14 @@
 /*
- * select.c - quickselect and median (see select.h).
+ * select.c - quickselect, small medians, and the exact median/MAD of long signals (select.h).
  */
-#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__SSSE3__) && defined(__POPCNT__)
+#include <immintrin.h>
+#define SELECT_SSSE3 1
+#endif
 
 #include "select.h"
 
@@ -297,9 +301,7 @@ static enum ecg_status select_pair(const float *v, size_t n, float center, bool 
 #define SAMPLE_SIZE 65536
 #define SAMPLE_MARGIN 8.0
 
-#if defined(__SSSE3__) && defined(__POPCNT__)
-#include <immintrin.h>
-
+#ifdef SELECT_SSSE3
 /* Byte shuffles that pack the floats selected by a 4-bit mask to the front of a vector. */
 static const uint8_t pack_shuffle[16][16] = {
 #define L(k) 4 * (k), 4 * (k) + 1, 4 * (k) + 2, 4 * (k) + 3
@@ -315,14 +317,15 @@ static const uint8_t pack_shuffle[16][16] = {
 
 /*
  * Counts the values below a and gathers those in [a, b] into out (room for cap + 4 values; past
- * cap values it stops storing but goes on counting, so that the caller sees the overflow). Four at a time with SSE where the CPU has
- * SSSE3 (packing by byte shuffle), else one at a time, branch-free.
+ * cap values it stops storing but goes on counting, so that the caller sees the overflow).
+ * Four at a time with SSE where the CPU has SSSE3 (packing by byte shuffle), else one at a
+ * time, branch-free.
  */
 SELECT_INLINE void bracket_body(const float *v, size_t n, float center, bool deviation, float a,
                                 float b, float *out, size_t cap, size_t *below, size_t *inside)
 {
     size_t lt = 0, m = 0, i = 0;
-#if defined(__SSSE3__) && defined(__POPCNT__)
+#ifdef SELECT_SSSE3
     const __m128 va = _mm_set1_ps(a), vb = _mm_set1_ps(b), vc = _mm_set1_ps(center);
     const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
     for (; i + 4 <= n; i += 4) {

@@ -119,6 +119,20 @@ stop_server() {
     echo $?
 }
 
+# wait_in_flight N: until the server counts at least N requests in flight (the /metrics request
+# that asks counts itself), at most 10 s.
+wait_in_flight() {
+    local want=$1
+    for _ in $(seq 1 200); do
+        local got
+        got=$(curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics" |
+              sed -n 's/^ecgd_http_requests_in_flight \([0-9]*\)$/\1/p')
+        [ -n "$got" ] && [ "$got" -ge "$want" ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
 header() { grep -i "^$1:" "$tmp/headers" | head -1 | cut -d' ' -f2- | tr -d '\r'; }
 
 # expect_error DESC STATUS CODE METHOD PATH [CURL ARGS...]
@@ -420,7 +434,7 @@ if start_server "$log_busy" -- "${MODEL_ARGS[@]}" --workers 1 --queue-depth 0 &&
     curl -s --max-time 60 -o "$tmp/slow1" -w '%{http_code}' --limit-rate 100k -H "Content-Type: text/csv" \
         --data-binary "@$fx/slow.csv" "http://127.0.0.1:$PORT/v1/analyze?fs=250" >"$tmp/slow1.code" &
     slow=$!
-    sleep 0.5
+    wait_in_flight 2
     expect_error "overload: workers + queue depth exceeded" 503 overloaded POST "$A?fs=250" "${CSV[@]}" --data-binary "@$fx/par00.csv"
     check "overload: Retry-After given" test -n "$(header Retry-After)"
     wait "$slow"
@@ -440,7 +454,7 @@ curl -s --max-time 60 -o "$tmp/inflight" -w '%{http_code}' --limit-rate 100k -H 
 inflight=$!
 PORT=$(listen_port "$log")
 main_pid=${server_pids[0]}
-sleep 0.5
+wait_in_flight 2
 kill -TERM "$main_pid"
 sleep 0.3
 refused=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$PORT/healthz")

@@ -42,9 +42,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(&wb, &want, 4);
     memcpy(&gb, &got, 4);
     if (wb != gb || (size_t)(want_end - text) != (size_t)(got_end - exact)) {
-        fprintf(stderr, "mismatch on \"%s\": strtof %a end %zu, ecg_parse_float %a end %zu\n",
-                text, (double)want, (size_t)(want_end - text), (double)got,
-                (size_t)(got_end - exact));
+        fprintf(stderr, "mismatch on \"%s\": strtof %a end %zu, ecg_parse_float %a end %zu\n", text,
+                (double)want, (size_t)(want_end - text), (double)got, (size_t)(got_end - exact));
         __builtin_trap();
     }
     free(exact);

@@ -153,13 +153,27 @@ static void test_random_strings(void **state)
 static void print_form(char *text, size_t cap, int form, double v)
 {
     switch (form) {
-    case 0: snprintf(text, cap, "%.16e", v); break;
-    case 1: snprintf(text, cap, "%.17g", v); break;
-    case 2: snprintf(text, cap, "%.9g", v); break;
-    case 3: snprintf(text, cap, "%.8e", v); break;
-    case 4: snprintf(text, cap, "%g", v); break;
-    case 5: snprintf(text, cap, "%.6f", v); break;
-    default: snprintf(text, cap, "%.20e", v); break;
+    case 0:
+        snprintf(text, cap, "%.16e", v);
+        break;
+    case 1:
+        snprintf(text, cap, "%.17g", v);
+        break;
+    case 2:
+        snprintf(text, cap, "%.9g", v);
+        break;
+    case 3:
+        snprintf(text, cap, "%.8e", v);
+        break;
+    case 4:
+        snprintf(text, cap, "%g", v);
+        break;
+    case 5:
+        snprintf(text, cap, "%.6f", v);
+        break;
+    default:
+        snprintf(text, cap, "%.20e", v);
+        break;
     }
 }
 
@@ -292,22 +306,86 @@ static void test_edge_cases(void **state)
     (void)state;
     struct tally t = {0};
     static const char *const cases[] = {
-        "", " ", "+", "-", ".", "-.", "+.e5", "e5", ".e5", "5.", ".5", "-.5", "+5.", "1e", "1e+",
-        "1e-", "1E5", "1e+05", "1e-05", "00000.000", "-0", "-0.0e-99", "0e999999999999999999999",
-        "1e99999999999999999999", "1e-99999999999999999999", "3.4028235e38", "3.4028234e38",
+        "",
+        " ",
+        "+",
+        "-",
+        ".",
+        "-.",
+        "+.e5",
+        "e5",
+        ".e5",
+        "5.",
+        ".5",
+        "-.5",
+        "+5.",
+        "1e",
+        "1e+",
+        "1e-",
+        "1E5",
+        "1e+05",
+        "1e-05",
+        "00000.000",
+        "-0",
+        "-0.0e-99",
+        "0e999999999999999999999",
+        "1e99999999999999999999",
+        "1e-99999999999999999999",
+        "3.4028235e38",
+        "3.4028234e38",
         "3.40282356779733661637539395458142568447e38",
         "3.40282356779733661637539395458142568446e38",
-        "3.40282356779733661637539395458142568448e38", "340282356779733661637539395458142568447",
-        "1.17549435e-38", "1.4e-45", "7.006492321624085e-46", "7.006492321624086e-46",
-        "7.0064923216240853546186479164495806564013097093825788587853414194e-46", "1e-46",
-        "2.5e-45", "16777216", "16777217", "16777218", "16777219", "33554435", "9007199254740993",
-        "18446744073709551615", "18446744073709551616", "99999999999999999999", "1e22", "1e23",
-        "1e27", "1e28", "1e-27", "1e-28", "0.000000000000000000000000000001", "1.5 ", " \n\t 2",
-        "\v\f\r3", "1..2", "1.2.3", "--1", "+-1", "1e1e1", "1,5", "123abc", "0.1",
-        "0.2", "0.3", "1.3863000000000008e+00", "9.999999999999999e-01", "1.0000000000000000001",
-        "0.99999999999999999999", "1234567890123456789", "12345678901234567890", "4.5e15",
-        "8.589973e9", "8.589974e9", "0x", "0.000000000000000000000000000000000000000000001",
-        "100000000000000000000000000000000000000", "1000000000000000000000000000000000000000",
+        "3.40282356779733661637539395458142568448e38",
+        "340282356779733661637539395458142568447",
+        "1.17549435e-38",
+        "1.4e-45",
+        "7.006492321624085e-46",
+        "7.006492321624086e-46",
+        "7.0064923216240853546186479164495806564013097093825788587853414194e-46",
+        "1e-46",
+        "2.5e-45",
+        "16777216",
+        "16777217",
+        "16777218",
+        "16777219",
+        "33554435",
+        "9007199254740993",
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999",
+        "1e22",
+        "1e23",
+        "1e27",
+        "1e28",
+        "1e-27",
+        "1e-28",
+        "0.000000000000000000000000000001",
+        "1.5 ",
+        " \n\t 2",
+        "\v\f\r3",
+        "1..2",
+        "1.2.3",
+        "--1",
+        "+-1",
+        "1e1e1",
+        "1,5",
+        "123abc",
+        "0.1",
+        "0.2",
+        "0.3",
+        "1.3863000000000008e+00",
+        "9.999999999999999e-01",
+        "1.0000000000000000001",
+        "0.99999999999999999999",
+        "1234567890123456789",
+        "12345678901234567890",
+        "4.5e15",
+        "8.589973e9",
+        "8.589974e9",
+        "0x",
+        "0.000000000000000000000000000000000000000000001",
+        "100000000000000000000000000000000000000",
+        "1000000000000000000000000000000000000000",
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_one(cases[i], &t);
@@ -342,12 +420,9 @@ static void test_not_numbers_and_bounds(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_edge_cases),
-        cmocka_unit_test(test_not_numbers_and_bounds),
-        cmocka_unit_test(test_random_strings),
-        cmocka_unit_test(test_printf_forms),
-        cmocka_unit_test(test_halfway_cases),
-        cmocka_unit_test(test_subnormals_and_extremes),
+        cmocka_unit_test(test_edge_cases),     cmocka_unit_test(test_not_numbers_and_bounds),
+        cmocka_unit_test(test_random_strings), cmocka_unit_test(test_printf_forms),
+        cmocka_unit_test(test_halfway_cases),  cmocka_unit_test(test_subnormals_and_extremes),
         cmocka_unit_test(test_long_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
