@@ -286,7 +286,7 @@ int main(int argc, char **argv)
     ROW("segment + median/MAD + embed", g.embed, c.embed,
         n_a * 4 * 2 * 8 + (double)g.beats * 256 * 4);
     ROW("VAE encode + decode + score, fused kernel", g.encode, c.encode,
-        (double)g.beats * 256 * 4 * 2);
+        (double)g.beats * 256 * 4);
     ROW("VAE, cuDNN layer by layer (forced)", g_cudnn.encode, 0.0,
         (double)g.beats * 256 * 4 * 14);
     ROW("total (engine)", g.total, c.total, 0.0);

@@ -30,7 +30,7 @@ const char *cufft_result_str(cufftResult code)
     case CUFFT_SETUP_FAILED: return "the cuFFT library failed to initialize";
     case CUFFT_INVALID_SIZE: return "invalid transform size";
     case CUFFT_UNALIGNED_DATA: return "unaligned data";
-    case CUFFT_INVALID_DEVICE: return "execution of a plan was on a different GPU than plan creation";
+    case CUFFT_INVALID_DEVICE: return "plan executed on a different GPU than it was made on";
     case CUFFT_NO_WORKSPACE: return "no work area provided";
     case CUFFT_NOT_IMPLEMENTED: return "functionality not implemented";
     case CUFFT_NOT_SUPPORTED: return "operation not supported for the parameters";
@@ -377,7 +377,8 @@ out:
 /* Forgets everything downstream of the input (a new request starts). */
 static void ctx_reset_request(struct cuda_ctx *ctx)
 {
-    ctx->n_in = ctx->n_a = ctx->n_beats = 0;
+    ctx->n_in = ctx->n_a = ctx->n_beats = ctx->emb_len = 0;
+    ctx->encoded = false;
     ctx->latent_dim = ctx->state->model ? ctx->state->model->arch.latent_dim : 0;
 }
 
@@ -426,6 +427,10 @@ static enum ecg_status cuda_fetch(void *ctx_ptr, struct ecg_result *result, stru
     memcpy(result->end, h + t.end, k * sizeof(int64_t));
     memcpy(result->rr_ms, h + t.rr_ms, k * sizeof(float));
     memcpy(result->kept, h + t.kept, k);
+    if (result->latent && !ctx->encoded) {
+        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal", "cuda fetch: scores before encode");
+        goto out;
+    }
     if (result->latent && ctx->latent_dim)
         memcpy(result->latent, h + t.latent, k * ctx->latent_dim * sizeof(float));
     if (result->score)
@@ -458,9 +463,12 @@ static void stage_buf_where(struct cuda_ctx *ctx, enum ecg_stage_buf which, void
     case ECG_BUF_EMBED: *d_ptr = ctx->emb.ptr; *len = ctx->emb_len; break;
     case ECG_BUF_LATENT:
         *d_ptr = table ? table + t.latent : NULL;
-        *len = ctx->n_beats * ctx->latent_dim;
+        *len = ctx->encoded ? ctx->n_beats * ctx->latent_dim : 0;
         break;
-    case ECG_BUF_SCORE: *d_ptr = table ? table + t.score : NULL; *len = ctx->n_beats; break;
+    case ECG_BUF_SCORE:
+        *d_ptr = table ? table + t.score : NULL;
+        *len = ctx->encoded ? ctx->n_beats : 0;
+        break;
     case ECG_BUF_COUNT: break;
     }
 }

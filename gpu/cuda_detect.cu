@@ -618,6 +618,7 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     ECG_TRY(ctx_enter(ctx, err));
     ctx->n_beats = 0;
     ctx->emb_len = 0;
+    ctx->encoded = false;
     n_a = ctx->n_a;
     memset(&a, 0, sizeof a);
     if (n_a < 2 || ctx->n_in < 2)

@@ -102,10 +102,12 @@ static __global__ void segment_kernel(struct segment_args a)
         a.end[i] = end_in_of(&a, i, end_a);
         int64_t length = end_a - onset_a;
         a.kept[i] = length >= a.beat_min && length <= a.beat_max;
-        a.rr_ms[i] = i == 0 ? NAN
-                            : (float)__ddiv_rn(__dmul_rn((double)(a.peaks_in[i] - a.peaks_in[i - 1]),
-                                                         1000.0),
-                                               a.fs_in_hz);
+        if (i == 0) {
+            a.rr_ms[i] = NAN;
+        } else {
+            const double gap = (double)(a.peaks_in[i] - a.peaks_in[i - 1]);
+            a.rr_ms[i] = (float)__ddiv_rn(__dmul_rn(gap, 1000.0), a.fs_in_hz);
+        }
     }
 }
 

@@ -95,6 +95,7 @@ struct cuda_ctx {
     size_t n_beats;          /* after detect */
     size_t latent_dim;       /* the model's, 0 without a model */
     size_t emb_len;          /* floats in emb (n_beats * beat_len after embed) */
+    bool encoded;            /* latent/score hold this request's values */
 
     /* stage buffers */
     struct dbuf input;       /* float[n_in] */

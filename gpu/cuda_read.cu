@@ -368,6 +368,12 @@ static bool sniff_is_csv(const unsigned char *b, size_t len)
 
 /* ---------------------------------------------------------------- entry points */
 
+extern "C" int cuda_parse_token_host(const char *s, const char *e, float *out)
+{
+    return parse_token(s, e, out);
+}
+
+
 /* Raw samples: status UNSUPPORTED hands the input back to the host reader. */
 static enum ecg_status load_raw(struct cuda_ctx *ctx, const void *buf, size_t len, int format,
                                 const struct ecg_read_opts *opts, size_t *n_out,
@@ -400,9 +406,9 @@ out:
 }
 
 /* Re-parses the HARD lines on the host (they are rare) and writes their values back. */
-static enum ecg_status resolve_hard(struct cuda_ctx *ctx, const char *data, const struct csv_args *a,
-                                    size_t n_hard, int64_t *d_idx, size_t *bad,
-                                    struct ecg_error *err)
+static enum ecg_status resolve_hard(struct cuda_ctx *ctx, const char *data,
+                                    const struct csv_args *a, size_t n_hard, int64_t *d_idx,
+                                    size_t *bad, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     int64_t *h_idx = NULL, *h_starts = NULL;
@@ -609,6 +615,7 @@ extern "C" enum ecg_status cuda_load_bytes(void *ctx_ptr, const void *buf, size_
         return ECG_ERR_UNSUPPORTED; /* the host reader words the missing-rate error */
     ECG_TRY(ctx_enter(ctx, err));
     ctx->n_in = ctx->n_a = ctx->n_beats = ctx->emb_len = 0;
+    ctx->encoded = false;
     ctx->latent_dim = ctx->state->model ? ctx->state->model->arch.latent_dim : 0;
     if (format == ECG_FORMAT_CSV)
         status = load_csv(ctx, (const char *)buf, len, opts, &count, label, err);

@@ -1,7 +1,9 @@
 /*
- * cuda_stats.h - device-memory statistics of the CUDA backend, for benchmarks (C callers; no
- * CUDA types). In a build without CUDA these symbols do not exist: include this only where
- * ECG_HAVE_CUDA is defined.
+ * cuda_stats.h - host-callable hooks of the CUDA backend for benchmarks and tests (C callers;
+ * no CUDA types): device-memory statistics, and the device CSV parser's number routine run on
+ * the host (so that a machine without a GPU still checks it against ecg_parse_float). In a
+ * build without CUDA these symbols do not exist: include this only where ECG_HAVE_CUDA is
+ * defined.
  */
 #ifndef ECG_GPU_CUDA_STATS_H
 #define ECG_GPU_CUDA_STATS_H
@@ -17,6 +19,11 @@ extern "C" {
  * number of devices (0 without one, all figures 0). */
 int cuda_memory_stats(size_t *used_now, size_t *used_peak, size_t *reserved_peak);
 void cuda_memory_reset_peak(void);
+
+/* The device CSV parser's token routine (gpu/cuda_parse_float.cuh), compiled for the host:
+ * parses exactly [s, e). Returns 0 with *out set (bit-identical to ecg_parse_float), 1 when the
+ * token is valid but left to the host's exact parser (HARD), 2 when it is not a whole number. */
+int cuda_parse_token_host(const char *s, const char *e, float *out);
 
 #ifdef __cplusplus
 }
