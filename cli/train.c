@@ -23,7 +23,6 @@
 #include "train.h"
 
 #define MAX_RECORDS 1024
-#define RR_WINDOW 4
 
 struct train_args {
     const char *db, *file, *out, *lead, *format;
@@ -34,6 +33,7 @@ struct train_args {
     struct ecg_train_opts opts;
     struct ecg_vae_arch arch;
     double percentile, rr_weight;
+    uint32_t rr_window;
 };
 
 static void usage(FILE *f)
@@ -53,6 +53,7 @@ static void usage(FILE *f)
             "  --threads N          worker threads (2)\n"
             "  --percentile P       outlier threshold percentile of the training scores (99)\n"
             "  --rr-weight W        weight of the RR prematurity term of the score (1)\n"
+            "  --rr-window N        beats on each side of the local RR median (2)\n"
             "  --lead N|NAME        lead of the recordings (first)\n"
             "  --enc A,B,C          encoder widths (4,8,16)\n"
             "  --dec A,B,C          decoder widths (8,4,2)\n"
@@ -87,6 +88,7 @@ static int parse_args(int argc, char **argv, struct train_args *a)
     a->arch = ecg_vae_arch_default();
     a->percentile = 99.0;
     a->rr_weight = 1.0;
+    a->rr_window = 2;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -144,6 +146,14 @@ static int parse_args(int argc, char **argv, struct train_args *a)
                 fprintf(stderr, "ecgd train: --beats expects normal or all, got \"%s\"\n", val);
                 return 2;
             }
+        } else if (!strcmp(arg, "--rr-window")) {
+            uint32_t v;
+            if (!parse_u32(val, &v) || v < 1 || v > 64) {
+                fprintf(stderr, "ecgd train: --rr-window expects a count in [1, 64], got \"%s\"\n",
+                        val);
+                return 2;
+            }
+            a->rr_window = v;
         } else if (!strcmp(arg, "--epochs") || !strcmp(arg, "--batch") ||
                    !strcmp(arg, "--threads")) {
             uint32_t v;
@@ -329,7 +339,7 @@ static int run_cv(const struct train_args *a, const struct ecg_beat_set *set)
                 fprintf(stderr, " %s", a->records[r]);
         fprintf(stderr, "\n");
         struct ecg_model *m = ecg_train_on(set, in_train, !a->all_beats, &a->arch, &a->opts,
-                                           RR_WINDOW, a->rr_weight, a->percentile, &err);
+                                           a->rr_window, a->rr_weight, a->percentile, &err);
         if (!m) {
             fprintf(stderr, "ecgd train: %s\n", err.message);
             rc = 1;
@@ -377,7 +387,7 @@ static int train_and_save(const struct train_args *a, const struct ecg_beat_set 
     }
     for (int r = 0; r < (a->n_records ? a->n_records : 1); r++)
         all[r] = true;
-    m = ecg_train_on(set, all, !a->all_beats && a->db, &a->arch, &a->opts, RR_WINDOW,
+    m = ecg_train_on(set, all, !a->all_beats && a->db, &a->arch, &a->opts, a->rr_window,
                      a->rr_weight, a->percentile, &err);
     if (!m) {
         fprintf(stderr, "ecgd train: %s\n", err.message);
@@ -439,8 +449,8 @@ int cli_train(int argc, char **argv)
     if (a.db) {
         for (int r = 0; r < a.n_records; r++) {
             size_t before = set.n, normal = 0;
-            if (ecg_beat_set_add_wfdb(&set, engine, a.db, a.records[r], a.lead, true, RR_WINDOW,
-                                      (uint16_t)r, &err) != ECG_OK) {
+            if (ecg_beat_set_add_wfdb(&set, engine, a.db, a.records[r], a.lead, true,
+                                      a.rr_window, (uint16_t)r, &err) != ECG_OK) {
                 fprintf(stderr, "ecgd train: %s/%s: %s\n", a.db, a.records[r], err.message);
                 goto out;
             }
@@ -462,7 +472,7 @@ int cli_train(int argc, char **argv)
         struct ecg_signal sig = {0};
         enum ecg_status st = ecg_read_file(a.file, &opts, &sig, &err);
         if (st == ECG_OK)
-            st = ecg_beat_set_add(&set, engine, &sig, NULL, RR_WINDOW, 0, &err);
+            st = ecg_beat_set_add(&set, engine, &sig, NULL, a.rr_window, 0, &err);
         ecg_signal_free(&sig);
         if (st != ECG_OK) {
             fprintf(stderr, "ecgd train: %s: %s\n", a.file, err.message);

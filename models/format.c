@@ -134,7 +134,7 @@ struct ecg_model *ecg_model_create(const struct ecg_vae_arch *arch,
     if (!model->weights || !model->calib.quantiles || !model->prov.records)
         goto nomem;
     /* a neutral calibration: z-scores of raw values, threshold at 3 */
-    model->calib.rr_window = 4;
+    model->calib.rr_window = 2;
     model->calib.recon_scale = 1.0;
     model->calib.rel_scale = 1.0;
     model->calib.rr_scale = 1.0;

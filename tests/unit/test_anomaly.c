@@ -20,7 +20,7 @@
 
 #define MITDB ECG_SHARED_DATA "/mitdb"
 #define N_RECORDS 12
-#define RR_WINDOW 4
+#define RR_WINDOW 2
 
 static const char *records[N_RECORDS] = {"101", "106", "109", "114", "116", "119",
                                          "205", "208", "209", "215", "220", "223"};
