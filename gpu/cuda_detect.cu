@@ -10,9 +10,10 @@
  *   3. compaction of candidate indices (cub::DeviceSelect::Flagged, ascending)
  *   4. candidate height (prominence over the valleys to its neighbours) and slope
  *                                                                      one thread/candidate
- *   5. the sequential adaptive pass (levels, refractory, T-wave test, search-back) in one
- *      thread, the rest of its block staging candidates in shared memory: candidates are a
- *      few per second of signal
+ *   5. the adaptive pass (levels, refractory, T-wave test, search-back), sequential within
+ *      each block of CPU_DETECT_BLOCK_S of signal with its warm-up (detect.c's cpu_decide()),
+ *      the blocks independent                                          one thread per block
+ *      then the boundary merge of the blocks' beats       one thread (its block staging)
  *   6. compaction of accepted candidates; refinement of each to the input grid (windows
  *      bounded by the midpoints to its neighbours, polarity, sampled-baseline median, first
  *      maximum deflection)                                             one thread per beat
@@ -24,10 +25,10 @@
  * done here in the same order with explicit round-to-nearest intrinsics (no FMA contraction),
  * so the peaks are identical to the CPU's.
  *
- * The search-back keeps a running "best so far" over [after_last, k) instead of rescanning the
- * range at every candidate (the CPU's O(k^2) worst case in long beat-free stretches); it finds
- * the same candidate (first index of the largest height among those past the refractory
- * period, accepted only if above the search-back floor).
+ * The search-back keeps a running "best so far" over [after_last, k), as the CPU does, instead
+ * of rescanning the range at every candidate; it finds the same candidate (first index of the
+ * largest height among those past the refractory period, accepted only if above the
+ * search-back floor).
  */
 #include <math.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@
 #include <cub/cub.cuh>
 #include <thrust/iterator/counting_iterator.h>
 
+#include "cpu/cpu.h" /* CPU_DETECT_BLOCK_S, CPU_DETECT_WARMUP_S, CPU_DETECT_TAIL_S */
 #include "cuda_internal.h"
 
 /* The detector's constants: keep equal to detect.c's. */
@@ -70,6 +72,14 @@ static size_t secs(double s, double fs)
     return v < 1 ? 1 : (size_t)v;
 }
 
+/* A block's first or last marked beat, for the boundary merge: candidate k (SIZE_MAX: the block
+ * marked none), its position, height and slope. */
+struct block_end {
+    int64_t pos;
+    size_t k;
+    float height, slope;
+};
+
 /* Everything the kernels need, by value. */
 struct detect_args {
     const float *x;      /* input, n_in */
@@ -94,6 +104,8 @@ struct detect_args {
     int64_t *peaks_a;    /* the ctx's analysis-grid peaks */
     size_t half_env, half_nms, slope_win;
     int64_t refractory, twave, learn;
+    int64_t block, warmup, tail; /* the decision pass's blocks (detect.c), samples */
+    struct block_end *block_first, *block_last; /* per block: first and last beat marked */
     double fs;
     int64_t reach_in, lobe_reach, base_reach;
     uint32_t up, down;
@@ -238,13 +250,29 @@ static __device__ float median_small(float *v, size_t n)
     return (float)DMUL(0.5, DADD((double)v[n / 2 - 1], (double)v[n / 2]));
 }
 
-#define ADAPTIVE_THREADS 256
-#define ADAPTIVE_CHUNK 2048
+/* The first candidate at or after pos (n_cand if none): detect.c's first_candidate_from(). */
+static __device__ size_t first_candidate_from(const int64_t *cpos, size_t n_cand, int64_t pos)
+{
+    size_t lo = 0, hi = n_cand;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (__ldg(&cpos[mid]) < pos)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
 
 /*
- * The whole sequential decision over the candidates (detect.c's decide()), made by thread 0 of
- * one block; the block's other threads only stage the candidates, ADAPTIVE_CHUNK at a time,
- * into shared memory, so that thread 0 reads them at shared-memory rather than L2 latency.
+ * Thread b (one per CUDA block, so that no two runs share a warp and diverge): the sequential
+ * decision pass over block b's window, detect.c's cpu_decide_block_window() and
+ * cpu_decide_window() (read there why the pass runs by blocks): fresh state at the origin
+ * (block start minus the warm-up), levels learnt from the candidates of its first
+ * DETECT_LEARN_S, candidates seen up to the horizon, beats marked only inside the block, and a
+ * stop at the first beat at or past the block's end. Blocks mark disjoint candidates, so
+ * threads never write the same flag. block_first[b] and block_last[b] get the first and last
+ * beat marked (k = SIZE_MAX: none), with what merge_kernel needs of them.
  *
  * Written for one thread's latency: the state lives in registers (no arrays indexed at run
  * time, which would put it in local memory), and the RR mean keeps a running sum of the last
@@ -252,34 +280,44 @@ static __device__ float median_small(float *v, size_t n)
  * whole numbers of samples, so every partial sum is an exact integer in double and both give
  * the same sum, hence the same mean.
  */
-static __global__ void adaptive_kernel(struct detect_args a)
+static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
 {
-    __shared__ int64_t s_pos[ADAPTIVE_CHUNK];
-    __shared__ float s_height[ADAPTIVE_CHUNK], s_slope[ADAPTIVE_CHUNK];
+    const size_t b = blockIdx.x;
+    if (b >= n_blocks || threadIdx.x != 0)
+        return;
     const int64_t *__restrict__ cpos = a.cpos;
     const float *__restrict__ height = a.height;
     const float *__restrict__ slope = a.slope;
     uint8_t *__restrict__ flag = a.flag;
     const size_t n_cand = (size_t)*a.n_cand;
+
+    /* the window (cpu_decide_block_window) */
+    const int64_t emit_lo = (int64_t)b * a.block, emit_hi = emit_lo + a.block;
+    const int64_t origin = emit_lo > a.warmup ? emit_lo - a.warmup : 0;
+    const int64_t horizon = emit_hi + a.tail < (int64_t)a.n_a ? emit_hi + a.tail
+                                                             : (int64_t)a.n_a;
+    const size_t k_lo = first_candidate_from(cpos, n_cand, origin);
+
     double spk = 0.0, npk = 0.0, rr_mean = a.fs, rr_sum = 0.0;
     double r0 = 0, r1 = 0, r2 = 0, r3 = 0, r4 = 0, r5 = 0, r6 = 0, r7 = 0; /* newest first */
-    size_t n_rr = 0, after_last = 0;
+    size_t n_rr = 0, after_last = k_lo;
     int64_t last = -1;
     float last_slope = 0.0f;
     /* running search-back maximum over [after_last, scanned) among candidates past the
      * refractory period of the last beat */
-    size_t scanned = 0, best = SIZE_MAX;
+    size_t scanned = k_lo, best = SIZE_MAX;
     float best_h = 0.0f;
     double sb_limit = DMUL(DETECT_SEARCHBACK_RR, rr_mean); /* search back past this gap */
+    int64_t last_decay = origin; /* when SPK was last halved (or the last beat) */
+    size_t first_mark = SIZE_MAX, last_mark = SIZE_MAX;
 
-    int64_t last_decay = 0; /* when SPK was last halved (or the last beat) */
-
-    if (threadIdx.x == 0) {
+    {
         /* detector_learn(): SPK half the median of the DETECT_LEARN_TOP largest candidates of
          * the learning period, NPK half the median candidate (at most half of SPK) */
         float heights[64], top0 = 0.0f, top1 = 0.0f, top2 = 0.0f;
         size_t m = 0;
-        for (size_t k = 0; k < n_cand && __ldg(&cpos[k]) < a.learn; k++) {
+        const int64_t learn_end = origin + a.learn;
+        for (size_t k = k_lo; k < n_cand && __ldg(&cpos[k]) < learn_end; k++) {
             float h = __ldg(&height[k]);
             if (m < 64)
                 heights[m++] = h;
@@ -305,28 +343,18 @@ static __global__ void adaptive_kernel(struct detect_args a)
             npk = DMUL(0.5, spk);
     }
 
-    for (size_t k0 = 0; k0 <= n_cand; k0 += ADAPTIVE_CHUNK) {
-        const size_t k_end = k0 + ADAPTIVE_CHUNK < n_cand ? k0 + ADAPTIVE_CHUNK : n_cand;
-        __syncthreads(); /* thread 0 is done with the previous chunk */
-        for (size_t j = k0 + threadIdx.x; j < k_end; j += blockDim.x) {
-            s_pos[j - k0] = cpos[j];
-            s_height[j - k0] = height[j];
-            s_slope[j - k0] = slope[j];
-        }
-        __syncthreads();
-        if (threadIdx.x != 0)
-            continue;
-
-/* candidate j's fields: from the staged chunk when it holds j, else from global memory */
-#define POS(j) ((j) >= k0 ? s_pos[(j) - k0] : __ldg(&cpos[j]))
-#define HEIGHT(j) ((j) >= k0 ? s_height[(j) - k0] : __ldg(&height[j]))
-#define SLOPE(j) ((j) >= k0 ? s_slope[(j) - k0] : __ldg(&slope[j]))
+/* detector_accept(): the beat is marked only inside the block */
 #define ACCEPT(kk, gain)                                                                   \
     do {                                                                                   \
         const size_t acc_k = (kk);                                                         \
-        const int64_t acc_pos = POS(acc_k);                                                \
-        flag[acc_k] = 1;                                                                   \
-        spk = DADD(DMUL((gain), (double)HEIGHT(acc_k)), DMUL(1.0 - (gain), spk));          \
+        const int64_t acc_pos = __ldg(&cpos[acc_k]);                                       \
+        if (acc_pos >= emit_lo && acc_pos < emit_hi) {                                     \
+            flag[acc_k] = 1;                                                               \
+            if (first_mark == SIZE_MAX)                                                    \
+                first_mark = acc_k;                                                        \
+            last_mark = acc_k;                                                             \
+        }                                                                                  \
+        spk = DADD(DMUL((gain), (double)__ldg(&height[acc_k])), DMUL(1.0 - (gain), spk));  \
         if (last >= 0) {                                                                   \
             const double rr_new = (double)(acc_pos - last);                                \
             if (n_rr >= DETECT_RR_COUNT)                                                   \
@@ -345,65 +373,133 @@ static __global__ void adaptive_kernel(struct detect_args a)
         sb_limit = DMUL(DETECT_SEARCHBACK_RR, rr_mean);                                    \
         last = acc_pos;                                                                    \
         last_decay = acc_pos;                                                              \
-        last_slope = SLOPE(acc_k);                                                         \
+        last_slope = __ldg(&slope[acc_k]);                                                 \
         after_last = acc_k + 1;                                                            \
     } while (0)
 
-        /* candidates [k0, k_stop); k == n_cand, the end of the signal, in the last chunk */
-        const size_t k_stop = k0 + ADAPTIVE_CHUNK < n_cand + 1 ? k0 + ADAPTIVE_CHUNK : n_cand + 1;
-        for (size_t k = k0; k < k_stop; k++) {
-            const int64_t pos = k < n_cand ? s_pos[k - k0] : (int64_t)a.n_a;
-            /* search back (from the start of the recording until the first beat), possibly
-             * for several missed beats in a row */
-            while ((double)(pos - (last >= 0 ? last : 0)) > sb_limit) {
-                const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
-                const double floor_height = DMUL(DETECT_SEARCHBACK_TH, threshold);
-                if (scanned < after_last) {
-                    scanned = after_last;
-                    best = SIZE_MAX;
-                }
-                for (; scanned < k; scanned++) {
-                    if (last >= 0 && POS(scanned) - last < a.refractory)
-                        continue;
-                    const float hs = HEIGHT(scanned);
-                    if (best == SIZE_MAX || hs > best_h) {
-                        best = scanned;
-                        best_h = hs;
-                    }
-                }
-                if (best != SIZE_MAX && (double)best_h > floor_height) {
-                    ACCEPT(best, DETECT_SEARCHBACK_GAIN);
-                    scanned = after_last;
-                    best = SIZE_MAX;
-                    continue;
-                }
-                /* nothing even at the lowered threshold: halve SPK, at most once per
-                 * DETECT_DECAY_RR mean RR and never below twice NPK, and look again */
-                if ((double)(pos - last_decay) <= DMUL(DETECT_DECAY_RR, rr_mean) ||
-                    spk <= DMUL(2.0, npk))
-                    break;
-                spk = DMUL(spk, 0.5);
-                last_decay = pos;
-            }
-            if (k == n_cand)
-                break;
-            if (last >= 0 && pos - last < a.refractory)
-                continue;
-            const float h = s_height[k - k0];
+    for (size_t k = k_lo;; k++) {
+        const int64_t pos_k = k < n_cand ? __ldg(&cpos[k]) : 0;
+        const bool end = k == n_cand || pos_k >= horizon;
+        const int64_t pos = end ? horizon : pos_k;
+        /* search back (from the origin until the first beat), possibly for several missed
+         * beats in a row */
+        while ((double)(pos - (last >= 0 ? last : origin)) > sb_limit) {
             const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
-            if ((double)h <= threshold ||
-                (last >= 0 && pos - last < a.twave &&
-                 (double)s_slope[k - k0] < DMUL(DETECT_TWAVE_SLOPE, (double)last_slope))) {
-                npk = DADD(DMUL(DETECT_LEVEL_GAIN, (double)h),
-                           DMUL(1.0 - DETECT_LEVEL_GAIN, npk));
+            const double floor_height = DMUL(DETECT_SEARCHBACK_TH, threshold);
+            if (scanned < after_last) {
+                scanned = after_last;
+                best = SIZE_MAX;
+            }
+            for (; scanned < k; scanned++) {
+                if (last >= 0 && __ldg(&cpos[scanned]) - last < a.refractory)
+                    continue;
+                const float hs = __ldg(&height[scanned]);
+                if (best == SIZE_MAX || hs > best_h) {
+                    best = scanned;
+                    best_h = hs;
+                }
+            }
+            if (best != SIZE_MAX && (double)best_h > floor_height) {
+                ACCEPT(best, DETECT_SEARCHBACK_GAIN);
+                scanned = after_last;
+                best = SIZE_MAX;
+                if (last >= emit_hi)
+                    goto done;
                 continue;
             }
-            ACCEPT(k, DETECT_LEVEL_GAIN);
+            /* nothing even at the lowered threshold: halve SPK, at most once per
+             * DETECT_DECAY_RR mean RR and never below twice NPK, and look again */
+            if ((double)(pos - last_decay) <= DMUL(DETECT_DECAY_RR, rr_mean) ||
+                spk <= DMUL(2.0, npk))
+                break;
+            spk = DMUL(spk, 0.5);
+            last_decay = pos;
         }
+        if (end)
+            break;
+        if (last >= 0 && pos - last < a.refractory)
+            continue;
+        const float h = __ldg(&height[k]);
+        const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
+        if ((double)h <= threshold ||
+            (last >= 0 && pos - last < a.twave &&
+             (double)__ldg(&slope[k]) < DMUL(DETECT_TWAVE_SLOPE, (double)last_slope))) {
+            npk = DADD(DMUL(DETECT_LEVEL_GAIN, (double)h), DMUL(1.0 - DETECT_LEVEL_GAIN, npk));
+            continue;
+        }
+        ACCEPT(k, DETECT_LEVEL_GAIN);
+        if (last >= emit_hi)
+            break;
+    }
 #undef ACCEPT
-#undef POS
-#undef HEIGHT
-#undef SLOPE
+done:
+    struct block_end ends[2];
+    for (int e = 0; e < 2; e++) {
+        const size_t k = e == 0 ? first_mark : last_mark;
+        ends[e].k = k;
+        ends[e].pos = k != SIZE_MAX ? __ldg(&cpos[k]) : 0;
+        ends[e].height = k != SIZE_MAX ? __ldg(&height[k]) : 0.0f;
+        ends[e].slope = k != SIZE_MAX ? __ldg(&slope[k]) : 0.0f;
+    }
+    a.block_first[b] = ends[0];
+    a.block_last[b] = ends[1];
+}
+
+#define MERGE_THREADS 256
+
+/*
+ * detect.c's merge_blocks(), by thread 0 of one block: the first beat of each block against
+ * the last beat kept before it: closer than the refractory period, the lower goes (the later on
+ * a tie); else closer than DETECT_TWAVE_S with under DETECT_TWAVE_SLOPE of the earlier's
+ * slope, the later goes. The block's threads stage the blocks' ends, MERGE_THREADS at a time,
+ * in shared memory, so that thread 0 walks them at shared-memory latency. A block's last beat
+ * is dropped only with its first (when they are the same beat), so the last kept beat is
+ * tracked in registers (the CPU reads its flag back).
+ */
+static __global__ void merge_kernel(struct detect_args a, size_t n_blocks)
+{
+    __shared__ struct block_end s_first[MERGE_THREADS], s_last[MERGE_THREADS];
+    struct block_end prev;
+    bool have_prev = false;
+    prev.k = SIZE_MAX;
+    prev.pos = 0;
+    prev.height = prev.slope = 0.0f;
+    for (size_t b0 = 0; b0 < n_blocks; b0 += MERGE_THREADS) {
+        const size_t count = n_blocks - b0 < MERGE_THREADS ? n_blocks - b0 : MERGE_THREADS;
+        __syncthreads(); /* thread 0 is done with the previous chunk */
+        for (size_t j = threadIdx.x; j < count; j += blockDim.x) {
+            s_first[j] = a.block_first[b0 + j];
+            s_last[j] = a.block_last[b0 + j];
+        }
+        __syncthreads();
+        if (threadIdx.x != 0)
+            continue;
+        for (size_t j = 0; j < count; j++) {
+            const struct block_end f = s_first[j];
+            if (f.k == SIZE_MAX)
+                continue;
+            bool f_kept = true;
+            if (have_prev) {
+                const int64_t gap = f.pos - prev.pos;
+                if (gap < a.refractory) {
+                    if (f.height > prev.height) {
+                        a.flag[prev.k] = 0;
+                    } else {
+                        a.flag[f.k] = 0;
+                        f_kept = false;
+                    }
+                } else if (gap < a.twave &&
+                           (double)f.slope < DMUL(DETECT_TWAVE_SLOPE, (double)prev.slope)) {
+                    a.flag[f.k] = 0;
+                    f_kept = false;
+                }
+            }
+            const struct block_end l = s_last[j];
+            if (l.k != f.k || f_kept) {
+                prev = l;
+                have_prev = true;
+            }
+        }
     }
 }
 
@@ -606,7 +702,7 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
     struct detect_args a;
     struct table_layout t;
-    size_t n_a, max_cand, off, bytes, temp_bytes = 0, temp2 = 0, temp3 = 0, k_max;
+    size_t n_a, max_cand, off, bytes, temp_bytes = 0, temp2 = 0, temp3 = 0, k_max, n_blocks;
     char *base;
     int64_t *h_counts;
     thrust::counting_iterator<int64_t> counter(0);
@@ -629,6 +725,11 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     a.refractory = (int64_t)plan->refractory;
     a.twave = (int64_t)secs(DETECT_TWAVE_S, plan->fs_a_hz);
     a.learn = (int64_t)secs(DETECT_LEARN_S, plan->fs_a_hz);
+    /* cpu_decide_blocks() and the geometry of cpu_decide_block_window() */
+    a.block = (int64_t)secs(CPU_DETECT_BLOCK_S, plan->fs_a_hz);
+    a.warmup = (int64_t)secs(CPU_DETECT_WARMUP_S, plan->fs_a_hz);
+    a.tail = (int64_t)secs(CPU_DETECT_TAIL_S, plan->fs_a_hz);
+    n_blocks = n_a <= (size_t)a.block ? 1 : (n_a + (size_t)a.block - 1) / (size_t)a.block;
     a.fs = plan->fs_a_hz;
     a.reach_in = (int64_t)secs(DETECT_REFINE_S, plan->fs_in_hz);
     a.lobe_reach = (int64_t)secs(DETECT_REFINE_S, plan->fs_a_hz);
@@ -645,9 +746,10 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     max_cand = n_a / (a.half_nms + 1) + 2;
 
     /* scratch: absf | env | flags | cpos | height | slope | beats_c | ref_in | ref_a |
-     * ricker | scalars */
+     * block_first | block_last | ricker | scalars */
     bytes = 2 * ALIGN256(n_a * sizeof(float)) + ALIGN256(n_a) +
             4 * ALIGN256(max_cand * sizeof(int64_t)) + 2 * ALIGN256(max_cand * sizeof(float)) +
+            2 * ALIGN256(n_blocks * sizeof(struct block_end)) +
             ALIGN256(plan->ricker_len * sizeof(float)) + 256;
     ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, bytes, err));
     base = (char *)ctx->scratch.ptr;
@@ -661,6 +763,10 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     a.ref_a = (int64_t *)(base + off);  off += ALIGN256(max_cand * sizeof(int64_t));
     a.height = (float *)(base + off);   off += ALIGN256(max_cand * sizeof(float));
     a.slope = (float *)(base + off);    off += ALIGN256(max_cand * sizeof(float));
+    a.block_first = (struct block_end *)(base + off);
+    off += ALIGN256(n_blocks * sizeof(struct block_end));
+    a.block_last = (struct block_end *)(base + off);
+    off += ALIGN256(n_blocks * sizeof(struct block_end));
     a.ricker = (const float *)(base + off); off += ALIGN256(plan->ricker_len * sizeof(float));
     a.n_cand = (int64_t *)(base + off);
     a.n_acc = a.n_cand + 1;
@@ -704,9 +810,12 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     candidate_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a, max_cand);
     CUDA_LAUNCH_CHECK();
     profile_mark(&prof, ctx->stream, "candidates");
-    adaptive_kernel<<<1, ADAPTIVE_THREADS, 0, ctx->stream>>>(a);
+    block_kernel<<<(unsigned)n_blocks, 1, 0, ctx->stream>>>(a, n_blocks);
     CUDA_LAUNCH_CHECK();
-    profile_mark(&prof, ctx->stream, "adaptive");
+    profile_mark(&prof, ctx->stream, "blocks");
+    merge_kernel<<<1, MERGE_THREADS, 0, ctx->stream>>>(a, n_blocks);
+    CUDA_LAUNCH_CHECK();
+    profile_mark(&prof, ctx->stream, "merge");
     /* accepted candidates' positions, ascending (flags past n_cand are clear) */
     CUDA_TRY(cub::DeviceSelect::Flagged(ctx->cub_temp.ptr, temp_bytes, (const int64_t *)a.cpos,
                                         a.flag, a.beats_c, a.n_acc, (int64_t)max_cand,

@@ -57,6 +57,59 @@ enum ecg_status cpu_detect(const struct ecg_plan *plan, const float *x, size_t n
                            int64_t **peaks_in, size_t *n_peaks, struct ecg_error *err) ECG_WUR;
 
 /*
+ * The detector's stages, exposed for tests (engine/cpu/detect.c explains them).
+ *
+ * A beat candidate: analysis-grid position, height (prominence of the envelope) and slope.
+ * cpu_detect_candidates() computes them (envelope, NMS, attributes); *cand is malloc'd (NULL
+ * when there are none), ascending by position.
+ */
+struct cpu_candidate {
+    int64_t pos;
+    float height;
+    float slope;
+};
+enum ecg_status cpu_detect_candidates(const struct ecg_plan *plan, const float *y,
+                                      const float *f, size_t n_a, struct cpu_candidate **cand,
+                                      size_t *n_cand, struct ecg_error *err) ECG_WUR;
+
+/*
+ * The adaptive decision runs by blocks of CPU_DETECT_BLOCK_S of signal, each from fresh state
+ * started CPU_DETECT_WARMUP_S before the block and looking at most CPU_DETECT_TAIL_S past it;
+ * all three are rounded to analysis-grid samples (round(s * fs_a)). The CUDA backend uses the
+ * same values.
+ */
+#define CPU_DETECT_BLOCK_S 60.0
+#define CPU_DETECT_WARMUP_S 40.0
+#define CPU_DETECT_TAIL_S 10.0
+
+/* One run of the sequential decision pass, analysis-grid samples. */
+struct cpu_decide_window {
+    int64_t origin;           /* fresh state here; levels learnt from the candidates after it */
+    int64_t emit_lo, emit_hi; /* only candidates in [emit_lo, emit_hi) are marked */
+    int64_t horizon;          /* candidates before it are seen; the pass ends at it */
+    bool stop_early;          /* stop at the first beat at or past emit_hi (same marks) */
+};
+
+/* Number of blocks for n_a analysis samples (1 when n_a is at most one block), and block b's
+ * window (stop_early set). */
+size_t cpu_decide_blocks(const struct ecg_plan *plan, size_t n_a);
+void cpu_decide_block_window(const struct ecg_plan *plan, size_t n_a, size_t b,
+                             struct cpu_decide_window *w);
+
+/* The sequential pass over one window: sets is_beat[k] = 1 for the beats it finds in the emit
+ * range (touching nothing else); *first and *last are the first and last of them (SIZE_MAX
+ * when none). */
+void cpu_decide_window(const struct ecg_plan *plan, const struct cpu_candidate *cand,
+                       size_t n_cand, const struct cpu_decide_window *w, uint8_t *is_beat,
+                       size_t *first, size_t *last);
+
+/* The whole decision: every block's window, then the boundary merge. is_beat (n_cand entries)
+ * is overwritten. */
+enum ecg_status cpu_decide(const struct ecg_plan *plan, const struct cpu_candidate *cand,
+                           size_t n_cand, size_t n_a, uint8_t *is_beat,
+                           struct ecg_error *err) ECG_WUR;
+
+/*
  * Segmentation: for k beats, fills onset/end (input grid, end exclusive), rr_ms (NaN for the
  * first beat) and kept (1 when the beat's length at the analysis rate lies within
  * [beat_min, beat_max]). Arrays have k entries, caller-allocated.

@@ -13,7 +13,9 @@
  *                                 the count of differing values is printed
  *   filter (FFT, forced)          |gpu - cpu| <= 2e-5 max|cpu|
  *   detect (same inputs)          identical peaks, except ties caused by a 1-ulp difference of
- *                                 the feature (counted; at most 1 in 2000 beats)
+ *                                 the feature (counted; at most 1 in 2000 beats); none at all
+ *                                 in test_detect_blocks (the blocked decision pass and its
+ *                                 boundary merge, with default and merge-heavy parameters)
  *   segment/embed                 identical table columns, embedding within 1e-6 abs
  *   latent, score                 |gpu - cpu| <= max(1e-4 |cpu|, 1e-5); outlier flags equal
  *                                 except where the score is within 1e-4 of the threshold
@@ -430,6 +432,79 @@ static void test_stages_random(void **state)
     check_detect_totals(&tot);
 }
 
+/*
+ * The detector's blocked decision pass (detect.c: blocks of CPU_DETECT_BLOCK_S, each with its
+ * own warm-up, then the boundary merge) on signals of many blocks, whose length is no multiple
+ * of a block: with the default parameters, and with a short NMS window and a long refractory
+ * period, so that candidates come closer than the refractory period and the merge has
+ * conflicts to resolve. Both backends detect from the same filter response; the peaks must be
+ * identical (no tie exception is needed on these signals).
+ */
+static size_t detect_pair(struct pair *p, const float *x, size_t n, double fs,
+                          const struct ecg_params *params, const char *label, size_t *beats)
+{
+    struct ecg_error err = {0};
+    struct ecg_plan plan;
+    size_t n_cpu = 0, n_gpu = 0, len_c, len_g;
+    assert_int_equal(ecg_plan_init(&plan, params, fs, &err), ECG_OK);
+    assert_int_equal(p->cpu->load(p->cpu_ctx, x, n, &err), ECG_OK);
+    assert_int_equal(p->gpu->load(p->gpu_ctx, x, n, &err), ECG_OK);
+    assert_int_equal(p->cpu->resample(p->cpu_ctx, &plan, &err), ECG_OK);
+    float *yc = read_all(p->cpu, p->cpu_ctx, ECG_BUF_RESAMPLED, sizeof(float), &len_c);
+    assert_int_equal(p->gpu->write_buf(p->gpu_ctx, ECG_BUF_RESAMPLED, yc, len_c, &err), ECG_OK);
+    assert_int_equal(p->cpu->filter(p->cpu_ctx, &plan, &err), ECG_OK);
+    float *fc = read_all(p->cpu, p->cpu_ctx, ECG_BUF_FILTERED, sizeof(float), &len_c);
+    assert_int_equal(p->gpu->write_buf(p->gpu_ctx, ECG_BUF_FILTERED, fc, len_c, &err), ECG_OK);
+    assert_int_equal(p->cpu->detect(p->cpu_ctx, &plan, &n_cpu, &err), ECG_OK);
+    if (p->gpu->detect(p->gpu_ctx, &plan, &n_gpu, &err) != ECG_OK)
+        fail_msg("gpu detect: %s", err.message);
+    int64_t *pc = (int64_t *)read_all(p->cpu, p->cpu_ctx, ECG_BUF_PEAKS, sizeof(int64_t), &len_c);
+    int64_t *pg = (int64_t *)read_all(p->gpu, p->gpu_ctx, ECG_BUF_PEAKS, sizeof(int64_t), &len_g);
+    size_t miss = peak_mismatches(pc, len_c, pg, len_g);
+    printf("# %s: %zu samples at %g Hz, %zu decision blocks: cpu %zu beats, gpu %zu beats, "
+           "%zu mismatched\n", label, n, fs,
+           cpu_decide_blocks(&plan, ecg_plan_resampled_len(&plan, n)), len_c, len_g, miss);
+    *beats += n_cpu;
+    free(yc);
+    free(fc);
+    free(pc);
+    free(pg);
+    ecg_plan_fini(&plan);
+    return miss;
+}
+
+static void test_detect_blocks(void **state)
+{
+    NEED_DEVICE(state);
+    struct pair *p = *state;
+    size_t miss = 0, beats = 0;
+    for (int variant = 0; variant < 2; variant++) {
+        struct ecg_params params = p->model->params;
+        if (variant == 1) {
+            params.nms_window_s = 0.1;
+            params.refractory_s = 0.3;
+        }
+        const char *kind = variant ? "short NMS window, long refractory" : "default";
+        char label[128];
+        for (size_t r = 0; r < (quick() ? 1 : 4); r++) {
+            const char *rec = (const char *[]){"203", "207", "108", "201"}[r];
+            struct ecg_signal sig = {0};
+            read_record(rec, &sig);
+            snprintf(label, sizeof label, "blocks: record %s, %s", rec, kind);
+            miss += detect_pair(p, sig.samples, sig.n, sig.fs_hz, &params, label, &beats);
+            ecg_signal_free(&sig);
+        }
+        size_t n = (size_t)(500.0 * (quick() ? 150.3 : 1234.5));
+        float *x = random_signal(300 + (uint64_t)variant, 500.0, n, 0);
+        snprintf(label, sizeof label, "blocks: random ecg, %s", kind);
+        miss += detect_pair(p, x, n, 500.0, &params, label, &beats);
+        free(x);
+    }
+    printf("# blocks: %zu beats, %zu mismatched\n", beats, miss);
+    assert_true(beats > 0);
+    assert_int_equal(miss, 0);
+}
+
 /* The layer-by-layer cuDNN path of the VAE, forced (the fused kernel is the default). */
 static void test_vae_cudnn(void **state)
 {
@@ -816,6 +891,7 @@ int main(void)
         cmocka_unit_test(test_raw_bits),
         cmocka_unit_test(test_stages_records),
         cmocka_unit_test(test_stages_random),
+        cmocka_unit_test(test_detect_blocks),
         cmocka_unit_test(test_filter_fft),
         cmocka_unit_test(test_vae_cudnn),
         cmocka_unit_test(test_engine_records),
