@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # bench_http.sh - HTTP service benchmarks: wrk on 10-second strips (requests/s, p50 and p99
-# latency), and one 20M-sample CSV analysed end to end compared with a raw loopback transfer of
-# the same bytes to a trivial sink, in the same run.
+# latency), and one 20M-sample recording, as CSV and as float32, analysed end to end compared
+# with a raw loopback transfer of the same bytes to a trivial sink, in the same run. For the big
+# ones it also prints the service's own overhead: end to end minus the engine's total from the
+# answer's timing_ms (upload, receiving and holding the body, queueing, answering).
 #
 # Usage: bench/bench_http.sh [BUILD_DIR]      (from the repository root; default build)
 # Environment: ECGD (binary), BACKEND (default auto), WORKERS, DURATION (default 10s),
-#              MODEL (a .ecgm file; default models/default.ecgm when it exists, else none),
-#              BIG_SAMPLES (default 20000000), ECG_SHARED_DATA (default ../shared/data).
+#              MODEL (a .ecgm file or none; default models/default.ecgm when it exists, else
+#              none), BIG_SAMPLES (default 20000000), ROUNDS (big POSTs, default 3, median
+#              reported), STRIPS (0 skips the wrk strips), ECG_SHARED_DATA (default
+#              ../shared/data).
 # Prints one "RESULT ..." line per strip and a closing summary; the figures go to
 # bench/RESULTS.md by hand.
 set -u
@@ -40,7 +44,9 @@ trap cleanup EXIT
 
 MODEL=${MODEL:-models/default.ecgm}
 model_args=(--model none)
-[ -f "$MODEL" ] && model_args=(--model "$MODEL")
+[ "$MODEL" != none ] && [ -f "$MODEL" ] && model_args=(--model "$MODEL")
+ROUNDS=${ROUNDS:-3}
+[ "${STRIPS:-1}" = 0 ] && have_wrk=0
 
 # Fixtures: a 20 s and an 80 s recording of real ECG (UCR, 250 Hz) as CSV and float32.
 mkdir -p "$tmp/fx"
@@ -82,46 +88,60 @@ if [ "${model_args[1]}" != none ]; then
     strip decode_grid8_c4 4 "/v1/models/$model_name/decode" POST "$tmp/grid.json" application/json
 fi
 
-# The big one: BIG_SAMPLES samples of CSV, streamed by the same client to ecgd and to a trivial
-# sink that only reads and discards the bytes.
+# The big ones: BIG_SAMPLES samples as CSV and as float32, streamed by the same client to ecgd
+# and to a trivial sink that only reads and discards the bytes, alternately.
 $HELP bigcsv "$tmp/big.csv" "$BIG_SAMPLES" || exit 1
-bytes=$(stat -c %s "$tmp/big.csv")
+python3 -c '
+import array, sys
+a = array.array("f", (float(line) for line in open(sys.argv[1])))
+open(sys.argv[2], "wb").write(a.tobytes())' "$tmp/big.csv" "$tmp/big.f32" || exit 1
 $HELP sink "$tmp/sink.port" &
 sink_pid=$!
 for _ in $(seq 1 100); do [ -s "$tmp/sink.port" ] && break; sleep 0.05; done
 sink=http://127.0.0.1:$(cat "$tmp/sink.port")/sink
-cat "$tmp/big.csv" >/dev/null   # warm the page cache for both
+cat "$tmp/big.csv" "$tmp/big.f32" >/dev/null   # warm the page cache for both
 
-post_time() { # post_time URL: seconds for the whole exchange (upload, processing, answer)
-    curl -s -o "$tmp/answer" -w '%{http_code} %{time_total}\n' -H 'Content-Type: text/csv' \
-        -T "$tmp/big.csv" -X POST "$1"
+post_time() { # post_time URL FILE TYPE: status and seconds for the whole exchange
+    curl -s -o "$tmp/answer" -w '%{http_code} %{time_total}\n' -H 'Expect:' -H "Content-Type: $3" \
+        -T "$2" -X POST "$1"
 }
-median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
-raw=()
-ecgd=()
-for round in 1 2 3; do
-    read -r code t <<<"$(post_time "$sink")"
-    [ "$code" = 200 ] && raw+=("$t")
-    read -r code t <<<"$(post_time "$base/v1/analyze?fs=250&include=summary")"
-    [ "$code" = 200 ] || { echo "bench_http: big POST answered $code: $(head -c 300 "$tmp/answer")" >&2; exit 1; }
-    ecgd+=("$t")
+for kind in csv f32; do
+    if [ $kind = csv ]; then type=text/csv; else type=application/octet-stream; fi
+    file=$tmp/big.$kind
+    rows=$tmp/rows.$kind
+    : >"$rows"
+    post_time "$base/v1/analyze?fs=250&include=summary" "$file" "$type" >/dev/null  # warm-up
+    for _ in $(seq 1 "$ROUNDS"); do
+        read -r code raw <<<"$(post_time "$sink" "$file" "$type")"
+        [ "$code" = 200 ] || { echo "bench_http: the sink answered $code" >&2; exit 1; }
+        read -r code e2e <<<"$(post_time "$base/v1/analyze?fs=250&include=summary,timing" "$file" "$type")"
+        [ "$code" = 200 ] || { echo "bench_http: big POST answered $code: $(head -c 300 "$tmp/answer")" >&2; exit 1; }
+        python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(sys.argv[2], sys.argv[3], d["timing_ms"]["total"] / 1e3, d["summary"]["beats"])' \
+            "$tmp/answer" "$raw" "$e2e" >>"$rows"
+    done
+    python3 - "$kind" "$BIG_SAMPLES" "$(stat -c %s "$file")" "$rows" <<'PYTHON'
+import statistics, sys
+kind, n, nbytes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rows = [[float(x) for x in line.split()] for line in open(sys.argv[4])]
+raw = statistics.median(r[0] for r in rows)
+e2e = statistics.median(r[1] for r in rows)
+engine = statistics.median(r[2] for r in rows)
+service = statistics.median(r[1] - r[2] for r in rows)
+print("RESULT name=big_%s_end_to_end samples=%d bytes=%d beats=%d rounds=%d ecgd_s=%.3f "
+      "raw_loopback_s=%.3f ratio=%.2f engine_s=%.3f service_overhead_s=%.3f "
+      "service_over_raw_s=%.3f ecgd_MB_per_s=%.1f raw_MB_per_s=%.1f" % (
+          kind, n, nbytes, int(rows[-1][3]), len(rows), e2e, raw, e2e / raw, engine, service,
+          service - raw, nbytes / e2e / 1e6, nbytes / raw / 1e6))
+PYTHON
 done
-# The same file through the CLI (read + analyse + JSON, plus engine start-up), for reference.
+# The same CSV through the CLI (read + analyse + JSON, plus engine start-up), for reference.
 cli_start=$EPOCHREALTIME
 "$ECGD" analyze "$tmp/big.csv" --format csv --fs 250 --include summary --backend "$BACKEND" \
     --model "${model_args[1]}" >/dev/null 2>&1
-cli_s=$(python3 -c "print($EPOCHREALTIME - $cli_start)")
-beats=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["summary"]["beats"])' "$tmp/answer")
-raw_s=$(printf '%s\n' "${raw[@]}" | median)
-ecgd_s=$(printf '%s\n' "${ecgd[@]}" | median)
-python3 - "$BIG_SAMPLES" "$bytes" "$raw_s" "$ecgd_s" "$beats" "$cli_s" <<'PYTHON'
-import sys
-n, nbytes, raw, ecgd, beats, cli = (int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]),
-                                    float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]))
-print("RESULT name=big_csv_end_to_end samples=%d bytes=%d beats=%d ecgd_s=%.3f raw_loopback_s=%.3f "
-      "ratio=%.1f ecgd_MB_per_s=%.1f raw_MB_per_s=%.1f cli_analyze_s=%.3f" % (
-          n, nbytes, beats, ecgd, raw, ecgd / raw, nbytes / ecgd / 1e6, nbytes / raw / 1e6, cli))
-PYTHON
-# What the engine spent on it (from the server's metrics).
-curl -s "$base/metrics" | grep '^ecgd_engine_stage_seconds_sum' | sed 's/^/# /'
+python3 -c "print('RESULT name=big_csv_cli analyze_s=%.3f' % ($EPOCHREALTIME - $cli_start))"
+# What the engine and the body pool did (from the server's metrics).
+curl -s "$base/metrics" | grep -E '^ecgd_engine_stage_seconds_sum|^ecgd_body_' | sed 's/^/# /'

@@ -1,7 +1,7 @@
 /*
  * bench_vae.c - throughput of the CPU VAE (engine/cpu/vae.c, models/train.c): encode + score
  * of beats on 1 and 2 threads, and the time of one training epoch on 50,000 beats on 2 threads.
- * Self-contained (no arguments, no data files: synthetic beats, seeded weights), ~30 s.
+ * Self-contained (no arguments, no data files: synthetic beats, seeded weights), ~10 s.
  *
  * Prints one line per measurement: "<name>: <beats/s> beats/s (<ms> ms, best of N)".
  */

@@ -78,6 +78,12 @@ struct ecg_backend_ops {
                                 size_t *n, struct ecg_error *err);
     enum ecg_status (*write_buf)(void *ctx, enum ecg_stage_buf which, const void *host, size_t n,
                                  struct ecg_error *err);
+
+    /* Optional, both or neither (NULL = malloc/free): host memory that load_bytes reads fastest
+     * (CUDA: pinned, DMA'd without a staging copy). host_alloc returns NULL when out of memory;
+     * host_free accepts NULL and only pointers from this backend's host_alloc. Any thread. */
+    void *(*host_alloc)(void *state, size_t bytes);
+    void (*host_free)(void *state, void *ptr);
 };
 
 extern const struct ecg_backend_ops ecg_cpu_backend;

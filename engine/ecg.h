@@ -300,6 +300,17 @@ enum ecg_status ecg_engine_analyze_bytes(struct ecg_engine *engine, const void *
                                          struct ecg_result **out, struct ecg_error *err) ECG_WUR;
 
 /*
+ * Host memory for the bytes later given to ecg_engine_analyze_bytes(): memory the engine's
+ * backend reads fastest (CUDA: pinned host memory, uploaded by DMA straight from the buffer
+ * instead of through a staging copy; CPU: plain malloc). Any other memory works as well, only
+ * slower. Allocating pinned memory is slow: keep and reuse these buffers (the service pools
+ * them). Returns NULL when out of memory. Free with ecg_engine_host_free() on the same engine,
+ * before the engine is destroyed; ecg_engine_host_free() accepts NULL. Thread-safe.
+ */
+void *ecg_engine_host_alloc(struct ecg_engine *engine, size_t bytes);
+void ecg_engine_host_free(struct ecg_engine *engine, void *ptr);
+
+/*
  * Like ecg_engine_analyze(), and also hands back the embedded beats the model sees: *embedding is
  * a malloc'd n_beats x beat_len array (rows of beats not kept are zero), freed by the caller.
  * For the trainer and evaluation tools.

@@ -390,3 +390,22 @@ enum ecg_status ecg_engine_analyze_bytes(struct ecg_engine *engine, const void *
     struct analyze_input in = {.bytes = buf, .len = len, .opts = opts ? opts : &defaults};
     return analyze(engine, &in, out, NULL, err);
 }
+
+void *ecg_engine_host_alloc(struct ecg_engine *engine, size_t bytes)
+{
+    if (!bytes)
+        bytes = 1; /* never malloc(0): NULL must mean failure */
+    if (engine->ops->host_alloc && engine->ops->host_free)
+        return engine->ops->host_alloc(engine->state, bytes);
+    return malloc(bytes);
+}
+
+void ecg_engine_host_free(struct ecg_engine *engine, void *ptr)
+{
+    if (!ptr)
+        return;
+    if (engine->ops->host_alloc && engine->ops->host_free)
+        engine->ops->host_free(engine->state, ptr);
+    else
+        free(ptr);
+}

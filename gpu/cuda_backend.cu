@@ -139,12 +139,36 @@ out:
     return status;
 }
 
+/* True when host memory [p, p + len) is page-locked (ecg_engine_host_alloc), so the device can
+ * DMA from it directly. Checks both ends; a wrong "true" would only make the copy slower. */
+static bool host_is_pinned(const void *p, size_t len)
+{
+    const char *ends[2] = {(const char *)p, (const char *)p + len - 1};
+    for (int i = 0; i < 2; i++) {
+        struct cudaPointerAttributes attr;
+        if (cudaPointerGetAttributes(&attr, ends[i]) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        if (attr.type != cudaMemoryTypeHost)
+            return false;
+    }
+    return true;
+}
+
 enum ecg_status upload_bytes(struct cuda_ctx *ctx, void *d_dst, const void *src, size_t len,
                              struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     size_t off = 0;
     unsigned which = 0;
+    if (len && host_is_pinned(src, len)) {
+        /* Pinned source: one DMA straight from it, no staging memcpy. Waited for, so that the
+         * caller may reuse src on return as with the staged path below. */
+        CUDA_TRY(cudaMemcpyAsync(d_dst, src, len, cudaMemcpyHostToDevice, ctx->stream));
+        CUDA_TRY(cudaStreamSynchronize(ctx->stream));
+        goto out;
+    }
     while (off < len) {
         size_t chunk = len - off < CUDA_STAGE_CHUNK ? len - off : CUDA_STAGE_CHUNK;
         /* Wait until the DMA that last read this half is done, then refill it. */
@@ -538,6 +562,33 @@ out:
     return status;
 }
 
+/* ---------------------------------------------------------------- pinned host memory */
+
+/* Page-locked host memory, portable to every device's context, so that upload_bytes DMAs
+ * straight from it. Falls back to malloc when pinning fails (the caller still gets memory, only
+ * the slower staged upload); cuda_host_free tells the two apart. */
+static void *cuda_host_alloc(void *state_ptr, size_t bytes)
+{
+    struct cuda_state *state = (struct cuda_state *)state_ptr;
+    void *ptr = NULL;
+    if (state && cudaSetDevice(state->dev[0].ordinal) == cudaSuccess &&
+        cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable) == cudaSuccess)
+        return ptr;
+    (void)cudaGetLastError();
+    return malloc(bytes);
+}
+
+static void cuda_host_free(void *state_ptr, void *ptr)
+{
+    (void)state_ptr;
+    if (!ptr)
+        return;
+    if (host_is_pinned(ptr, 1))
+        (void)cudaFreeHost(ptr);
+    else
+        free(ptr);
+}
+
 /* ---------------------------------------------------------------- statistics */
 
 int cuda_memory_stats(size_t *used_now, size_t *used_peak, size_t *reserved_peak)
@@ -599,4 +650,6 @@ extern "C" const struct ecg_backend_ops ecg_cuda_backend = {
     /* .fetch = */ cuda_fetch,
     /* .read_buf = */ cuda_read_buf,
     /* .write_buf = */ cuda_write_buf,
+    /* .host_alloc = */ cuda_host_alloc,
+    /* .host_free = */ cuda_host_free,
 };

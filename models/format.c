@@ -545,7 +545,8 @@ static void name_from_path(char name[64], const char *path)
 {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    size_t n = strcspn(base, ".");
+    const char *dot = strrchr(base, '.');
+    size_t n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
     if (n > 63)
         n = 63;
     memcpy(name, base, n);

@@ -38,6 +38,10 @@
 
 #include "ecg.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define ECG_MODEL_MAGIC "ECGMODEL"   /* 8 bytes, no terminator in the file */
 #define ECG_MODEL_VERSION 1u
 #define ECG_MODEL_HEADER_BYTES 32u
@@ -232,5 +236,9 @@ double ecg_score_combine(const struct ecg_score_calib *calib, double recon, doub
 /* The recording level: median of the finite values of recon[0..n) (NaN skipped); NaN if none.
  * Reorders nothing; uses scratch (n doubles). */
 double ecg_recon_level(const double *recon, size_t n, double *scratch);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ECG_MODEL_H */

@@ -146,8 +146,9 @@ static void *batch_worker(void *p)
     return NULL;
 }
 
-/* Runs the batch on job->threads threads (the calling thread is worker 0). */
-static enum ecg_status run_batch(struct batch_job *job, struct ecg_error *err)
+/* Runs the batch on job->threads threads (the calling thread is worker 0). A thread that
+ * cannot be started has its chunks run here, so the result never depends on it. */
+static void run_batch(struct batch_job *job)
 {
     pthread_t tid[MAX_THREADS];
     struct worker_arg args[MAX_THREADS];
@@ -162,15 +163,10 @@ static enum ecg_status run_batch(struct batch_job *job, struct ecg_error *err)
     batch_worker(&args[0]);
     for (unsigned t = 1; t <= started; t++)
         pthread_join(tid[t], NULL);
-    if (started + 1 != job->threads) {
-        /* a thread failed to start: do its chunks here, so the result is unchanged */
-        for (unsigned t = started + 1; t < job->threads; t++) {
-            args[t] = (struct worker_arg){job, t};
-            batch_worker(&args[t]);
-        }
+    for (unsigned t = started + 1; t < job->threads; t++) {
+        args[t] = (struct worker_arg){job, t};
+        batch_worker(&args[t]);
     }
-    (void)err;
-    return ECG_OK;
 }
 
 /* ---------------------------------------------------------------- training */
@@ -249,9 +245,7 @@ enum ecg_status ecg_vae_train(struct ecg_model *model, const float *beats, size_
             job.index = order + start;
             for (size_t k = 0; k < job.batch * z_dim; k++)
                 eps[k] = rng_normal(&rng);
-            st = run_batch(&job, err);
-            if (st != ECG_OK)
-                goto out;
+            run_batch(&job);
             memset(grad, 0, n_w * sizeof *grad);
             for (int c = 0; c < TRAIN_CHUNKS; c++) {
                 const double *g = job.chunk_grad + (size_t)c * n_w;

@@ -195,6 +195,18 @@ void svc_metrics_render(struct svc_metrics *metrics, const struct svc_metrics_ga
                    "ecgd_ready %d\n",
                    gauges->in_flight, gauges->queued, gauges->busy_workers, gauges->workers,
                    gauges->ready ? 1 : 0);
+    ecg_buf_printf(out,
+                   "# HELP ecgd_body_buffers_total Request-body buffers handed out, reused from "
+                   "the pool or newly allocated.\n"
+                   "# TYPE ecgd_body_buffers_total counter\n"
+                   "ecgd_body_buffers_total{source=\"reused\"} %llu\n"
+                   "ecgd_body_buffers_total{source=\"allocated\"} %llu\n"
+                   "# HELP ecgd_body_pool_idle_bytes Memory of idle request-body buffers kept for "
+                   "reuse.\n"
+                   "# TYPE ecgd_body_pool_idle_bytes gauge\n"
+                   "ecgd_body_pool_idle_bytes %zu\n",
+                   (unsigned long long)gauges->body_reused,
+                   (unsigned long long)gauges->body_allocated, gauges->body_idle_bytes);
     ecg_buf_puts(out, "# HELP ecgd_build_info Version, backend and device of this server.\n"
                       "# TYPE ecgd_build_info gauge\n"
                       "ecgd_build_info{version=\"" ECG_VERSION "\",backend=\"");

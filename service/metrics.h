@@ -57,6 +57,9 @@ struct svc_metrics_gauges {
     long busy_workers;       /* analysis jobs running */
     unsigned workers;
     bool ready;
+    uint64_t body_reused;    /* request-body buffers served from the pool */
+    uint64_t body_allocated; /* request-body buffers newly allocated */
+    size_t body_idle_bytes;  /* memory of idle body buffers kept for reuse */
     const char *backend;     /* "" until the engine exists */
     const char *device;
 };

@@ -258,10 +258,8 @@ void svc_analyze_run(struct svc_request *req)
         svc_answer_ecg_error(req, &err);
         goto out;
     }
-    /* The recording is no longer needed: give its memory back before rendering. */
-    free(req->body);
-    req->body = NULL;
-    req->body_cap = 0;
+    /* The recording is no longer needed: give its buffer back before rendering. */
+    svc_request_release_body(req);
 
     ecg_result_write_json(result, engine, req->include, &body);
     if (body.failed) {

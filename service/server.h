@@ -4,7 +4,13 @@
  * One struct svc_server holds everything mutable the service has (configuration, the HTTP
  * daemon, the models and engines, the worker pool, metrics, counters); there are no other
  * globals. One struct svc_request lives from a request's headers to libmicrohttpd's completion
- * callback; its body grows in one buffer as the upload streams in.
+ * callback; its body is received into one buffer taken from the server's body pool
+ * (body_pool.h): sized from Content-Length when the client declares one, so a known-length
+ * upload is copied exactly once (libmicrohttpd's read buffer -> the body) and never grown; grown
+ * by doubling only for chunked uploads. The buffer goes back to the pool once the job is done (or
+ * the request refused), so steady traffic receives into memory that is already mapped (and, with
+ * the CUDA backend, pinned: the engine DMAs it without a staging copy). The pool keeps at most
+ * twice --max-body-mb (and at most 1 GiB) of idle buffers.
  *
  * Request flow: the access handler (server.c) routes and checks a request as soon as its headers
  * arrive (token, method, Content-Length, Content-Type, query, admission), answering errors
@@ -14,8 +20,8 @@
  * its answer in the request for the HTTP thread to send when the connection resumes.
  *
  * Threading: a request is touched by one thread at a time (its HTTP thread, or while suspended
- * its worker). Server fields are either immutable after start or atomics; metrics and the
- * registry have their own mutexes.
+ * its worker). Server fields are either immutable after start or atomics; metrics, the
+ * registry and the body pool have their own mutexes.
  */
 #ifndef SVC_SERVER_H
 #define SVC_SERVER_H
@@ -24,6 +30,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "body_pool.h"
 #include "config.h"
 #include "ecg.h"
 #include "jobs.h"
@@ -37,6 +44,7 @@ struct svc_server {
     struct svc_metrics metrics;
     struct svc_registry registry;
     struct svc_jobs jobs;
+    struct svc_body_pool bodies;  /* request-body buffers, reused across requests */
     atomic_bool ready;            /* engine and default model loaded (release/acquire) */
     atomic_bool draining;         /* SIGTERM received */
     atomic_long in_flight;        /* requests between headers and completion */
@@ -70,13 +78,14 @@ struct svc_request {
     uint64_t bytes_out;
     bool admitted;
 
-    /* body: one growing buffer */
+    /* body: one buffer from srv->bodies, grown only for chunked uploads */
     char *body;
     size_t body_len, body_cap;
     size_t body_limit;        /* max_body_bytes, or less for small JSON routes */
     bool body_too_large;      /* crossed body_limit: stored bytes freed, the rest discarded */
     bool body_no_memory;      /* the buffer could not grow: stored bytes freed */
     uint64_t discarded;       /* bytes received after the limit was crossed */
+    bool refused_on_socket;   /* the 413 went out on the socket mid-stream; draining briefly */
     bool job_done;            /* set by the worker before it resumes the connection */
 
     /* analysis options (POST /v1/analyze), parsed from headers and query */
@@ -94,6 +103,11 @@ struct svc_request {
     bool www_authenticate;    /* 401 */
     bool answer_pending;      /* a refusal decided from the headers, sent at the final call */
 };
+
+/* ---- server.c */
+
+/* Hands req's body buffer back to the server's pool (no-op without one); body stays empty. */
+void svc_request_release_body(struct svc_request *req);
 
 /* ---- http.c: answers */
 

@@ -281,6 +281,61 @@ code=$(cat "$fx/ucr.csv" | curl -s -o "$tmp/body" -w '%{http_code}' -H "Content-
 check "streamed upload from a pipe (chunked): same answer" bash -c \
     "[ $code = 200 ] && $HELP same '$tmp/cli.json' '$tmp/body'"
 
+# body buffers: received into buffers from a pool reused across requests (service/body_pool.h),
+# sized from Content-Length when there is one, grown by doubling for chunked uploads.
+# metric NAME: the value of one line of /metrics (NAME with its labels).
+metric() {
+    curl -s "http://127.0.0.1:$PORT/metrics" | awk -v name="$1" '$1 == name {print $2}'
+}
+head -n 5000 "$fx/ucr.csv" >"$tmp/ucr20.csv"
+cat "$fx/ucr.csv" "$fx/ucr.csv" "$fx/ucr.csv" "$fx/ucr.csv" >"$tmp/ucr320.csv"
+for ref in ucr20.csv:csv "$fx/ucr.csv":csv "$fx/ucr.f32":f32 ucr320.csv:csv; do
+    file=${ref%:*}
+    [ -f "$file" ] || file=$tmp/$file
+    "$ECGD" analyze "$file" --format "${ref#*:}" --fs 250 --backend cpu --model "$MODEL" \
+        >"$tmp/ref-$(basename "$file").json" 2>/dev/null
+done
+code=$(req POST "/v1/analyze?fs=250" -H "Content-Type: application/octet-stream" --data-binary "@$fx/ucr.f32")
+cp "$tmp/body" "$tmp/f32-length.json"
+code2=$(req POST "/v1/analyze?fs=250" -H "Content-Type: application/octet-stream" \
+    -H "Transfer-Encoding: chunked" --data-binary "@$fx/ucr.f32")
+check "float32 with Content-Length and chunked: identical answers, same as ecgd analyze" bash -c \
+    "[ $code = 200 ] && [ $code2 = 200 ] && $HELP same '$tmp/f32-length.json' '$tmp/body' &&
+     $HELP same '$tmp/ref-ucr.f32.json' '$tmp/body'"
+reused0=$(metric 'ecgd_body_buffers_total{source="reused"}')
+allocated0=$(metric 'ecgd_body_buffers_total{source="allocated"}')
+bad=0
+for i in $(seq 1 30); do
+    chunked=()
+    case $((i % 5)) in
+    0) file=$fx/ucr.csv type=text/csv ;;
+    1) file=$tmp/ucr20.csv type=text/csv ;;
+    2) file=$fx/ucr.f32 type=application/octet-stream ;;
+    3) file=$fx/ucr.csv type=text/csv chunked=(-H "Transfer-Encoding: chunked") ;;
+    4) file=$tmp/ucr20.csv type=text/csv chunked=(-H "Transfer-Encoding: chunked") ;;
+    esac
+    code=$(req POST "/v1/analyze?fs=250" -H "Content-Type: $type" "${chunked[@]}" --data-binary "@$file")
+    if [ "$code" != 200 ] || ! $HELP same "$tmp/ref-$(basename "$file").json" "$tmp/body" >/dev/null; then
+        bad=$((bad + 1))
+    fi
+done
+check "30 sequential uploads (CSV of 20 s and 80 s, float32; plain and chunked) through reused buffers: all the same as ecgd analyze" \
+    test "$bad" = 0
+reused1=$(metric 'ecgd_body_buffers_total{source="reused"}')
+allocated1=$(metric 'ecgd_body_buffers_total{source="allocated"}')
+check "body buffers: at least 28 of those 30 came from the pool ($reused0 -> $reused1 reused, $allocated0 -> $allocated1 allocated)" \
+    bash -c "[ -n '$reused1' ] && [ \$(( $reused1 - $reused0 )) -ge 28 ] && [ \$(( $allocated1 - $allocated0 )) -le 2 ]"
+check "body buffers: idle memory within the pool budget (2 x --max-body-mb)" bash -c \
+    "v=\$(curl -s http://127.0.0.1:$PORT/metrics | awk '\$1 == \"ecgd_body_pool_idle_bytes\" {print \$2}'); [ -n \"\$v\" ] && [ \"\$v\" -gt 0 ] && [ \"\$v\" -le 2097152 ]"
+# a chunked upload larger than every idle buffer grows from a reused one (copying what it holds)
+code=$(req POST "/v1/analyze?fs=250" -H "Content-Type: text/csv" -H "Transfer-Encoding: chunked" \
+    --data-binary "@$tmp/ucr320.csv")
+cp "$tmp/body" "$tmp/320-chunked.json"
+code2=$(req POST "/v1/analyze?fs=250" -H "Content-Type: text/csv" --data-binary "@$tmp/ucr320.csv")
+check "320 s CSV chunked (grown past the pooled buffers) and with Content-Length: identical answers, same as ecgd analyze" \
+    bash -c "[ $code = 200 ] && [ $code2 = 200 ] && $HELP same '$tmp/320-chunked.json' '$tmp/body' &&
+             $HELP same '$tmp/ref-ucr320.csv.json' '$tmp/body'"
+
 # ------------------------------------------------------------------ hostile and wrong requests
 big=$tmp/big.csv
 head -c 1500000 /dev/zero | tr '\0' '1' | fold -w 7 >"$big"   # 1.5 MB of "1111111\n"
