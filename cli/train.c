@@ -242,10 +242,11 @@ static int list_records(struct train_args *a, char (*names)[64])
     if (f) {
         char line[256];
         while (n < MAX_RECORDS && fgets(line, sizeof line, f)) {
-            line[strcspn(line, "\r\n")] = '\0';
-            if (!line[0] || strlen(line) >= 64)
+            size_t len = strcspn(line, "\r\n");
+            if (len == 0 || len >= 64)
                 continue;
-            snprintf(names[n], 64, "%s", line);
+            memcpy(names[n], line, len);
+            names[n][len] = '\0';
             a->records[n] = names[n];
             n++;
         }
@@ -261,7 +262,8 @@ static int list_records(struct train_args *a, char (*names)[64])
             size_t len = strlen(e->d_name);
             if (len < 5 || len >= 64 + 4 || strcmp(e->d_name + len - 4, ".hea") != 0)
                 continue;
-            snprintf(names[n], 64, "%.*s", (int)(len - 4), e->d_name);
+            memcpy(names[n], e->d_name, len - 4);
+            names[n][len - 4] = '\0';
             a->records[n] = names[n];
             n++;
         }
@@ -352,7 +354,7 @@ static int run_cv(const struct train_args *a, const struct ecg_beat_set *set)
         if (st == ECG_OK) {
             struct ecg_anomaly_eval ev;
             ecg_anomaly_finish(&acc, &ev);
-            char label[16];
+            char label[32];
             snprintf(label, sizeof label, "fold %d", fold + 1);
             print_eval(label, &ev);
             fflush(stdout);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_http.sh - the HTTP service end to end: starts the real `ecgd serve` on 127.0.0.1 (a free
-# port chosen by the kernel, --backend cpu) and talks to it with curl.
+# port chosen by the kernel, the backend of ECGD_TEST_BACKEND, cpu by default) and talks to it with curl.
 #
 # Covers every route and content type; answers byte-identical (apart from timing_ms) to
 # `ecgd analyze` on the same real recordings; more than 30 hostile or wrong requests, each with its
@@ -16,6 +16,9 @@ ECGD=${ECGD:-build/ecgd}
 DATA=${ECG_SHARED_DATA:-../shared/data}
 HERE=$(cd "$(dirname "$0")" && pwd)
 HELP="python3 $HERE/http_helpers.py"
+# The backend every server and CLI run here uses: cpu by default (CI has no GPU); the GPU
+# machine runs the same suite with ECGD_TEST_BACKEND=cuda.
+BACKEND=${ECGD_TEST_BACKEND:-cpu}
 tmp=$(mktemp -d)
 server_pids=()
 n=0
@@ -75,7 +78,7 @@ start_server() {
     local envs=()
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
     [ $# -gt 0 ] && shift
-    env "${envs[@]}" "$ECGD" serve --bind 127.0.0.1 --port 0 --backend cpu "$@" 2>"$log" &
+    env "${envs[@]}" "$ECGD" serve --bind 127.0.0.1 --port 0 --backend "$BACKEND" "$@" 2>"$log" &
     SERVER_PID=$!
     server_pids+=("$SERVER_PID")
     PORT=
@@ -154,7 +157,7 @@ expect_error() {
 analyze_same() {
     local desc=$1 file=$2 format=$3 type=$4 query=$5
     shift 5
-    "$ECGD" analyze "$fx/$file" --format "$format" --backend cpu --model "$MODEL" "$@" \
+    "$ECGD" analyze "$fx/$file" --format "$format" --backend "$BACKEND" --model "$MODEL" "$@" \
         >"$tmp/cli.json" 2>"$tmp/cli.err"
     local got
     got=$(req POST "/v1/analyze?$query" -H "Content-Type: $type" --data-binary "@$fx/$file")
@@ -187,7 +190,7 @@ check "bad option values exit 2" bash -c \
      { '$ECGD' serve --no-such-flag 2>/dev/null; [ \$? = 2 ]; }"
 
 check "a missing model directory stops start-up with exit 1 and a logged reason" bash -c \
-    "timeout 30 '$ECGD' serve --bind 127.0.0.1 --port 0 --backend cpu --model-dir '$tmp/no-such-dir' \
+    "timeout 30 '$ECGD' serve --bind 127.0.0.1 --port 0 --backend "$BACKEND" --model-dir '$tmp/no-such-dir' \
          2>'$tmp/nomodel.log'; [ \$? = 1 ] && grep -q '\"event\":\"startup_failed\"' '$tmp/nomodel.log'"
 
 # ------------------------------------------------------------------ main server
@@ -202,7 +205,7 @@ fi
 ok "server starts on a free port ($PORT)"
 check "liveness answers" test "$(req GET /healthz)" = 200
 check "a second server on the same port exits 1" bash -c \
-    "timeout 30 '$ECGD' serve --bind 127.0.0.1 --port $PORT --backend cpu --model none 2>/dev/null; [ \$? = 1 ]"
+    "timeout 30 '$ECGD' serve --bind 127.0.0.1 --port $PORT --backend "$BACKEND" --model none 2>/dev/null; [ \$? = 1 ]"
 if wait_ready "$PORT"; then
     ok "/readyz turns ready once the engine is loaded"
 else
@@ -218,7 +221,7 @@ check "GET /v2/health/ready (Open Inference Protocol)" test "$(req GET /v2/healt
 check "HEAD /healthz" test "$(curl -s -o /dev/null -w '%{http_code}' -I "http://127.0.0.1:$PORT/healthz")" = 200
 code=$(req GET /v1/info)
 check "GET /v1/info: version, backend cpu, device, build" bash -c \
-    "[ $code = 200 ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d[\"version\"] and d[\"backend\"]==\"cpu\" and d[\"device\"] and \"build\" in d else 1)' '$tmp/body'"
+    "[ $code = 200 ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d[\"version\"] and d[\"backend\"]==\"$BACKEND\" and d[\"device\"] and \"build\" in d else 1)' '$tmp/body'"
 code=$(req GET /openapi.json)
 "$ECGD" serve --list-routes >"$tmp/routes"
 check "GET /openapi.json is OpenAPI 3.1 and matches the route table" bash -c \
@@ -261,7 +264,7 @@ analyze_same "text/csv 2 leads, lead=1, include=beats,summary" mit.csv csv "text
     "fs=360&lead=1&include=beats,summary" --fs 360 --lead 1 --include beats,summary
 
 if [ "$MODEL" != none ]; then
-    "$ECGD" analyze "$fx/ucr.csv" --format csv --fs 250 --backend cpu --model "$tmp/models/other.ecgm" \
+    "$ECGD" analyze "$fx/ucr.csv" --format csv --fs 250 --backend "$BACKEND" --model "$tmp/models/other.ecgm" \
         >"$tmp/other.json" 2>/dev/null
     code=$(req POST "/v1/analyze?fs=250&model=other" -H "Content-Type: text/csv" --data-binary "@$fx/ucr.csv")
     check "model=other (engine made on first use): same answer as ecgd analyze --model other" bash -c \
@@ -271,7 +274,7 @@ else
 fi
 
 # chunked upload: same answer as a plain one
-"$ECGD" analyze "$fx/ucr.csv" --format csv --fs 250 --backend cpu --model "$MODEL" >"$tmp/cli.json" 2>/dev/null
+"$ECGD" analyze "$fx/ucr.csv" --format csv --fs 250 --backend "$BACKEND" --model "$MODEL" >"$tmp/cli.json" 2>/dev/null
 code=$(req POST "/v1/analyze?fs=250" -H "Content-Type: text/csv" -H "Transfer-Encoding: chunked" \
     --data-binary "@$fx/ucr.csv")
 check "chunked upload: same answer as ecgd analyze" bash -c \
@@ -292,7 +295,7 @@ cat "$fx/ucr.csv" "$fx/ucr.csv" "$fx/ucr.csv" "$fx/ucr.csv" >"$tmp/ucr320.csv"
 for ref in ucr20.csv:csv "$fx/ucr.csv":csv "$fx/ucr.f32":f32 ucr320.csv:csv; do
     file=${ref%:*}
     [ -f "$file" ] || file=$tmp/$file
-    "$ECGD" analyze "$file" --format "${ref#*:}" --fs 250 --backend cpu --model "$MODEL" \
+    "$ECGD" analyze "$file" --format "${ref#*:}" --fs 250 --backend "$BACKEND" --model "$MODEL" \
         >"$tmp/ref-$(basename "$file").json" 2>/dev/null
 done
 code=$(req POST "/v1/analyze?fs=250" -H "Content-Type: application/octet-stream" --data-binary "@$fx/ucr.f32")
@@ -424,7 +427,7 @@ check "a slow client is cut off by the connection timeout" $HELP slowloris "$POR
 # (wait on these pids only: a bare `wait` would also wait for the server)
 pids=()
 for k in $(seq -w 0 31); do
-    "$ECGD" analyze "$fx/par$k.csv" --format csv --fs 250 --backend cpu --model "$MODEL" \
+    "$ECGD" analyze "$fx/par$k.csv" --format csv --fs 250 --backend "$BACKEND" --model "$MODEL" \
         >"$tmp/par$k.cli" 2>/dev/null &
     pids+=($!)
 done
@@ -457,7 +460,7 @@ check "metrics: bytes received and sent" bash -c \
     "grep -q '^ecgd_http_received_bytes_total [1-9]' '$tmp/body' && grep -q '^ecgd_http_sent_bytes_total [1-9]' '$tmp/body'"
 check "metrics: in flight and queued gauges" bash -c \
     "grep -q '^ecgd_http_requests_in_flight ' '$tmp/body' && grep -q '^ecgd_analysis_queued 0' '$tmp/body'"
-check "metrics: build info with backend and device" grep -q '^ecgd_build_info{version="[0-9.]*",backend="cpu",device=".*"} 1' "$tmp/body"
+check "metrics: build info with backend and device" grep -q "^ecgd_build_info{version=\"[0-9.]*\",backend=\"$BACKEND\",device=\".*\"} 1" "$tmp/body"
 check "access log: one JSON line per request with id, status, bytes, duration" python3 -c '
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

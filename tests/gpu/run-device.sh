@@ -5,11 +5,12 @@
 # Usage (on the device, from the repository root, after copying a bundle made here):
 #   LD_LIBRARY_PATH=.gpu-run/lib bash tests/gpu/run-device.sh [DIR] [parts]
 # DIR (default .gpu-run) holds the binaries (test_gpu_parity, bench_gpu, ecgd) and data/ (a
-# copy of the shared mitdb records). parts: any of "tests sanitize bench" (default all).
+# copy of the shared mitdb records). parts: any of "tests http sanitize bench" (default all):
+# "http" runs the service's HTTP suite (tests/e2e/test_http.sh) against a CUDA-backed server.
 # Logs and tables go to $OUT when it is set, else to DIR/out.
 set -u
 dir=${1:-.gpu-run}
-parts=${2:-"tests sanitize bench"}
+parts=${2:-"tests http sanitize bench"}
 out=${OUT:-$dir/out}
 mkdir -p "$out"
 export ECG_GPU_DATA=$dir/data
@@ -23,6 +24,21 @@ if [[ " $parts " == *" tests "* ]]; then
     echo "== parity tests"
     CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_parity" 2>&1 | tee "$out/parity.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+if [[ " $parts " == *" tests "* ]] && [ -x "$dir/test_gpu_host_memory" ]; then
+    echo "== pinned request bodies (engine host memory)"
+    CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_host_memory" 2>&1 | tee "$out/host-memory.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+if [[ " $parts " == *" http "* ]] && [ -x "$dir/ecgd" ] && command -v curl >/dev/null; then
+    echo "== HTTP suite against a CUDA-backed server"
+    ECGD=$dir/ecgd ECGD_TEST_BACKEND=cuda timeout 300 bash tests/e2e/test_http.sh >"$out/http.log" 2>&1
+    rc=$?
+    grep -E '^not ok' "$out/http.log" | head -20
+    echo "http: $(grep -c '^ok' "$out/http.log") ok, $(grep -c '^not ok' "$out/http.log") not ok, exit $rc"
+    [ "$rc" -eq 0 ] || status=1
 fi
 
 if [[ " $parts " == *" sanitize "* ]]; then
