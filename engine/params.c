@@ -12,6 +12,11 @@
  * engine/cpu/detect.c (thresholds, a 0.2 s refractory period, T-wave rejection, search-back)
  * decides which are beats. pre_r = 0.25 s puts the P wave inside the beat (onset to the next
  * beat's onset: P-QRS-T).
+ *
+ * Beats are kept up to 2.0 s long, not 1.024 s as in the original: its gate dropped every beat
+ * followed by a long RR interval, i.e. most premature ventricular beats (compensatory pause) and
+ * every beat below 59 bpm. A kept beat longer than beat_len samples is embedded as its first
+ * beat_len samples (onset + 1.024 s covers P-QRS-T). models/README.md has the effect on scores.
  */
 #include "ecg.h"
 
@@ -25,7 +30,7 @@ struct ecg_params ecg_params_default(void)
         .refractory_s = 0.2,
         .pre_r_s = 0.25,
         .beat_min_s = 100.0 / 250.0,
-        .beat_max_s = 256.0 / 250.0,
+        .beat_max_s = 2.0,             /* the original: 256 / 250.0; see above */
         .beat_len = 256,
         .normalisation = ECG_NORM_MEDIAN_MAD,
     };

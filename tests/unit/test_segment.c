@@ -198,6 +198,15 @@ static void test_median_mad_large(void **state)
 
 /* ------------------------------------------------------------------ segmentation */
 
+static void plan_with(struct ecg_plan *plan, double fs_hz, double beat_max_s)
+{
+    struct ecg_params params = ecg_params_default();
+    struct ecg_error err = {0};
+    params.beat_max_s = beat_max_s;
+    if (ecg_plan_init(plan, &params, fs_hz, &err) != ECG_OK)
+        fail_msg("plan: %s", err.message);
+}
+
 static void plan_at(struct ecg_plan *plan, double fs_hz)
 {
     struct ecg_params params = ecg_params_default();
@@ -206,12 +215,13 @@ static void plan_at(struct ecg_plan *plan, double fs_hz)
         fail_msg("plan: %s", err.message);
 }
 
-/* At 250 Hz the two grids coincide, so every boundary can be worked out by hand. */
+/* At 250 Hz the two grids coincide, so every boundary can be worked out by hand. The original
+ * pipeline's gate (100..256 samples) keeps the hand-worked lengths small. */
 static void test_segment_hand_made(void **state)
 {
     (void)state;
     struct ecg_plan plan;
-    plan_at(&plan, 250.0);
+    plan_with(&plan, 250.0, 256.0 / 250.0);
     assert_int_equal(plan.up, 1);
     const int64_t pre = plan.pre_r; /* 0.25 s: 62 or 63 samples */
     assert_true(pre >= 62 && pre <= 63);
@@ -458,12 +468,53 @@ static void test_embed_flat(void **state)
     ecg_plan_fini(&plan);
 }
 
+/* The default gate keeps beats up to 2.0 s: a beat followed by a compensatory pause (here 1.6 s
+ * to the next onset) is kept and embedded as its first beat_len samples; a 2.4 s gap is not. */
+static void test_segment_default_gate(void **state)
+{
+    (void)state;
+    struct ecg_plan plan;
+    plan_at(&plan, 250.0);
+    assert_int_equal(plan.beat_max, 500);
+    const int64_t peaks[] = {300, 500, 900, 1500};
+    int64_t onset[4], end[4];
+    float rr[4];
+    uint8_t kept[4];
+    cpu_segment(&plan, peaks, peaks, 4, 3000, 3000, onset, end, rr, kept);
+    assert_int_equal(end[1] - onset[1], 400); /* 1.6 s */
+    assert_int_equal(kept[1], 1);
+    assert_int_equal(end[2] - onset[2], 600); /* 2.4 s */
+    assert_int_equal(kept[2], 0);
+    size_t n_a = 3000;
+    float *y = malloc(n_a * sizeof *y);
+    float *emb = malloc(4 * plan.beat_len * sizeof *emb);
+    assert_non_null(y);
+    assert_non_null(emb);
+    for (size_t i = 0; i < n_a; i++)
+        y[i] = (float)((i * 37) % 101) - 50.0f;
+    struct ecg_error err = {0};
+    assert_int_equal(cpu_embed(&plan, y, n_a, peaks, kept, 4, emb, &err), ECG_OK);
+    /* Row 1 is full (400 > 256 samples: truncated, no zero padding); row 2 is all zero. */
+    const float *row1 = emb + plan.beat_len, *row2 = emb + 2 * plan.beat_len;
+    size_t nonzero1 = 0, nonzero2 = 0;
+    for (size_t t = 0; t < plan.beat_len; t++) {
+        nonzero1 += row1[t] != 0.0f;
+        nonzero2 += row2[t] != 0.0f;
+    }
+    assert_true(nonzero1 > plan.beat_len * 9 / 10);
+    assert_int_equal(nonzero2, 0);
+    free(y);
+    free(emb);
+    ecg_plan_fini(&plan);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_select_against_sort),
         cmocka_unit_test(test_median_mad_large),
         cmocka_unit_test(test_segment_hand_made),
+        cmocka_unit_test(test_segment_default_gate),
         cmocka_unit_test(test_segment_invariants_mitdb),
         cmocka_unit_test(test_embed),
         cmocka_unit_test(test_embed_flat),
