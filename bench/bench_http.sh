@@ -9,7 +9,8 @@
 # Environment: ECGD (binary), BACKEND (default auto), WORKERS, DURATION (default 10s),
 #              MODEL (a .ecgm file or none; default models/default.ecgm when it exists, else
 #              none), BIG_SAMPLES (default 20000000), ROUNDS (big POSTs, default 3, median
-#              reported), STRIPS (0 skips the wrk strips), ECG_SHARED_DATA (default
+#              reported), STRIPS (0 skips the wrk strips, c64 runs only the 64-client
+#              analysis strips), ECG_SHARED_DATA (default
 #              ../shared/data).
 # Prints one "RESULT ..." line per strip and a closing summary; the figures go to
 # bench/RESULTS.md by hand.
@@ -76,6 +77,12 @@ strip() { # strip NAME CONNECTIONS PATH [METHOD FILE TYPE]
         grep '^RESULT'
 }
 
+# STRIPS=c64: only the analysis strips with 64 concurrent clients (the GPU-vs-CPU comparison).
+if [ "${STRIPS:-1}" = c64 ]; then
+    strip analyze_csv_80s_c64 64 "/v1/analyze?fs=250" POST "$tmp/fx/ucr.csv" text/csv
+    strip analyze_f32_80s_c64 64 "/v1/analyze?fs=250" POST "$tmp/fx/ucr.f32" application/octet-stream
+    have_wrk=0
+fi
 strip healthz_c32 32 /healthz
 strip metrics_c8 8 /metrics
 strip analyze_csv_20s_c4 4 "/v1/analyze?fs=250" POST "$tmp/short.csv" text/csv

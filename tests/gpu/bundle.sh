@@ -13,8 +13,8 @@ for bin in build/ecgd build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_h
            build/bench/bench_gpu; do
     "$bundle" "$bin" "$dir" >/dev/null
 done
-if [ ! -f "$dir/data.tar.xz" ]; then
-    tar cJf "$dir/data.tar.xz" -C ../shared data/mitdb
+if [ ! -f "$dir/data.tar.xz" ] || ! tar tJf "$dir/data.tar.xz" | grep -q "^data/ucr/"; then
+    tar cJf "$dir/data.tar.xz" -C ../shared data/mitdb data/ucr
 fi
 git rev-parse --short HEAD >"$dir/COMMIT"
 du -sh "$dir"

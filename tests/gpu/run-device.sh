@@ -34,7 +34,8 @@ fi
 
 if [[ " $parts " == *" http "* ]] && [ -x "$dir/ecgd" ] && command -v curl >/dev/null; then
     echo "== HTTP suite against a CUDA-backed server"
-    ECGD=$dir/ecgd ECGD_TEST_BACKEND=cuda timeout 300 bash tests/e2e/test_http.sh >"$out/http.log" 2>&1
+    ECGD=$dir/ecgd ECGD_TEST_BACKEND=cuda ECG_SHARED_DATA=$dir/data timeout 300 \
+        bash tests/e2e/test_http.sh >"$out/http.log" 2>&1
     rc=$?
     grep -E '^not ok' "$out/http.log" | head -20
     echo "http: $(grep -c '^ok' "$out/http.log") ok, $(grep -c '^not ok' "$out/http.log") not ok, exit $rc"
