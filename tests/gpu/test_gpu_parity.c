@@ -898,5 +898,9 @@ int main(void)
         cmocka_unit_test(test_engine_concurrent),
         cmocka_unit_test(test_oom_recovers),
     };
+    /* ECG_GPU_ONLY=PATTERN runs the matching tests alone (e.g. under a slow sanitizer). */
+    const char *only = getenv("ECG_GPU_ONLY");
+    if (only && *only)
+        cmocka_set_test_filter(only);
     return cmocka_run_group_tests_name("gpu_parity", tests, setup, teardown);
 }
