@@ -39,27 +39,8 @@
 #include <thrust/iterator/counting_iterator.h>
 
 #include "cpu/cpu.h" /* CPU_DETECT_BLOCK_S, CPU_DETECT_WARMUP_S, CPU_DETECT_TAIL_S */
+#include "cpu/detect_params.h" /* the detector's constants, shared with detect.c */
 #include "cuda_internal.h"
-
-/* The detector's constants: keep equal to detect.c's. */
-#define DETECT_ENVELOPE_S 0.10
-#define DETECT_MIN_PROMINENCE 0.05
-#define DETECT_LEARN_S 4.0
-#define DETECT_LEARN_TOP 3
-#define DETECT_DECAY_RR 3.0
-#define DETECT_LEVEL_GAIN 0.125
-#define DETECT_SEARCHBACK_GAIN 0.25
-#define DETECT_THRESHOLD 0.25
-#define DETECT_SEARCHBACK_RR 1.66
-#define DETECT_SEARCHBACK_TH 0.5
-#define DETECT_RR_COUNT 8
-#define DETECT_TWAVE_S 0.36
-#define DETECT_TWAVE_SLOPE 0.5
-#define DETECT_SLOPE_S 0.06
-#define DETECT_REFINE_S 0.075
-#define DETECT_BASELINE_S 0.3
-#define DETECT_BASELINE_POINTS 16
-#define DETECT_POLARITY_SWITCH 3.0
 
 #define DMUL(a, b) __dmul_rn((a), (b))
 #define DADD(a, b) __dadd_rn((a), (b))

@@ -1,0 +1,30 @@
+/*
+ * detect_params.h - the R-peak detector's constants, shared by the CPU reference
+ * (engine/cpu/detect.c) and its CUDA twin (gpu/cuda_detect.cu), which must decide identically.
+ *
+ * Durations are in seconds and are turned into analysis-grid samples with round(s * fs_a), at
+ * least 1. Plain macros, no types: this header is included from C and from CUDA C++.
+ */
+#ifndef ECG_DETECT_PARAMS_H
+#define ECG_DETECT_PARAMS_H
+
+#define DETECT_ENVELOPE_S 0.10       /* envelope window */
+#define DETECT_MIN_PROMINENCE 0.05   /* a peak rises at least 5 % above its valleys */
+#define DETECT_LEARN_S 4.0           /* initial SPK/NPK from this much signal */
+#define DETECT_LEARN_TOP 3           /* SPK from the median of the largest 3 candidates */
+#define DETECT_LEVEL_GAIN 0.125      /* weight of a new peak in SPK or NPK */
+#define DETECT_SEARCHBACK_GAIN 0.25  /* weight of a beat found by search-back in SPK */
+#define DETECT_THRESHOLD 0.25        /* threshold = NPK + 0.25 (SPK - NPK) */
+#define DETECT_SEARCHBACK_RR 1.66    /* search back after 1.66 mean RR without a beat */
+#define DETECT_SEARCHBACK_TH 0.5     /* search-back threshold, fraction of the threshold */
+#define DETECT_RR_COUNT 8            /* RR intervals in the running mean */
+#define DETECT_DECAY_RR 3.0          /* fruitless search-back: halve SPK once per 3 mean RR */
+#define DETECT_TWAVE_S 0.36          /* a candidate closer than this may be a T wave */
+#define DETECT_TWAVE_SLOPE 0.5       /* ... if its slope is under half the last beat's */
+#define DETECT_SLOPE_S 0.06          /* slope measured within +-60 ms of a candidate */
+#define DETECT_REFINE_S 0.075        /* R-peak search, +-75 ms around the mapped candidate */
+#define DETECT_BASELINE_S 0.3        /* local baseline: median of x over +-300 ms */
+#define DETECT_BASELINE_POINTS 16    /* ... sampled at about 16 points */
+#define DETECT_POLARITY_SWITCH 3.0   /* opposite deflection this much larger flips polarity */
+
+#endif /* ECG_DETECT_PARAMS_H */
