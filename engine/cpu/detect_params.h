@@ -3,10 +3,13 @@
  * (engine/cpu/detect.c) and its CUDA twin (gpu/cuda_detect.cu), which must decide identically.
  *
  * Durations are in seconds and are turned into analysis-grid samples with round(s * fs_a), at
- * least 1. Plain macros, no types: this header is included from C and from CUDA C++.
+ * least 1 (detect_samples_of). Included from C and from CUDA C++.
  */
 #ifndef ECG_DETECT_PARAMS_H
 #define ECG_DETECT_PARAMS_H
+
+#include <math.h>
+#include <stddef.h>
 
 #define DETECT_ENVELOPE_S 0.10       /* envelope window */
 #define DETECT_MIN_PROMINENCE 0.05   /* a peak rises at least 5 % above its valleys */
@@ -26,5 +29,12 @@
 #define DETECT_BASELINE_S 0.3        /* local baseline: median of x over +-300 ms */
 #define DETECT_BASELINE_POINTS 16    /* ... sampled at about 16 points */
 #define DETECT_POLARITY_SWITCH 3.0   /* opposite deflection this much larger flips polarity */
+
+/* round(seconds * fs) as a sample count, at least 1. */
+static inline size_t detect_samples_of(double seconds, double fs_hz)
+{
+    double v = round(seconds * fs_hz);
+    return v < 1.0 ? 1 : (size_t)v;
+}
 
 #endif /* ECG_DETECT_PARAMS_H */
