@@ -264,3 +264,20 @@ int64_t ecg_plan_to_input(const struct ecg_plan *plan, int64_t index_a)
         q--;
     return q;
 }
+
+size_t ecg_plan_fft_len(size_t n)
+{
+    size_t best = 1;
+    while (best < n)
+        best *= 2;
+    for (size_t p7 = 1; p7 < best; p7 *= 7)
+        for (size_t p5 = p7; p5 < best; p5 *= 5)
+            for (size_t p3 = p5; p3 < best; p3 *= 3) {
+                size_t v = p3;
+                while (v < n)
+                    v *= 2;
+                if (v < best)
+                    best = v;
+            }
+    return best;
+}

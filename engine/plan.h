@@ -57,6 +57,9 @@ void ecg_plan_fini(struct ecg_plan *plan);
 /* Number of analysis-rate samples produced from n input samples:
  * floor((n_in - 1) * up / down) + 1, and 0 for n_in == 0. */
 size_t ecg_plan_resampled_len(const struct ecg_plan *plan, size_t n_in);
+/* Smallest length >= n of the form 2^a 3^b 5^c 7^d: the padded FFT length both backends use
+ * (FFTW and cuFFT are fast on such lengths; others take a slow path). */
+size_t ecg_plan_fft_len(size_t n);
 /* Maps an analysis-grid index to the nearest input-grid index: round(index_a * down / up),
  * halves rounded up, in exact integer arithmetic. */
 int64_t ecg_plan_to_input(const struct ecg_plan *plan, int64_t index_a);

@@ -73,24 +73,6 @@ out:
 
 /* ---------------------------------------------------------------- FFT path */
 
-/* Smallest 2^a 3^b 5^c 7^d >= n (filter.c's fast_fft_len). */
-static size_t fast_fft_len(size_t n)
-{
-    size_t best = 1;
-    while (best < n)
-        best *= 2;
-    for (size_t p7 = 1; p7 < best; p7 *= 7)
-        for (size_t p5 = p7; p5 < best; p5 *= 5)
-            for (size_t p3 = p5; p3 < best; p3 *= 3) {
-                size_t v = p3;
-                while (v < n)
-                    v *= 2;
-                if (v < best)
-                    best = v;
-            }
-    return best;
-}
-
 /* buf[t] = src[t] for t < n, 0 for n <= t < total (the padded real input of an R2C). */
 static __global__ void pad_kernel(const float *src, size_t n, float *buf, size_t total)
 {
@@ -218,7 +200,7 @@ static enum ecg_status filter_fft(struct cuda_ctx *ctx, const struct ecg_plan *p
     enum ecg_status status = ECG_OK;
     struct fft_entry *e = NULL;
     const size_t n = ctx->n_a, taps = plan->ricker_len;
-    size_t n_pad = fast_fft_len(n + taps - 1), bins = n_pad / 2 + 1;
+    size_t n_pad = ecg_plan_fft_len(n + taps - 1), bins = n_pad / 2 + 1;
     if (n_pad > (size_t)INT32_MAX) {
         status = ecg_fail(err, ECG_ERR_TOO_LARGE, "too_large",
                           "cuda_filter: %zu samples exceed one cuFFT transform", n);

@@ -57,24 +57,6 @@ static void fft_plans_setup(void)
     fftwf_make_planner_thread_safe();
 }
 
-/* Smallest 2^a 3^b 5^c 7^d >= n. */
-static size_t fast_fft_len(size_t n)
-{
-    size_t best = 1;
-    while (best < n)
-        best *= 2;
-    for (size_t p7 = 1; p7 < best; p7 *= 7)
-        for (size_t p5 = p7; p5 < best; p5 *= 5)
-            for (size_t p3 = p5; p3 < best; p3 *= 3) {
-                size_t v = p3;
-                while (v < n)
-                    v *= 2;
-                if (v < best)
-                    best = v;
-            }
-    return best;
-}
-
 /* Finds or makes the r2c/c2r plans for length len (out-of-place, on fftwf_malloc'd arrays; in,
  * spec and out are the caller's buffers, used only as planning templates). Sets *cached to false
  * when the cache was full: the caller then releases the plans with fft_plans_release(). */
@@ -234,7 +216,7 @@ static enum ecg_status filter_fft(const float *kernel, size_t taps, const float 
     size_t want = 8 * (taps - 1);
     if (want < FILTER_FFT_MIN_LEN)
         want = FILTER_FFT_MIN_LEN;
-    size_t len = fast_fft_len(want);
+    size_t len = ecg_plan_fft_len(want);
     if (len > n + taps - 1) {
         /* one block covers a short signal; powers of two keep the number of plans small */
         len = 1;
