@@ -66,7 +66,7 @@ $(BUILD)/%.o: %.c $(wildcard engine/*.h engine/cpu/*.h models/*.h service/*.h gp
 # service/openapi.c embeds service/openapi.json (.incbin): rebuild it when the JSON changes.
 $(BUILD)/service/openapi.o: service/openapi.json
 
-$(BUILD)/%.o: %.cu $(wildcard engine/*.h engine/cpu/*.h gpu/*.h models/*.h)
+$(BUILD)/%.o: %.cu $(wildcard engine/*.h engine/cpu/*.h gpu/*.h gpu/*.cuh models/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 

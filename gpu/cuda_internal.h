@@ -7,9 +7,11 @@
  *   cuda_read.cu      load_bytes: CSV parsed on the device, raw float32/float64/int16
  *   cuda_resample.cu  polyphase resampler            (twin of engine/cpu/resample.c)
  *   cuda_filter.cu    Ricker filter through cuFFT    (twin of engine/cpu/filter.c)
- *   cuda_detect.cu    NMS candidates + adaptive pass (twin of engine/cpu/detect.c)
+ *   cuda_detect.cu    NMS candidates, refinement (twin of engine/cpu/detect.c)
+ *   cuda_decide.cu    the detector's adaptive pass (twin of engine/cpu/decide.c)
  *   cuda_embed.cu     segmentation, median/MAD, embedding (twin of segment.c / embed)
  *   cuda_vae.cu       VAE encoder/decoder with cuDNN, score (twin of engine/cpu/vae.c)
+ *   cuda_vae_warp.cu  the default architecture's VAE, one warp per beat (cuda_vae_warp.h)
  *
  * Ownership and threading: one struct cuda_state per engine, created by open() and read-only
  * afterwards except next_ctx (atomic). It holds one entry per device used (model weights on
@@ -153,6 +155,14 @@ enum ecg_status cuda_resample(void *ctx, const struct ecg_plan *plan, struct ecg
 enum ecg_status cuda_filter(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 enum ecg_status cuda_detect(void *ctx, const struct ecg_plan *plan, size_t *n_beats,
                             struct ecg_error *err);
+/* cuda_detect()'s step 5 (cuda_decide.cu): queues the adaptive pass over n_blocks blocks and
+ * the boundary merge, flagging the beats among a's candidates, and marks them in prof; does not
+ * wait. A failed launch returns its status with err filled. The structs are in
+ * cuda_detect_common.cuh. */
+struct detect_args;
+struct detect_profile;
+enum ecg_status cuda_decide(struct cuda_ctx *ctx, const struct detect_args *a, size_t n_blocks,
+                            struct detect_profile *prof, struct ecg_error *err);
 enum ecg_status cuda_embed(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 enum ecg_status cuda_encode(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 /* Whether the CPU reference takes its AVX2/FMA code paths on this host: the device kernels

@@ -4,7 +4,7 @@
  * search-back, level decay), run by blocks and merged at the block boundaries.
  *
  * detect.c produces the candidates (stages 1-3) and places the accepted beats (stage 5); the
- * CUDA twin of this file is the block and merge kernels of gpu/cuda_detect.cu, which must make
+ * CUDA twin of this file is the block and merge kernels of gpu/cuda_decide.cu, which must make
  * the same decisions with the same double operations in the same order. Thread-safe: no state
  * outside the arguments.
  */

@@ -1,0 +1,301 @@
+/*
+ * cuda_decide.cu - stage 4 of the R-peak detector on the device, the adaptive decision over the
+ * candidates (twin of engine/cpu/decide.c; read that file for the method and why it runs by
+ * blocks). cuda_detect() of cuda_detect.cu finds the candidates, calls cuda_decide() to flag
+ * the beats among them, then refines the flagged ones. Steps, on the ctx's stream:
+ *   1. the sequential pass (levels, refractory, T-wave test, search-back, level decay) within
+ *      each block of CPU_DETECT_BLOCK_S of signal, from fresh state CPU_DETECT_WARMUP_S before
+ *      it (decide.c's cpu_decide_window() on cpu_decide_block_window()), the blocks
+ *      independent                                                     one thread per block
+ *   2. the boundary merge of the blocks' beats (decide.c's merge_blocks())
+ *                                                     one thread (its block stages the ends)
+ *
+ * Exactness: every double operation of a decision is done in the CPU's order with explicit
+ * round-to-nearest intrinsics (no FMA contraction), so the flags are identical to the CPU's.
+ *
+ * The search-back keeps a running "best so far" over [after_last, k), as the CPU does, instead
+ * of rescanning the range at every candidate; it finds the same candidate (first index of the
+ * largest height among those past the refractory period, accepted only if above the
+ * search-back floor).
+ */
+#include <stdint.h>
+
+#include "cpu/detect_params.h" /* the detector's constants, shared with decide.c */
+#include "cuda_detect_common.cuh"
+
+/* ---------------------------------------------------------------- 1: the pass by blocks */
+
+/* The first candidate at or after pos (n_cand if none): decide.c's first_candidate_from(). */
+static __device__ size_t first_candidate_from(const int64_t *cpos, size_t n_cand, int64_t pos)
+{
+    size_t lo = 0, hi = n_cand;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (__ldg(&cpos[mid]) < pos)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/*
+ * Thread b (one per CUDA block, so that no two runs share a warp and diverge): the sequential
+ * decision pass over block b's window, decide.c's cpu_decide_block_window() and
+ * cpu_decide_window() (read there why the pass runs by blocks): fresh state at the origin
+ * (block start minus the warm-up), levels learnt from the candidates of its first
+ * DETECT_LEARN_S, candidates seen up to the horizon, beats marked only inside the block, and a
+ * stop at the first beat at or past the block's end. Blocks mark disjoint candidates, so
+ * threads never write the same flag. block_first[b] and block_last[b] get the first and last
+ * beat marked (k = SIZE_MAX: none), with what merge_kernel needs of them.
+ *
+ * Written for one thread's latency: the state lives in registers (no arrays indexed at run
+ * time, which would put it in local memory), and the RR mean keeps a running sum of the last
+ * DETECT_RR_COUNT intervals. The CPU re-adds them in ring order each time; RR intervals are
+ * whole numbers of samples, so every partial sum is an exact integer in double and both give
+ * the same sum, hence the same mean.
+ */
+static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
+{
+    const size_t b = blockIdx.x;
+    if (b >= n_blocks || threadIdx.x != 0)
+        return;
+    const int64_t *__restrict__ cpos = a.cpos;
+    const float *__restrict__ height = a.height;
+    const float *__restrict__ slope = a.slope;
+    uint8_t *__restrict__ flag = a.flag;
+    const size_t n_cand = (size_t)*a.n_cand;
+
+    /* the window (cpu_decide_block_window) */
+    const int64_t emit_lo = (int64_t)b * a.block, emit_hi = emit_lo + a.block;
+    const int64_t origin = emit_lo > a.warmup ? emit_lo - a.warmup : 0;
+    const int64_t horizon = emit_hi + a.tail < (int64_t)a.n_a ? emit_hi + a.tail
+                                                             : (int64_t)a.n_a;
+    const size_t k_lo = first_candidate_from(cpos, n_cand, origin);
+
+    double spk = 0.0, npk = 0.0, rr_mean = a.fs, rr_sum = 0.0;
+    double r0 = 0, r1 = 0, r2 = 0, r3 = 0, r4 = 0, r5 = 0, r6 = 0, r7 = 0; /* newest first */
+    size_t n_rr = 0, after_last = k_lo;
+    int64_t last = -1;
+    float last_slope = 0.0f;
+    /* running search-back maximum over [after_last, scanned) among candidates past the
+     * refractory period of the last beat */
+    size_t scanned = k_lo, best = SIZE_MAX;
+    float best_h = 0.0f;
+    double sb_limit = DMUL(DETECT_SEARCHBACK_RR, rr_mean); /* search back past this gap */
+    int64_t last_decay = origin; /* when SPK was last halved (or the last beat) */
+    size_t first_mark = SIZE_MAX, last_mark = SIZE_MAX;
+
+    {
+        /* detector_learn(): SPK half the median of the DETECT_LEARN_TOP largest candidates of
+         * the learning period, NPK half the median candidate (at most half of SPK) */
+        float heights[64], top0 = 0.0f, top1 = 0.0f, top2 = 0.0f;
+        size_t m = 0;
+        const int64_t learn_end = origin + a.learn;
+        for (size_t k = k_lo; k < n_cand && __ldg(&cpos[k]) < learn_end; k++) {
+            float h = __ldg(&height[k]);
+            if (m < 64)
+                heights[m++] = h;
+            /* insert into top0 >= top1 >= top2 as decide.c's loop does */
+            if (h > top0) {
+                float moved = top0;
+                top0 = h;
+                h = moved;
+            }
+            if (h > top1) {
+                float moved = top1;
+                top1 = h;
+                h = moved;
+            }
+            if (h > top2)
+                top2 = h;
+        }
+        const size_t n_top = m < DETECT_LEARN_TOP ? m : DETECT_LEARN_TOP;
+        const float top_mid = n_top / 2 == 0 ? top0 : top1; /* top[n_top / 2], n_top <= 3 */
+        spk = n_top ? DMUL(0.5, (double)top_mid) : 0.0;
+        npk = m ? DMUL(0.5, (double)median_small(heights, m)) : 0.0;
+        if (npk > DMUL(0.5, spk))
+            npk = DMUL(0.5, spk);
+    }
+
+/* detector_accept(): the beat is marked only inside the block */
+#define ACCEPT(kk, gain)                                                                   \
+    do {                                                                                   \
+        const size_t acc_k = (kk);                                                         \
+        const int64_t acc_pos = __ldg(&cpos[acc_k]);                                       \
+        if (acc_pos >= emit_lo && acc_pos < emit_hi) {                                     \
+            flag[acc_k] = 1;                                                               \
+            if (first_mark == SIZE_MAX)                                                    \
+                first_mark = acc_k;                                                        \
+            last_mark = acc_k;                                                             \
+        }                                                                                  \
+        spk = DADD(DMUL((gain), (double)__ldg(&height[acc_k])), DMUL(1.0 - (gain), spk));  \
+        if (last >= 0) {                                                                   \
+            const double rr_new = (double)(acc_pos - last);                                \
+            if (n_rr >= DETECT_RR_COUNT)                                                   \
+                rr_sum -= r7;                                                              \
+            r7 = r6; r6 = r5; r5 = r4; r4 = r3; r3 = r2; r2 = r1; r1 = r0; r0 = rr_new;    \
+            rr_sum += rr_new;                                                              \
+            n_rr++;                                                                        \
+            const size_t acc_m = n_rr < DETECT_RR_COUNT ? n_rr : DETECT_RR_COUNT;         \
+            /* dividing by a power of two is an exact scaling: the same double, cheaper */ \
+            rr_mean = acc_m == 8   ? DMUL(rr_sum, 0.125)                                   \
+                      : acc_m == 4 ? DMUL(rr_sum, 0.25)                                    \
+                      : acc_m == 2 ? DMUL(rr_sum, 0.5)                                     \
+                      : acc_m == 1 ? rr_sum                                                \
+                                   : __ddiv_rn(rr_sum, (double)acc_m);                     \
+        }                                                                                  \
+        sb_limit = DMUL(DETECT_SEARCHBACK_RR, rr_mean);                                    \
+        last = acc_pos;                                                                    \
+        last_decay = acc_pos;                                                              \
+        last_slope = __ldg(&slope[acc_k]);                                                 \
+        after_last = acc_k + 1;                                                            \
+    } while (0)
+
+    for (size_t k = k_lo;; k++) {
+        const int64_t pos_k = k < n_cand ? __ldg(&cpos[k]) : 0;
+        const bool end = k == n_cand || pos_k >= horizon;
+        const int64_t pos = end ? horizon : pos_k;
+        /* search back (from the origin until the first beat), possibly for several missed
+         * beats in a row */
+        while ((double)(pos - (last >= 0 ? last : origin)) > sb_limit) {
+            const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
+            const double floor_height = DMUL(DETECT_SEARCHBACK_TH, threshold);
+            if (scanned < after_last) {
+                scanned = after_last;
+                best = SIZE_MAX;
+            }
+            for (; scanned < k; scanned++) {
+                if (last >= 0 && __ldg(&cpos[scanned]) - last < a.refractory)
+                    continue;
+                const float hs = __ldg(&height[scanned]);
+                if (best == SIZE_MAX || hs > best_h) {
+                    best = scanned;
+                    best_h = hs;
+                }
+            }
+            if (best != SIZE_MAX && (double)best_h > floor_height) {
+                ACCEPT(best, DETECT_SEARCHBACK_GAIN);
+                scanned = after_last;
+                best = SIZE_MAX;
+                if (last >= emit_hi)
+                    goto done;
+                continue;
+            }
+            /* nothing even at the lowered threshold: halve SPK, at most once per
+             * DETECT_DECAY_RR mean RR and never below twice NPK, and look again */
+            if ((double)(pos - last_decay) <= DMUL(DETECT_DECAY_RR, rr_mean) ||
+                spk <= DMUL(2.0, npk))
+                break;
+            spk = DMUL(spk, 0.5);
+            last_decay = pos;
+        }
+        if (end)
+            break;
+        if (last >= 0 && pos - last < a.refractory)
+            continue;
+        const float h = __ldg(&height[k]);
+        const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
+        if ((double)h <= threshold ||
+            (last >= 0 && pos - last < a.twave &&
+             (double)__ldg(&slope[k]) < DMUL(DETECT_TWAVE_SLOPE, (double)last_slope))) {
+            npk = DADD(DMUL(DETECT_LEVEL_GAIN, (double)h), DMUL(1.0 - DETECT_LEVEL_GAIN, npk));
+            continue;
+        }
+        ACCEPT(k, DETECT_LEVEL_GAIN);
+        if (last >= emit_hi)
+            break;
+    }
+#undef ACCEPT
+done:
+    struct block_end ends[2];
+    for (int e = 0; e < 2; e++) {
+        const size_t k = e == 0 ? first_mark : last_mark;
+        ends[e].k = k;
+        ends[e].pos = k != SIZE_MAX ? __ldg(&cpos[k]) : 0;
+        ends[e].height = k != SIZE_MAX ? __ldg(&height[k]) : 0.0f;
+        ends[e].slope = k != SIZE_MAX ? __ldg(&slope[k]) : 0.0f;
+    }
+    a.block_first[b] = ends[0];
+    a.block_last[b] = ends[1];
+}
+
+/* ---------------------------------------------------------------- 2: boundary merge */
+
+#define MERGE_THREADS 256
+
+/*
+ * decide.c's merge_blocks(), by thread 0 of one block: the first beat of each block against
+ * the last beat kept before it: closer than the refractory period, the lower goes (the later on
+ * a tie); else closer than DETECT_TWAVE_S with under DETECT_TWAVE_SLOPE of the earlier's
+ * slope, the later goes. The block's threads stage the blocks' ends, MERGE_THREADS at a time,
+ * in shared memory, so that thread 0 walks them at shared-memory latency. A block's last beat
+ * is dropped only with its first (when they are the same beat), so the last kept beat is
+ * tracked in registers (the CPU reads its flag back).
+ */
+static __global__ void merge_kernel(struct detect_args a, size_t n_blocks)
+{
+    __shared__ struct block_end s_first[MERGE_THREADS], s_last[MERGE_THREADS];
+    struct block_end prev;
+    bool have_prev = false;
+    prev.k = SIZE_MAX;
+    prev.pos = 0;
+    prev.height = prev.slope = 0.0f;
+    for (size_t b0 = 0; b0 < n_blocks; b0 += MERGE_THREADS) {
+        const size_t count = n_blocks - b0 < MERGE_THREADS ? n_blocks - b0 : MERGE_THREADS;
+        __syncthreads(); /* thread 0 is done with the previous chunk */
+        for (size_t j = threadIdx.x; j < count; j += blockDim.x) {
+            s_first[j] = a.block_first[b0 + j];
+            s_last[j] = a.block_last[b0 + j];
+        }
+        __syncthreads();
+        if (threadIdx.x != 0)
+            continue;
+        for (size_t j = 0; j < count; j++) {
+            const struct block_end f = s_first[j];
+            if (f.k == SIZE_MAX)
+                continue;
+            bool f_kept = true;
+            if (have_prev) {
+                const int64_t gap = f.pos - prev.pos;
+                if (gap < a.refractory) {
+                    if (f.height > prev.height) {
+                        a.flag[prev.k] = 0;
+                    } else {
+                        a.flag[f.k] = 0;
+                        f_kept = false;
+                    }
+                } else if (gap < a.twave &&
+                           (double)f.slope < DMUL(DETECT_TWAVE_SLOPE, (double)prev.slope)) {
+                    a.flag[f.k] = 0;
+                    f_kept = false;
+                }
+            }
+            const struct block_end l = s_last[j];
+            if (l.k != f.k || f_kept) {
+                prev = l;
+                have_prev = true;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- entry point */
+
+/* Contract in cuda_internal.h. The caller, cuda_detect(), has entered ctx and laid out a and the
+ * scratch it points into (block_first and block_last for n_blocks blocks). */
+extern "C" enum ecg_status cuda_decide(struct cuda_ctx *ctx, const struct detect_args *a,
+                                       size_t n_blocks, struct detect_profile *prof,
+                                       struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+
+    block_kernel<<<(unsigned)n_blocks, 1, 0, ctx->stream>>>(*a, n_blocks);
+    CUDA_LAUNCH_CHECK();
+    profile_mark(prof, ctx->stream, "blocks");
+    merge_kernel<<<1, MERGE_THREADS, 0, ctx->stream>>>(*a, n_blocks);
+    CUDA_LAUNCH_CHECK();
+    profile_mark(prof, ctx->stream, "merge");
+out:
+    return status;
+}

@@ -1,0 +1,104 @@
+/*
+ * cuda_detect_common.cuh - what the detector's two CUDA files share (gpu/ only): the argument
+ * block every detector kernel takes by value, the per-block beat ends that the decision hands to
+ * the boundary merge, the round-to-nearest double macros, the small median, and the step timer.
+ *
+ * cuda_detect.cu (candidates, refinement: twin of engine/cpu/detect.c) lays out the arguments
+ * and the scratch they point into, and calls cuda_decide() of cuda_decide.cu (the adaptive pass:
+ * twin of engine/cpu/decide.c) between the two. The project builds without relocatable device
+ * code, so device helpers used by both files live here as static inline functions, compiled
+ * into each.
+ */
+#ifndef ECG_GPU_CUDA_DETECT_COMMON_CUH
+#define ECG_GPU_CUDA_DETECT_COMMON_CUH
+
+#include <stdint.h>
+
+#include "cuda_internal.h"
+
+/* Double operations rounded to nearest, never contracted into an FMA: the CPU's arithmetic. */
+#define DMUL(a, b) __dmul_rn((a), (b))
+#define DADD(a, b) __dadd_rn((a), (b))
+#define DSUB(a, b) __dsub_rn((a), (b))
+
+/* A block's first or last marked beat, for the boundary merge: candidate k (SIZE_MAX: the block
+ * marked none), its position, height and slope. */
+struct block_end {
+    int64_t pos;
+    size_t k;
+    float height, slope;
+};
+
+/* Everything the kernels of both files need, by value. */
+struct detect_args {
+    const float *x;      /* input, n_in */
+    const float *y;      /* resampled, n_a */
+    const float *f;      /* filtered, n_a */
+    const float *ricker; /* the plan's taps (device copy) */
+    size_t ricker_len;
+    size_t n_in, n_a;
+    float *absf;         /* n_a: |f| with recomputed edges */
+    float *peak;         /* device scalar: max of absf */
+    float *env;          /* n_a */
+    uint8_t *flag;       /* n_a: candidate flags, then (first max_cand) beat flags */
+    int64_t *cpos;       /* candidates, ascending */
+    int64_t *n_cand;     /* device scalar */
+    float *height, *slope;
+    int64_t *beats_c;    /* accepted candidates' positions (analysis grid) */
+    int64_t *n_acc;      /* device scalar: accepted candidates */
+    int64_t *ref_in, *ref_a; /* refined positions per accepted candidate, -1 = dropped */
+    int64_t *n_beats;    /* device scalar: final beats */
+    int *order_bad;      /* device scalar: a refined beat needs the sequential ordering test */
+    int64_t *peaks_in;   /* the table's r_peak column */
+    int64_t *peaks_a;    /* the ctx's analysis-grid peaks */
+    size_t half_env, half_nms, slope_win;
+    int64_t refractory, twave, learn;
+    int64_t block, warmup, tail; /* the decision pass's blocks (decide.c), samples */
+    struct block_end *block_first, *block_last; /* per block: first and last beat marked */
+    double fs;
+    int64_t reach_in, lobe_reach, base_reach;
+    uint32_t up, down;
+};
+
+/* cpu_median_inplace() of n <= 64 values: sorted in place, middle or mean of the two middle. */
+static __device__ inline float median_small(float *v, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        float h = v[i];
+        size_t t = i;
+        while (t > 0 && v[t - 1] > h) {
+            v[t] = v[t - 1];
+            t--;
+        }
+        v[t] = h;
+    }
+    if (n % 2 == 1)
+        return v[n / 2];
+    return (float)DMUL(0.5, DADD((double)v[n / 2 - 1], (double)v[n / 2]));
+}
+
+/* With ECG_CUDA_PROFILE set, the detector times its steps with CUDA events and prints the
+ * split to stderr (for the benchmark's explanation of the stage time). cuda_detect() owns the
+ * timer and prints it; both files mark their steps. */
+#define DETECT_PROFILE_MAX 10
+struct detect_profile {
+    bool on;
+    int n;
+    cudaEvent_t ev[DETECT_PROFILE_MAX];
+    const char *name[DETECT_PROFILE_MAX];
+};
+
+static inline void profile_mark(struct detect_profile *p, cudaStream_t stream, const char *name)
+{
+    if (!p->on || p->n >= DETECT_PROFILE_MAX)
+        return;
+    if (cudaEventCreate(&p->ev[p->n]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        p->on = false;
+        return;
+    }
+    (void)cudaEventRecord(p->ev[p->n], stream);
+    p->name[p->n++] = name;
+}
+
+#endif /* ECG_GPU_CUDA_DETECT_COMMON_CUH */
