@@ -153,6 +153,58 @@ static char *csv_of(const float *x, size_t n, size_t *len)
     return text;
 }
 
+/* Multiply-adds of the default network for one beat: the seven convolutions (kernel 3) and
+ * the linear layer (the logvar head is not computed). */
+static double vae_macs_per_beat(void)
+{
+    struct ecg_vae_arch a = ecg_vae_arch_default();
+    double l = a.beat_len, z = a.latent_dim;
+    return 3.0 * (1 * a.enc[0] * l + a.enc[0] * a.enc[1] * l / 2 + a.enc[1] * a.enc[2] * l / 4 +
+                  a.enc[2] * z * l / 8 + a.dec[0] * a.dec[1] * l / 4 +
+                  a.dec[1] * a.dec[2] * l / 2 + a.dec[2] * l) +
+           z * a.dec[0] * l / 8;
+}
+
+/*
+ * The VAE target is stated for 90k beats: tile a recording long enough to give at least that
+ * many (from the beats per sample of the main run) and time the encode stage on each path.
+ */
+static int vae_at_90k(struct ecg_engine *gpu, const char *dir, size_t n, size_t beats)
+{
+    static const char *const paths[] = {"warp", "block", "cudnn"};
+    size_t n90 = (size_t)((double)n * 90000.0 / (double)(beats ? beats : 1) * 1.02);
+    float *x = tile(dir, n90);
+    struct ecg_signal sig = {.samples = x, .n = n90, .fs_hz = 360.0};
+    struct stage_times t[3] = {{0}};
+    if (!x)
+        return 1;
+    for (int i = 0; i < 3; i++) {
+        setenv("ECG_CUDA_VAE", paths[i], 1);
+        if (run(gpu, &sig, NULL, 0, NULL, &t[i]))
+            return 1;
+    }
+    unsetenv("ECG_CUDA_VAE");
+    setenv("ECG_CUDA_PROFILE", "1", 1); /* the network / score split, on stderr */
+    {
+        struct ecg_result *res = NULL;
+        struct ecg_error err = {0};
+        if (ecg_engine_analyze(gpu, &sig, &res, &err) != ECG_OK)
+            return 1;
+        ecg_result_free(res);
+    }
+    unsetenv("ECG_CUDA_PROFILE");
+    const double macs = vae_macs_per_beat() * (double)t[0].beats;
+    printf("\nVAE encode + decode + score on %zu beats (%zu samples; target <= 2 ms for 90k "
+           "beats; PyTorch anchor 108 ms):\n\n| path | ms (median of %d) | beats/s | "
+           "floor: %.2f GFLOP at 67 TFLOP/s FP32 |\n|---|---|---|---|\n",
+           t[0].beats, n90, REPEAT, 2.0 * macs / 1e9);
+    for (int i = 0; i < 3; i++)
+        printf("| %s | %.3f | %.3g | %.3f ms |\n", paths[i], t[i].encode,
+               (double)t[i].beats / (t[i].encode * 1e-3), 2.0 * macs / 67e12 * 1e3);
+    free(x);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = argc > 1 ? argv[1] : "../shared/data";
@@ -285,7 +337,7 @@ int main(int argc, char **argv)
     ROW("detect", g.detect, c.detect, n_a * 4 * 6);
     ROW("segment + median/MAD + embed", g.embed, c.embed,
         n_a * 4 * 2 * 8 + (double)g.beats * 256 * 4);
-    ROW("VAE encode + decode + score, fused kernel", g.encode, c.encode,
+    ROW("VAE encode + decode + score, warp kernel", g.encode, c.encode,
         (double)g.beats * 256 * 4);
     ROW("VAE, cuDNN layer by layer (forced)", g_cudnn.encode, 0.0,
         (double)g.beats * 256 * 4 * 14);
@@ -298,6 +350,8 @@ int main(int argc, char **argv)
            (double)csv_len / 1e6);
     printf("| CSV text, host reader (ecg_read_memory) | %.1f | - | %.1f MB |\n", t_host_csv,
            (double)csv_len / 1e6);
+    if (vae_at_90k(gpu, dir, n, g.beats))
+        return 1;
     ecg_engine_destroy(gpu);
     ecg_engine_destroy(cpu);
     ecg_model_free(model);

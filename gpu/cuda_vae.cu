@@ -2,18 +2,20 @@
  * cuda_vae.cu - the VAE encoder and decoder and the outlier score on the device (twin of
  * engine/cpu/vae.c; models/model.h describes the network and the score).
  *
- * Two paths compute the latent mean and the reconstruction error of every beat:
- * - fused (the default whenever the activations fit in shared memory, as for the default
- *   architecture): a persistent grid of blocks, each carrying one beat at a time through the
- *   whole network in two shared-memory buffers, the weights staged next to them; only mu and
- *   the error leave the block. Memory traffic is the
- *   embedding read once, so the cost is arithmetic and barriers.
+ * Three paths compute the latent mean and the reconstruction error of every beat:
+ * - warp (the default for the default architecture, gpu/cuda_vae_warp.cu): one warp per beat,
+ *   every activation in registers, the convolution weights as constant-bank operands.
+ * - block (any architecture whose activations fit in shared memory; ECG_CUDA_VAE=block forces
+ *   it): a persistent grid of blocks, each carrying one beat at a time through the whole
+ *   network in two shared-memory buffers, the weights staged next to them; only mu and the
+ *   error leave the block. Memory traffic is the embedding read once, so the cost is
+ *   arithmetic, shared-memory loads and barriers.
  * - cuDNN (ECG_CUDA_VAE=cudnn, or an architecture too wide for shared memory): the seven 1-D
  *   convolutions (kernel 3, padding 1) as 2-D convolutions on NCHW tensors with H = 1
  *   (cudnnConvolutionForward, FMA math only: no TF32), in chunks of VAE_CHUNK beats, with
  *   custom kernels between them that fuse bias, Swish, the [1 2 1]/4 blur with stride 2,
  *   nearest upsampling by 2, the mean over time of the mu head, the linear layer and the error.
- * Both compute in float (with double sums for the means and the error) and stay within ~1e-6
+ * All compute in float (with double sums for the means and the error) and stay within ~1e-6
  * of the CPU's double reference. The logvar head is not needed for scoring and is not computed.
  *
  * The score: the level (median error of the kept beats: a radix sort of a copy, NaN for beats
@@ -22,16 +24,18 @@
  * (rows of beats not kept are zero) and the score kernel masks those not kept (NaN latent and
  * score, outlier 0).
  *
- * Threads: one per output value in the elementwise kernels; a block per beat in the fused
+ * Threads: one per output value in the elementwise kernels; a block per beat in the block
  * kernel; one warp per beat for the cuDNN path's error; one thread per beat for the score.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cub/cub.cuh>
 
 #include "cuda_internal.h"
+#include "cuda_vae_warp.h"
 
 #define VAE_CHUNK 32768
 #define VAE_LAYERS 7 /* enc0 enc1 enc2 mu dec0 dec1 dec2 */
@@ -491,7 +495,7 @@ static int fused_staged_weights(size_t n_weights, size_t act_bytes)
 }
 
 static enum ecg_status encode_fused(struct cuda_ctx *ctx, size_t smem, int buf_floats,
-                                    struct ecg_error *err)
+                                    bool warp, double **recon_out, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     const struct ecg_model *model = ctx->state->model;
@@ -515,14 +519,20 @@ static enum ecg_status encode_fused(struct cuda_ctx *ctx, size_t smem, int buf_f
     ECG_TRY(dbuf_reserve(ctx, &ctx->vae_work, k * sizeof(double), err));
     recon = (double *)ctx->vae_work.ptr;
     table_layout(k, (size_t)net.z_dim, &t);
-    /* a persistent grid: each block stages the weights once and then loops over beats */
-    blocks = (unsigned)(ctx->dev->sm_count * 8);
-    if ((size_t)blocks > k)
-        blocks = (unsigned)k;
-    vae_fused_kernel<<<blocks, VAE_FUSED_THREADS, smem, ctx->stream>>>(
-        net, (const float *)ctx->emb.ptr, k, (float *)((char *)ctx->table.ptr + t.latent), recon);
-    CUDA_LAUNCH_CHECK();
-    ECG_TRY(launch_score(ctx, model, k, recon, err));
+    if (warp) {
+        ECG_TRY(vae_warp_launch(ctx, k, (float *)((char *)ctx->table.ptr + t.latent), recon,
+                                err));
+    } else {
+        /* a persistent grid: each block stages the weights once and then loops over beats */
+        blocks = (unsigned)(ctx->dev->sm_count * 8);
+        if ((size_t)blocks > k)
+            blocks = (unsigned)k;
+        vae_fused_kernel<<<blocks, VAE_FUSED_THREADS, smem, ctx->stream>>>(
+            net, (const float *)ctx->emb.ptr, k, (float *)((char *)ctx->table.ptr + t.latent),
+            recon);
+        CUDA_LAUNCH_CHECK();
+    }
+    *recon_out = recon;
 out:
     return status;
 }
@@ -603,7 +613,7 @@ out:
 
 /* The cuDNN path: every beat of the request in chunks of VAE_CHUNK, layer by layer. */
 static enum ecg_status encode_cudnn(struct cuda_ctx *ctx, const struct ecg_plan *plan,
-                                    struct ecg_error *err)
+                                    double **recon_out, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     const struct ecg_model *model = ctx->state->model;
@@ -724,16 +734,32 @@ static enum ecg_status encode_cudnn(struct cuda_ctx *ctx, const struct ecg_plan 
             ping, w + ly->dec_b[2], x, n, l_len, recon + b0);
         CUDA_LAUNCH_CHECK();
     }
-
-    ECG_TRY(launch_score(ctx, model, k, recon, err));
+    *recon_out = recon;
 out:
     for (int i = 0; i < VAE_LAYERS; i++)
         layer_fini(&layers[i]);
     return status;
 }
 
-/* ECG_CUDA_VAE=cudnn forces the layer-by-layer cuDNN path; the fused kernel is the default
- * whenever the architecture's activations fit in shared memory. */
+/* Prints the network's and the score's device time (ECG_CUDA_PROFILE), then destroys ev. */
+static void profile_report(cudaEvent_t ev[3], const char *path, size_t k)
+{
+    float net_ms = 0.0f, score_ms = 0.0f;
+    if (cudaEventElapsedTime(&net_ms, ev[0], ev[1]) == cudaSuccess &&
+        cudaEventElapsedTime(&score_ms, ev[1], ev[2]) == cudaSuccess)
+        fprintf(stderr, "cuda vae profile: %zu beats, %s network %.3f ms, score %.3f ms\n", k,
+                path, net_ms, score_ms);
+    (void)cudaGetLastError();
+    for (int i = 0; i < 3; i++)
+        (void)cudaEventDestroy(ev[i]);
+}
+
+/*
+ * The path: the warp-per-beat kernel (cuda_vae_warp.cu) for the default architecture, else the
+ * block-per-beat fused kernel when the activations fit in shared memory, else cuDNN layer by
+ * layer. ECG_CUDA_VAE=block or =cudnn forces one of the latter two (tests and benchmarks
+ * compare them).
+ */
 extern "C" enum ecg_status cuda_encode(void *ctx_ptr, const struct ecg_plan *plan,
                                        struct ecg_error *err)
 {
@@ -741,6 +767,10 @@ extern "C" enum ecg_status cuda_encode(void *ctx_ptr, const struct ecg_plan *pla
     struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
     const struct ecg_model *model = ctx->state->model;
     const char *force = getenv("ECG_CUDA_VAE");
+    const bool profile = getenv("ECG_CUDA_PROFILE") != NULL;
+    cudaEvent_t ev[3] = {NULL, NULL, NULL};
+    const char *path;
+    double *recon = NULL;
     size_t smem;
     int buf_floats = 0;
     ECG_TRY(ctx_enter(ctx, err));
@@ -759,13 +789,39 @@ extern "C" enum ecg_status cuda_encode(void *ctx_ptr, const struct ecg_plan *pla
                           ctx->emb_len, ctx->n_beats, plan->beat_len);
         goto out;
     }
+    if (profile) {
+        for (int i = 0; i < 3; i++)
+            CUDA_TRY(cudaEventCreate(&ev[i]));
+        CUDA_TRY(cudaEventRecord(ev[0], ctx->stream));
+    }
     smem = fused_smem_bytes(&model->arch, &buf_floats);
-    if (smem && !(force && strcmp(force, "cudnn") == 0))
-        ECG_TRY(encode_fused(ctx, smem, buf_floats, err));
-    else
-        ECG_TRY(encode_cudnn(ctx, plan, err));
+    if (force && !strcmp(force, "cudnn"))
+        smem = 0;
+    if (smem && vae_warp_supports(&model->arch) && !(force && !strcmp(force, "block"))) {
+        path = "warp";
+        ECG_TRY(encode_fused(ctx, smem, buf_floats, true, &recon, err));
+    } else if (smem) {
+        path = "block";
+        ECG_TRY(encode_fused(ctx, smem, buf_floats, false, &recon, err));
+    } else {
+        path = "cudnn";
+        ECG_TRY(encode_cudnn(ctx, plan, &recon, err));
+    }
+    if (profile)
+        CUDA_TRY(cudaEventRecord(ev[1], ctx->stream));
+    ECG_TRY(launch_score(ctx, model, ctx->n_beats, recon, err));
+    if (profile)
+        CUDA_TRY(cudaEventRecord(ev[2], ctx->stream));
     ECG_TRY(ctx_sync(ctx, "encode", err));
     ctx->encoded = true;
+    if (profile) {
+        profile_report(ev, path, ctx->n_beats);
+        ev[0] = NULL;
+    }
 out:
+    if (ev[0])
+        for (int i = 0; i < 3; i++)
+            if (ev[i])
+                (void)cudaEventDestroy(ev[i]);
     return status;
 }

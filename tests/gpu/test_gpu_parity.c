@@ -505,22 +505,36 @@ static void test_detect_blocks(void **state)
     assert_int_equal(miss, 0);
 }
 
-/* The layer-by-layer cuDNN path of the VAE, forced (the fused kernel is the default). */
-static void test_vae_cudnn(void **state)
+/* A VAE path other than the default (the warp-per-beat kernel), forced by ECG_CUDA_VAE, on
+ * two records against the CPU. */
+static void vae_forced(void **state, const char *path, size_t first)
 {
     NEED_DEVICE(state);
     struct stage_totals tot = {0};
-    setenv("ECG_CUDA_VAE", "cudnn", 1);
+    setenv("ECG_CUDA_VAE", path, 1);
     for (size_t r = 0; r < 2; r++) {
         struct ecg_signal sig = {0};
         char label[64];
-        read_record(records[r + 4], &sig);
-        snprintf(label, sizeof label, "record %s, cuDNN VAE", records[r + 4]);
+        read_record(records[(first + r) % n_records()], &sig);
+        snprintf(label, sizeof label, "record %s, %s VAE", records[(first + r) % n_records()],
+                 path);
         stages_one(*state, sig.samples, sig.n, sig.fs_hz, label, &tot);
         ecg_signal_free(&sig);
     }
     unsetenv("ECG_CUDA_VAE");
     check_detect_totals(&tot);
+}
+
+/* The layer-by-layer cuDNN path. */
+static void test_vae_cudnn(void **state)
+{
+    vae_forced(state, "cudnn", 4);
+}
+
+/* The block-per-beat fused kernel (shared memory), the path of other architectures. */
+static void test_vae_block(void **state)
+{
+    vae_forced(state, "block", 6);
 }
 
 /* The cuFFT path, forced, against the CPU's FFTW path on a record and a long Ricker. */
@@ -699,6 +713,73 @@ static void test_engine_concurrent(void **state)
     assert_int_equal(failures, 0);
     assert_int_equal(mismatched, 0);
     ecg_engine_destroy(gpu);
+}
+
+/*
+ * Several GPUs (CUDA_VISIBLE_DEVICES decides which): an engine on every visible device spreads
+ * its workers over them; analyses running concurrently on all of them, and an engine on the
+ * second device alone, must give the first device's results exactly. Skips with one device.
+ */
+static void test_multi_device(void **state)
+{
+    NEED_DEVICE(state);
+    struct pair *p = *state;
+    enum { THREADS = 4 };
+    struct ecg_error err = {0};
+    struct ecg_engine_config one = {.backend = ECG_BACKEND_CUDA, .model = p->model,
+                                    .workers = 1, .device = 0};
+    struct ecg_engine_config second = one, all = one;
+    second.device = 1;
+    all.device = -1;
+    all.workers = THREADS;
+    struct ecg_engine *e1 = ecg_engine_create(&second, &err);
+    if (!e1) {
+        printf("# SKIP: one CUDA device visible (%s)\n", err.message);
+        skip();
+    }
+    struct ecg_engine *e0 = ecg_engine_create(&one, &err);
+    struct ecg_engine *e_all = ecg_engine_create(&all, &err);
+    if (!e0 || !e_all)
+        fail_msg("engine: %s", err.message);
+    printf("# devices: %s | first %s | second %s\n", ecg_engine_device(e_all),
+           ecg_engine_device(e0), ecg_engine_device(e1));
+    assert_non_null(strstr(ecg_engine_device(e_all), " x"));
+    struct ecg_signal sig[THREADS];
+    struct ecg_result *expect[THREADS];
+    struct concurrent_job jobs[THREADS];
+    pthread_t tid[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        struct ecg_result *r1 = NULL;
+        memset(&sig[t], 0, sizeof sig[t]);
+        read_record(records[t * 5 + 1], &sig[t]);
+        assert_int_equal(ecg_engine_analyze(e0, &sig[t], &expect[t], &err), ECG_OK);
+        assert_int_equal(ecg_engine_analyze(e1, &sig[t], &r1, &err), ECG_OK);
+        assert_int_equal(r1->n_beats, expect[t]->n_beats);
+        assert_memory_equal(r1->r_peak, expect[t]->r_peak, r1->n_beats * sizeof(int64_t));
+        assert_memory_equal(r1->latent, expect[t]->latent,
+                            r1->n_beats * r1->latent_dim * sizeof(float));
+        assert_memory_equal(r1->score, expect[t]->score, r1->n_beats * sizeof(float));
+        ecg_result_free(r1);
+        jobs[t] = (struct concurrent_job){e_all, &sig[t], expect[t], quick() ? 2 : 6, 0, 0};
+    }
+    for (int t = 0; t < THREADS; t++)
+        assert_int_equal(pthread_create(&tid[t], NULL, concurrent_worker, &jobs[t]), 0);
+    size_t mismatched = 0;
+    int failures = 0;
+    for (int t = 0; t < THREADS; t++) {
+        pthread_join(tid[t], NULL);
+        mismatched += jobs[t].mismatched;
+        failures += jobs[t].failures;
+        ecg_result_free(expect[t]);
+        ecg_signal_free(&sig[t]);
+    }
+    printf("# multi-device: %d threads x %d analyses over %s: %d failed, %zu differed\n",
+           THREADS, jobs[0].rounds, ecg_engine_device(e_all), failures, mismatched);
+    assert_int_equal(failures, 0);
+    assert_int_equal(mismatched, 0);
+    ecg_engine_destroy(e_all);
+    ecg_engine_destroy(e1);
+    ecg_engine_destroy(e0);
 }
 
 /* ---------------------------------------------------------------- readers on the device */
@@ -894,8 +975,10 @@ int main(void)
         cmocka_unit_test(test_detect_blocks),
         cmocka_unit_test(test_filter_fft),
         cmocka_unit_test(test_vae_cudnn),
+        cmocka_unit_test(test_vae_block),
         cmocka_unit_test(test_engine_records),
         cmocka_unit_test(test_engine_concurrent),
+        cmocka_unit_test(test_multi_device),
         cmocka_unit_test(test_oom_recovers),
     };
     /* ECG_GPU_ONLY=PATTERN runs the matching tests alone (e.g. under a slow sanitizer). */
