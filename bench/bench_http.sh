@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench_http.sh - HTTP service benchmarks: wrk on 10-second strips (requests/s, p50 and p99
-# latency), and one 20M-sample recording, as CSV and as float32, analysed end to end compared
+# bench_http.sh - HTTP service benchmarks: wrk runs of DURATION (requests/s, p50 and p99
+# latency) posting 10-, 20- and 80-second ECG strips, and one 20M-sample recording, as CSV and as float32, analysed end to end compared
 # with a raw loopback transfer of the same bytes to a trivial sink, in the same run. For the big
 # ones it also prints the service's own overhead: end to end minus the engine's total from the
 # answer's timing_ms (upload, receiving and holding the body, queueing, answering).
@@ -30,7 +30,7 @@ for tool in curl python3; do
     command -v "$tool" >/dev/null || { echo "bench_http: $tool is not installed" >&2; exit 1; }
 done
 have_wrk=1
-command -v wrk >/dev/null || { have_wrk=0; echo "# wrk is not installed: the 10-second strips are skipped"; }
+command -v wrk >/dev/null || { have_wrk=0; echo "# wrk is not installed: the wrk runs are skipped"; }
 [ -x "$ECGD" ] || { echo "bench_http: $ECGD is not built" >&2; exit 1; }
 
 tmp=$(mktemp -d)
@@ -53,6 +53,9 @@ ROUNDS=${ROUNDS:-3}
 mkdir -p "$tmp/fx"
 $HELP fixtures "$ECG_SHARED_DATA" "$tmp/fx" || exit 1
 head -n 5000 "$tmp/fx/ucr.csv" >"$tmp/short.csv"
+# 10-second strips (a standard rhythm strip): 2,500 samples at 250 Hz
+head -n 2500 "$tmp/fx/ucr.csv" >"$tmp/strip10.csv"
+head -c 10000 "$tmp/fx/ucr.f32" >"$tmp/strip10.f32"
 
 "$ECGD" serve --bind 127.0.0.1 --port 0 --backend "$BACKEND" --workers "$WORKERS" \
     --max-body-mb 1024 --queue-depth 256 --timeout-s 120 "${model_args[@]}" 2>"$tmp/server.log" &
@@ -79,12 +82,15 @@ strip() { # strip NAME CONNECTIONS PATH [METHOD FILE TYPE]
 
 # STRIPS=c64: only the analysis strips with 64 concurrent clients (the GPU-vs-CPU comparison).
 if [ "${STRIPS:-1}" = c64 ]; then
+    strip analyze_csv_10s_c64 64 "/v1/analyze?fs=250" POST "$tmp/strip10.csv" text/csv
+    strip analyze_f32_10s_c64 64 "/v1/analyze?fs=250" POST "$tmp/strip10.f32" application/octet-stream
     strip analyze_csv_80s_c64 64 "/v1/analyze?fs=250" POST "$tmp/fx/ucr.csv" text/csv
     strip analyze_f32_80s_c64 64 "/v1/analyze?fs=250" POST "$tmp/fx/ucr.f32" application/octet-stream
     have_wrk=0
 fi
 strip healthz_c32 32 /healthz
 strip metrics_c8 8 /metrics
+strip analyze_csv_10s_c4 4 "/v1/analyze?fs=250" POST "$tmp/strip10.csv" text/csv
 strip analyze_csv_20s_c4 4 "/v1/analyze?fs=250" POST "$tmp/short.csv" text/csv
 strip analyze_csv_80s_c4 4 "/v1/analyze?fs=250" POST "$tmp/fx/ucr.csv" text/csv
 strip analyze_f32_80s_c4 4 "/v1/analyze?fs=250" POST "$tmp/fx/ucr.f32" application/octet-stream
