@@ -981,9 +981,12 @@ int main(void)
         cmocka_unit_test(test_multi_device),
         cmocka_unit_test(test_oom_recovers),
     };
-    /* ECG_GPU_ONLY=PATTERN runs the matching tests alone (e.g. under a slow sanitizer). */
-    const char *only = getenv("ECG_GPU_ONLY");
+    /* ECG_GPU_ONLY=PATTERN runs the matching tests alone (e.g. under a slow sanitizer);
+     * ECG_GPU_SKIP=PATTERN leaves the matching ones out. */
+    const char *only = getenv("ECG_GPU_ONLY"), *leave = getenv("ECG_GPU_SKIP");
     if (only && *only)
         cmocka_set_test_filter(only);
+    if (leave && *leave)
+        cmocka_set_skip_filter(leave);
     return cmocka_run_group_tests_name("gpu_parity", tests, setup, teardown);
 }
