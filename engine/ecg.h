@@ -3,13 +3,15 @@
  *
  * This is the only header that the service (service/) and the command line (cli/) include. It
  * covers: status codes and error reports, input readers (CSV, raw binary, .npy, EDF, JSON, WFDB),
- * the preprocessing parameters, models, the engine that runs the pipeline on a backend, results
+ * the preprocessing parameters, models, the engine that runs the pipeline on a backend (from a
+ * decoded signal, from raw bytes, or from bytes streamed to the device as they arrive), results
  * and their JSON rendering, and beat-by-beat evaluation against reference annotations.
  *
  * Threading: every function is reentrant. An ecg_engine may be shared by any number of threads;
  * ecg_engine_analyze() takes a worker context from the engine's pool for the duration of the call
- * (blocking while all are busy). Signals, results, models and buffers are owned by the caller
- * that created them and must not be used by two threads at once unless documented otherwise.
+ * (blocking while all are busy). Signals, results, models, buffers and streaming uploads are
+ * owned by the caller that created them and must not be used by two threads at once unless
+ * documented otherwise.
  *
  * Ownership: every _create/_load/_read returns an object the caller frees with the matching
  * _destroy/_free function. Every free function accepts NULL. On failure, outputs are left empty
@@ -309,6 +311,62 @@ enum ecg_status ecg_engine_analyze_bytes(struct ecg_engine *engine, const void *
  */
 void *ecg_engine_host_alloc(struct ecg_engine *engine, size_t bytes);
 void ecg_engine_host_free(struct ecg_engine *engine, void *ptr);
+
+/*
+ * Streaming upload: a recording copied to the device while it arrives (the service receives a
+ * request body chunk by chunk). The host buffer stays authoritative: the device copy is only an
+ * optimisation, and the analysis is byte-identical to ecg_engine_analyze_bytes() of the same
+ * buffer whether the copy is used, failed, or was never made.
+ *
+ * Lifecycle: ecg_engine_upload_begin() when the buffer is allocated (its final length known),
+ * ecg_upload_progress() each time more of it is filled, ecg_engine_analyze_upload() once all of
+ * it is, ecg_upload_free() always (also to cancel midway), before buf is freed or reused and
+ * before the engine is destroyed.
+ *
+ * Threading: one upload is used by one thread at a time; it may move between threads (the
+ * service begins and feeds it on an HTTP thread and analyses and frees it on a worker) when the
+ * hand-over itself synchronises (a queue under a mutex). Different uploads are independent.
+ */
+struct ecg_upload;
+
+/*
+ * Starts copying a recording of exactly len bytes to the device while it arrives in buf (memory
+ * from ecg_engine_host_alloc() of at least len bytes, filled front to back). Returns NULL, with
+ * nothing to undo, when streaming brings nothing (CPU backend; a format the device does not
+ * parse: only CSV, F32, F64, I16 and AUTO stream; buf not pinned; len below the backend's
+ * threshold, 1 MiB for CUDA) or cannot start (device memory, the device's budget of bytes held
+ * by uploads): the caller then uses ecg_engine_analyze_bytes() as before. Never blocks on the
+ * device.
+ */
+struct ecg_upload *ecg_engine_upload_begin(struct ecg_engine *engine, const void *buf, size_t len,
+                                           enum ecg_format format);
+
+/*
+ * buf[0, filled) now holds final bytes that will not change: queues their copy (batched: the
+ * CUDA backend copies in steps of 4 MiB, and the rest when filled reaches len). Cheap; never
+ * blocks on the device; a failure is remembered (the analysis then reads the host bytes), never
+ * reported. up NULL is a no-op; filled beyond the upload's length counts as its length.
+ */
+void ecg_upload_progress(struct ecg_upload *up, size_t filled);
+
+/*
+ * ecg_engine_analyze_bytes() of the upload's buf and len (every byte must be final), reading
+ * the bytes already on the device where it can: same contract, same results. The device copy is
+ * consumed by the first analysis (a second one reads the host bytes). Does not free up.
+ * ECG_ERR_ARG when up is NULL; an upload begun on another engine is analysed from its host bytes.
+ */
+enum ecg_status ecg_engine_analyze_upload(struct ecg_engine *engine, struct ecg_upload *up,
+                                          const struct ecg_read_opts *opts,
+                                          struct ecg_result **out, struct ecg_error *err) ECG_WUR;
+
+/* True when the last ecg_engine_analyze_upload() of up parsed the recording from its device
+ * copy (false before any analysis, and when the analysis fell back to the host bytes). For
+ * metrics and tests. up NULL: false. */
+bool ecg_upload_used_device(const struct ecg_upload *up);
+
+/* Waits for the copies in flight (they read buf) and frees the device memory; NULL ok. Must be
+ * called before buf is freed or reused. May block briefly (one copy step); never fails. */
+void ecg_upload_free(struct ecg_upload *up);
 
 /*
  * Like ecg_engine_analyze(), and also hands back the embedded beats the model sees: *embedding is

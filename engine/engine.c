@@ -5,6 +5,10 @@
  * free context (waiting while all are busy), builds the plan for the input's rate, runs the
  * stages in order, timing each, and fetches the beat table. The backend keeps the data between
  * stages, so this file never touches samples beyond handing the input over.
+ *
+ * Input comes as a decoded signal, as raw bytes (the backend's own parser first, the host
+ * readers when it declines), or as a streaming upload (struct ecg_upload: the bytes plus the
+ * backend's device copy of them; an analysis prefers a free context on the copy's device).
  */
 #include <math.h>
 #include <pthread.h>
@@ -30,6 +34,15 @@ struct ecg_engine {
     unsigned n_ctx;
     void **ctx;
     bool *busy;
+};
+
+/* A streaming upload: the host bytes (authoritative) and the backend's copy of them. */
+struct ecg_upload {
+    struct ecg_engine *engine;
+    void *backend;           /* the backend's upload (ops->upload_*) */
+    const void *buf;
+    size_t len;
+    bool used_device;        /* the last analysis parsed from the device copy */
 };
 
 static double now_ms(void)
@@ -170,16 +183,29 @@ const struct ecg_model *ecg_engine_model(const struct ecg_engine *engine)
     return engine->model;
 }
 
-static unsigned acquire_ctx(struct ecg_engine *engine)
+/* Takes a free context, waiting while all are busy. With an upload, a free context that can
+ * read its device copy wins over the other free ones (never waited for: a context on another
+ * device reads the host bytes, as fast as before streaming existed). */
+static unsigned acquire_ctx(struct ecg_engine *engine, const struct ecg_upload *upload)
 {
+    bool (*prefers)(void *, void *) = upload ? engine->ops->upload_prefers_ctx : NULL;
     pthread_mutex_lock(&engine->lock);
     for (;;) {
+        unsigned pick = engine->n_ctx;
         for (unsigned i = 0; i < engine->n_ctx; i++) {
-            if (!engine->busy[i]) {
-                engine->busy[i] = true;
-                pthread_mutex_unlock(&engine->lock);
-                return i;
+            if (engine->busy[i])
+                continue;
+            if (pick == engine->n_ctx)
+                pick = i;
+            if (!prefers || prefers(upload->backend, engine->ctx[i])) {
+                pick = i;
+                break;
             }
+        }
+        if (pick < engine->n_ctx) {
+            engine->busy[pick] = true;
+            pthread_mutex_unlock(&engine->lock);
+            return pick;
         }
         pthread_cond_wait(&engine->released, &engine->lock);
     }
@@ -235,12 +261,14 @@ static struct ecg_result *result_alloc(size_t k, uint32_t latent_dim, bool with_
     return r;
 }
 
-/* The shared body of the analyze entry points: input is either a decoded signal or raw bytes. */
+/* The shared body of the analyze entry points: input is a decoded signal, or raw bytes (bytes and
+ * len), possibly with a streaming upload of those same bytes. */
 struct analyze_input {
     const struct ecg_signal *signal;
     const void *bytes;
     size_t len;
     const struct ecg_read_opts *opts;
+    struct ecg_upload *upload;
 };
 
 /* Loads the input into the context: raw bytes go to the backend's own parser when it has one. */
@@ -257,7 +285,14 @@ static enum ecg_status load_input(struct ecg_engine *engine, void *ctx,
             return ecg_fail(err, ECG_ERR_FORMAT, "empty_input", "the recording has no samples");
         return ops->load(ctx, in->signal->samples, in->signal->n, err);
     }
-    if (ops->load_bytes) {
+    if (in->upload) {
+        bool from_device = false;
+        enum ecg_status status = ops->load_upload(ctx, in->upload->backend, in->opts, n, fs_hz,
+                                                  lead, &from_device, err);
+        in->upload->used_device = status == ECG_OK && from_device;
+        if (status != ECG_ERR_UNSUPPORTED)
+            return status;
+    } else if (ops->load_bytes) {
         enum ecg_status status = ops->load_bytes(ctx, in->bytes, in->len, in->opts, n, fs_hz,
                                                  lead, err);
         if (status != ECG_ERR_UNSUPPORTED)
@@ -291,7 +326,7 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
     *out = NULL;
     if (embedding)
         *embedding = NULL;
-    unsigned slot = acquire_ctx(engine);
+    unsigned slot = acquire_ctx(engine, in->upload);
     void *ctx = engine->ctx[slot];
     double t0 = now_ms(), t = t0, t_next;
 
@@ -389,6 +424,67 @@ enum ecg_status ecg_engine_analyze_bytes(struct ecg_engine *engine, const void *
     struct ecg_read_opts defaults = {0};
     struct analyze_input in = {.bytes = buf, .len = len, .opts = opts ? opts : &defaults};
     return analyze(engine, &in, out, NULL, err);
+}
+
+struct ecg_upload *ecg_engine_upload_begin(struct ecg_engine *engine, const void *buf, size_t len,
+                                           enum ecg_format format)
+{
+    if (!engine || !buf || !len)
+        return NULL;
+    const struct ecg_backend_ops *ops = engine->ops;
+    if (!ops->upload_begin || !ops->upload_progress || !ops->upload_free ||
+        !ops->upload_prefers_ctx || !ops->load_upload)
+        return NULL;
+    struct ecg_upload *up = calloc(1, sizeof *up);
+    if (!up)
+        return NULL;
+    /* Whatever went wrong, the caller's answer is the same: no streaming, read the host bytes. */
+    struct ecg_error ignored = {0};
+    if (ops->upload_begin(engine->state, buf, len, format, &up->backend, &ignored) != ECG_OK ||
+        !up->backend) {
+        free(up);
+        return NULL;
+    }
+    up->engine = engine;
+    up->buf = buf;
+    up->len = len;
+    return up;
+}
+
+void ecg_upload_progress(struct ecg_upload *up, size_t filled)
+{
+    if (!up)
+        return;
+    up->engine->ops->upload_progress(up->backend, filled < up->len ? filled : up->len);
+}
+
+enum ecg_status ecg_engine_analyze_upload(struct ecg_engine *engine, struct ecg_upload *up,
+                                          const struct ecg_read_opts *opts,
+                                          struct ecg_result **out, struct ecg_error *err)
+{
+    *out = NULL;
+    if (!up)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "analyze_upload: NULL upload");
+    up->used_device = false;
+    if (up->engine != engine)
+        return ecg_engine_analyze_bytes(engine, up->buf, up->len, opts, out, err);
+    struct ecg_read_opts defaults = {0};
+    struct analyze_input in = {.bytes = up->buf, .len = up->len, .opts = opts ? opts : &defaults,
+                               .upload = up};
+    return analyze(engine, &in, out, NULL, err);
+}
+
+bool ecg_upload_used_device(const struct ecg_upload *up)
+{
+    return up && up->used_device;
+}
+
+void ecg_upload_free(struct ecg_upload *up)
+{
+    if (!up)
+        return;
+    up->engine->ops->upload_free(up->backend);
+    free(up);
 }
 
 void *ecg_engine_host_alloc(struct ecg_engine *engine, size_t bytes)

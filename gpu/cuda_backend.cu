@@ -6,7 +6,8 @@
  * One CUDA primary context per device, created at open and reused by every request. With
  * config->device == -1 every visible device (as CUDA_VISIBLE_DEVICES leaves them) gets one
  * and ctx_create deals workers out over them round-robin; otherwise only that ordinal is used.
- * The stage kernels live in the other gpu/ sources (see cuda_internal.h).
+ * Each device also gets the stream that carries streaming uploads (cuda_upload.cu) and their
+ * memory budget. The stage kernels live in the other gpu/ sources (see cuda_internal.h).
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -141,7 +142,7 @@ out:
 
 /* True when host memory [p, p + len) is page-locked (ecg_engine_host_alloc), so the device can
  * DMA from it directly. Checks both ends; a wrong "true" would only make the copy slower. */
-static bool host_is_pinned(const void *p, size_t len)
+bool host_is_pinned(const void *p, size_t len)
 {
     const char *ends[2] = {(const char *)p, (const char *)p + len - 1};
     for (int i = 0; i < 2; i++) {
@@ -227,10 +228,18 @@ enum ecg_status ctx_sync(struct cuda_ctx *ctx, const char *stage, struct ecg_err
 
 static void device_fini(struct cuda_device *dev)
 {
+    if (!dev->model.d_weights && !dev->upload_stream)
+        return;
+    (void)cudaSetDevice(dev->ordinal);
     if (dev->model.d_weights) {
-        (void)cudaSetDevice(dev->ordinal);
         (void)cudaFree(dev->model.d_weights);
         dev->model.d_weights = NULL;
+    }
+    if (dev->upload_stream) {
+        /* Every upload was freed before the engine (ecg.h): nothing reads the stream now. */
+        (void)cudaStreamSynchronize(dev->upload_stream);
+        (void)cudaStreamDestroy(dev->upload_stream);
+        dev->upload_stream = NULL;
     }
 }
 
@@ -248,6 +257,12 @@ static enum ecg_status device_init(struct cuda_device *dev, int ordinal,
     dev->sm_count = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
     CUDA_TRY(cudaDeviceGetDefaultMemPool(&dev->pool, ordinal));
     CUDA_TRY(cudaMemPoolSetAttribute(dev->pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    /* Non-blocking: request bodies' copies never wait for the legacy default stream. */
+    CUDA_TRY(cudaStreamCreateWithFlags(&dev->upload_stream, cudaStreamNonBlocking));
+    dev->upload_budget = prop.totalGlobalMem / 8 < CUDA_UPLOAD_BUDGET_MAX
+                             ? prop.totalGlobalMem / 8
+                             : CUDA_UPLOAD_BUDGET_MAX;
+    dev->upload_held = 0;
     if (model) {
         size_t bytes = model->layout.n_weights * sizeof(float);
         CUDA_TRY(cudaMalloc(&dev->model.d_weights, bytes));
@@ -300,8 +315,9 @@ static enum ecg_status cuda_open(const struct ecg_engine_config *config, void **
     if (count > CUDA_MAX_DEVICES)
         count = CUDA_MAX_DEVICES;
     for (int i = 0; i < count; i++) {
-        ECG_TRY(device_init(&state->dev[i], first + i, state->model, err));
+        /* counted first, so that cuda_close() also releases a device whose init failed midway */
         state->n_devices = i + 1;
+        ECG_TRY(device_init(&state->dev[i], first + i, state->model, err));
     }
     (void)cudaRuntimeGetVersion(&runtime);
     (void)cudaDriverGetVersion(&driver);
@@ -661,4 +677,9 @@ extern "C" const struct ecg_backend_ops ecg_cuda_backend = {
     /* .write_buf = */ cuda_write_buf,
     /* .host_alloc = */ cuda_host_alloc,
     /* .host_free = */ cuda_host_free,
+    /* .upload_begin = */ cuda_upload_begin,
+    /* .upload_progress = */ cuda_upload_progress,
+    /* .upload_free = */ cuda_upload_free,
+    /* .upload_prefers_ctx = */ cuda_upload_prefers_ctx,
+    /* .load_upload = */ cuda_load_upload,
 };

@@ -5,6 +5,8 @@
  * Layout of the backend:
  *   cuda_backend.cu   the ops table: open/close, contexts, load, read_buf/write_buf, fetch
  *   cuda_read.cu      load_bytes: CSV parsed on the device, raw float32/float64/int16
+ *   cuda_upload.cu    streaming uploads: request bodies copied to the device as they arrive,
+ *                     and load_upload, which parses from that copy (cuda_read.cu's parsers)
  *   cuda_resample.cu  polyphase resampler            (twin of engine/cpu/resample.c)
  *   cuda_filter.cu    Ricker filter through cuFFT    (twin of engine/cpu/filter.c)
  *   cuda_detect.cu    NMS candidates, refinement (twin of engine/cpu/detect.c)
@@ -14,10 +16,11 @@
  *   cuda_vae_warp.cu  the default architecture's VAE, one warp per beat (cuda_vae_warp.h)
  *
  * Ownership and threading: one struct cuda_state per engine, created by open() and read-only
- * afterwards except next_ctx (atomic). It holds one entry per device used (model weights on
- * that device, the device's memory pool). A struct cuda_ctx belongs to one worker: its stream,
- * its cuDNN handle, its cuFFT plans and its device buffers. One thread at a time uses a ctx;
- * every entry point first makes the ctx's device current for the calling thread.
+ * afterwards except next_ctx, next_upload and each device's upload_held (atomics). It holds one
+ * entry per device used (model weights on that device, the device's memory pool, the stream that
+ * carries streaming uploads of request bodies). A struct cuda_ctx belongs to one worker: its
+ * stream, its cuDNN handle, its cuFFT plans and its device buffers. One thread at a time uses a
+ * ctx; every entry point first makes the ctx's device current for the calling thread.
  *
  * Memory: every device buffer comes from the device's stream-ordered pool (cudaMallocAsync on
  * the ctx's stream) and grows on demand; the pool keeps freed memory up to a release threshold
@@ -45,6 +48,13 @@
 #define CUDA_POOL_KEEP_BYTES (4ull << 30) /* memory the pool keeps cached after frees */
 #define CUDA_STAGE_CHUNK (8u << 20)      /* pinned staging chunk for host-to-device input */
 #define CUDA_THREADS 256                 /* default block size */
+/* Streaming uploads (cuda_upload.cu): bodies below this stay on today's path (they are not
+ * pinned either: cuda_backend.cu's CUDA_PIN_MIN_BYTES); copies go in steps of at least
+ * CUDA_UPLOAD_STEP; a device holds at most CUDA_UPLOAD_BUDGET_MAX (and an eighth of its memory)
+ * in uploads not yet analysed, so that queued bodies cannot starve the analyses of memory. */
+#define CUDA_UPLOAD_MIN_BYTES ((size_t)1 << 20)
+#define CUDA_UPLOAD_STEP ((size_t)4 << 20)
+#define CUDA_UPLOAD_BUDGET_MAX ((size_t)2 << 30)
 
 /* The model on one device. */
 struct cuda_model {
@@ -57,6 +67,10 @@ struct cuda_device {
     struct cuda_model model; /* d_weights NULL when the engine has no model */
     int sm_count;            /* multiprocessors: sizes persistent grids */
     char name[256];
+    /* streaming uploads (cuda_upload.cu): their copies, from any thread, go on this stream */
+    cudaStream_t upload_stream;
+    size_t upload_budget;    /* bytes uploads may hold on this device */
+    size_t upload_held;      /* bytes they hold now (atomic) */
 };
 
 struct cuda_state {
@@ -64,6 +78,7 @@ struct cuda_state {
     int n_devices;
     struct cuda_device dev[CUDA_MAX_DEVICES];
     unsigned next_ctx;       /* round-robin of contexts over devices (atomic) */
+    unsigned next_upload;    /* round-robin of uploads over devices (atomic) */
     char description[512];
 };
 
@@ -142,6 +157,8 @@ enum ecg_status stage_reserve(struct cuda_ctx *ctx, size_t bytes, struct ecg_err
  * DMA). Returns once the copies are queued and the host buffer may be reused. */
 enum ecg_status upload_bytes(struct cuda_ctx *ctx, void *d_dst, const void *src, size_t len,
                              struct ecg_error *err);
+/* True when host memory [p, p + len) is page-locked (len > 0), so the device can DMA it. */
+bool host_is_pinned(const void *p, size_t len);
 /* Makes the ctx's device current and checks that the ctx is usable. */
 enum ecg_status ctx_enter(struct cuda_ctx *ctx, struct ecg_error *err);
 /* Waits for the ctx's stream and reports a failure of anything queued on it. */
@@ -151,6 +168,22 @@ enum ecg_status ctx_sync(struct cuda_ctx *ctx, const char *stage, struct ecg_err
 enum ecg_status cuda_load_bytes(void *ctx, const void *buf, size_t len,
                                 const struct ecg_read_opts *opts, size_t *n, double *fs_hz,
                                 char lead[32], struct ecg_error *err);
+/* cuda_load_bytes() of buf, reading the bytes from d_bytes, a device copy of buf[0, len) on the
+ * ctx's device that is complete in the ctx's stream order, instead of uploading them (d_bytes
+ * NULL: upload them, which is cuda_load_bytes). The host bytes are still read (CSV header, rare
+ * hard tokens). Same contract as cuda_load_bytes. */
+enum ecg_status cuda_load_from(struct cuda_ctx *ctx, const void *buf, size_t len,
+                               const char *d_bytes, const struct ecg_read_opts *opts, size_t *n,
+                               double *fs_hz, char lead[32], struct ecg_error *err);
+/* Streaming uploads (cuda_upload.cu), the backend ops of the same names (backend.h). */
+enum ecg_status cuda_upload_begin(void *state, const void *host, size_t len,
+                                  enum ecg_format format, void **up, struct ecg_error *err);
+void cuda_upload_progress(void *up, size_t filled);
+void cuda_upload_free(void *up);
+bool cuda_upload_prefers_ctx(void *up, void *ctx);
+enum ecg_status cuda_load_upload(void *ctx, void *up, const struct ecg_read_opts *opts,
+                                 size_t *n, double *fs_hz, char lead[32], bool *from_device,
+                                 struct ecg_error *err);
 enum ecg_status cuda_resample(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 enum ecg_status cuda_filter(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 enum ecg_status cuda_detect(void *ctx, const struct ecg_plan *plan, size_t *n_beats,

@@ -1,9 +1,14 @@
 /*
  * cuda_read.cu - load_bytes: recordings parsed straight into device memory.
  *
- * Raw float32 / float64 / int16: the bytes go up through the pinned double buffer and are
- * converted on the device exactly as engine/read_raw.c converts them; a non-finite or
- * out-of-range value sets a flag.
+ * The bytes reach the device in one of two ways: uploaded here into the ctx's fft_buf (pinned
+ * host memory by one DMA, other memory through the pinned double buffer), or already there as
+ * the device copy of a streaming upload (cuda_upload.cu calls cuda_load_from with it), which
+ * the kernels then read in place: either way they read one device pointer, and the few counters
+ * live in fft_buf.
+ *
+ * Raw float32 / float64 / int16: converted on the device exactly as engine/read_raw.c converts
+ * them; a non-finite or out-of-range value sets a flag.
  *
  * CSV (engine/read_csv.c defines the grammar): the host reads only the first non-blank line
  * (delimiter, header, which column), with read_csv.c's rules; the rest is parsed on the device:
@@ -374,25 +379,30 @@ extern "C" int cuda_parse_token_host(const char *s, const char *e, float *out)
 }
 
 
-/* Raw samples: status UNSUPPORTED hands the input back to the host reader. */
-static enum ecg_status load_raw(struct cuda_ctx *ctx, const void *buf, size_t len, int format,
-                                const struct ecg_read_opts *opts, size_t *n_out,
-                                struct ecg_error *err)
+/* Raw samples: status UNSUPPORTED hands the input back to the host reader. d_src: the bytes
+ * already on the device (a streaming upload), or NULL to upload buf here. */
+static enum ecg_status load_raw(struct cuda_ctx *ctx, const void *buf, size_t len,
+                                const char *d_src, int format, const struct ecg_read_opts *opts,
+                                size_t *n_out, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     size_t size = format == ECG_FORMAT_F64 ? 8 : format == ECG_FORMAT_I16 ? 2 : 4;
     size_t n = len / size;
+    const unsigned char *d_bytes;
     int *d_bad;
     if (len == 0 || len % size != 0 || (opts->lead && *opts->lead && strcmp(opts->lead, "0")) ||
         (opts->max_samples && n > opts->max_samples))
         return ECG_ERR_UNSUPPORTED;
-    ECG_TRY(dbuf_reserve(ctx, &ctx->fft_buf, len + 256, err));
+    /* fft_buf: the bytes (when uploaded here), then the flag */
+    ECG_TRY(dbuf_reserve(ctx, &ctx->fft_buf, (d_src ? 0 : len) + 256, err));
     ECG_TRY(dbuf_reserve(ctx, &ctx->input, n * sizeof(float), err));
-    d_bad = (int *)((char *)ctx->fft_buf.ptr + ((len + 127) & ~(size_t)127));
+    d_bytes = d_src ? (const unsigned char *)d_src : (const unsigned char *)ctx->fft_buf.ptr;
+    d_bad = (int *)((char *)ctx->fft_buf.ptr + (d_src ? 0 : (len + 127) & ~(size_t)127));
     CUDA_TRY(cudaMemsetAsync(d_bad, 0, sizeof(int), ctx->stream));
-    ECG_TRY(upload_bytes(ctx, ctx->fft_buf.ptr, buf, len, err));
-    raw_kernel<<<grid_for(n), CUDA_THREADS, 0, ctx->stream>>>(
-        (const unsigned char *)ctx->fft_buf.ptr, n, format, (float *)ctx->input.ptr, d_bad);
+    if (!d_src)
+        ECG_TRY(upload_bytes(ctx, ctx->fft_buf.ptr, buf, len, err));
+    raw_kernel<<<grid_for(n), CUDA_THREADS, 0, ctx->stream>>>(d_bytes, n, format,
+                                                              (float *)ctx->input.ptr, d_bad);
     CUDA_LAUNCH_CHECK();
     ECG_TRY(stage_reserve(ctx, sizeof(int), err));
     CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, d_bad, sizeof(int), cudaMemcpyDeviceToHost,
@@ -465,9 +475,11 @@ out:
     return status;
 }
 
+/* CSV: status UNSUPPORTED hands the input back to the host reader. d_src: the bytes already on
+ * the device (a streaming upload of buf[0, len)), or NULL to upload the data rows here. */
 static enum ecg_status load_csv(struct cuda_ctx *ctx, const char *buf, size_t len,
-                                const struct ecg_read_opts *opts, size_t *n_out, char lead[32],
-                                struct ecg_error *err)
+                                const char *d_src, const struct ecg_read_opts *opts,
+                                size_t *n_out, char lead[32], struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     struct csv_head head;
@@ -476,7 +488,7 @@ static enum ecg_status load_csv(struct cuda_ctx *ctx, const char *buf, size_t le
     size_t data_len, n_lines, off, temp = 0, n_samples, bad_hard = 0;
     unsigned long long *d_newlines;
     unsigned int *h_counts;
-    char *base;
+    const char *base;
     int64_t *d_count, *d_idx;
     struct line_start_pred starts_pred;
     struct kind_is_not keep_pred;
@@ -492,13 +504,15 @@ static enum ecg_status load_csv(struct cuda_ctx *ctx, const char *buf, size_t le
     if (data_len == 0)
         return ECG_ERR_UNSUPPORTED;
 
-    /* raw: bytes | counters ; scratch: starts | values | kind | idx ... */
-    ECG_TRY(dbuf_reserve(ctx, &ctx->fft_buf, data_len + 512, err));
-    base = (char *)ctx->fft_buf.ptr;
-    off = (data_len + 255) & ~(size_t)255;
-    d_newlines = (unsigned long long *)(base + off);
+    /* fft_buf: the data rows (when uploaded here) | counters; scratch: starts | values | kind |
+     * idx ...; base: the data rows on the device, wherever they are */
+    ECG_TRY(dbuf_reserve(ctx, &ctx->fft_buf, (d_src ? 0 : data_len) + 512, err));
+    off = d_src ? 0 : (data_len + 255) & ~(size_t)255;
+    d_newlines = (unsigned long long *)((char *)ctx->fft_buf.ptr + off);
+    base = d_src ? d_src + head.data_off : (const char *)ctx->fft_buf.ptr;
     CUDA_TRY(cudaMemsetAsync(d_newlines, 0, 256, ctx->stream));
-    ECG_TRY(upload_bytes(ctx, base, data, data_len, err));
+    if (!d_src)
+        ECG_TRY(upload_bytes(ctx, ctx->fft_buf.ptr, data, data_len, err));
     count_newlines_kernel<<<grid_for(data_len / 16 + 1), CUDA_THREADS, 0, ctx->stream>>>(
         base, data_len, d_newlines);
     CUDA_LAUNCH_CHECK();
@@ -598,8 +612,15 @@ extern "C" enum ecg_status cuda_load_bytes(void *ctx_ptr, const void *buf, size_
                                            const struct ecg_read_opts *opts, size_t *n,
                                            double *fs_hz, char lead[32], struct ecg_error *err)
 {
+    return cuda_load_from((struct cuda_ctx *)ctx_ptr, buf, len, NULL, opts, n, fs_hz, lead, err);
+}
+
+extern "C" enum ecg_status cuda_load_from(struct cuda_ctx *ctx, const void *buf, size_t len,
+                                          const char *d_bytes, const struct ecg_read_opts *opts,
+                                          size_t *n, double *fs_hz, char lead[32],
+                                          struct ecg_error *err)
+{
     enum ecg_status status = ECG_OK;
-    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
     enum ecg_format format;
     size_t count = 0;
     char label[32] = "";
@@ -618,9 +639,9 @@ extern "C" enum ecg_status cuda_load_bytes(void *ctx_ptr, const void *buf, size_
     ctx->encoded = false;
     ctx->latent_dim = ctx->state->model ? ctx->state->model->arch.latent_dim : 0;
     if (format == ECG_FORMAT_CSV)
-        status = load_csv(ctx, (const char *)buf, len, opts, &count, label, err);
+        status = load_csv(ctx, (const char *)buf, len, d_bytes, opts, &count, label, err);
     else
-        status = load_raw(ctx, buf, len, (int)format, opts, &count, err);
+        status = load_raw(ctx, buf, len, d_bytes, (int)format, opts, &count, err);
     if (status != ECG_OK)
         goto out;
     ctx->n_in = count;

@@ -75,6 +75,13 @@ void svc_metrics_analysis(struct svc_metrics *metrics, const struct ecg_timing *
     pthread_mutex_unlock(&metrics->mutex);
 }
 
+void svc_metrics_upload_streamed(struct svc_metrics *metrics)
+{
+    pthread_mutex_lock(&metrics->mutex);
+    metrics->c.uploads_streamed++;
+    pthread_mutex_unlock(&metrics->mutex);
+}
+
 /* Appends a label value with the escapes the exposition format requires. */
 static void put_label(struct ecg_buf *out, const char *value)
 {
@@ -172,10 +179,15 @@ void svc_metrics_render(struct svc_metrics *metrics, const struct svc_metrics_ga
                    "ecgd_beats_analysed_total %llu\n"
                    "# HELP ecgd_outlier_beats_total Beats scored above the model's threshold.\n"
                    "# TYPE ecgd_outlier_beats_total counter\n"
-                   "ecgd_outlier_beats_total %llu\n",
+                   "ecgd_outlier_beats_total %llu\n"
+                   "# HELP ecgd_uploads_streamed_total Analyses that parsed a request body copied "
+                   "to the device while it arrived.\n"
+                   "# TYPE ecgd_uploads_streamed_total counter\n"
+                   "ecgd_uploads_streamed_total %llu\n",
                    (unsigned long long)m.bytes_received, (unsigned long long)m.bytes_sent,
                    (unsigned long long)m.analyses, (unsigned long long)m.samples,
-                   (unsigned long long)m.beats, (unsigned long long)m.outliers);
+                   (unsigned long long)m.beats, (unsigned long long)m.outliers,
+                   (unsigned long long)m.uploads_streamed);
     ecg_buf_printf(out,
                    "# HELP ecgd_http_requests_in_flight HTTP requests being received, processed "
                    "or answered.\n"

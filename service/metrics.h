@@ -43,6 +43,7 @@ struct svc_counters {
     uint64_t samples;
     uint64_t bytes_received;
     uint64_t bytes_sent;
+    uint64_t uploads_streamed; /* analyses that read a body streamed to the device */
 };
 
 struct svc_metrics {
@@ -74,6 +75,10 @@ void svc_metrics_request(struct svc_metrics *metrics, enum svc_route route, unsi
 /* Records one finished analysis: stage timings and beat counts. */
 void svc_metrics_analysis(struct svc_metrics *metrics, const struct ecg_timing *timing,
                           uint64_t samples, uint64_t beats, uint64_t outliers);
+
+/* Records one analysis that parsed its body from the copy streamed to the device while the body
+ * arrived (ecg_upload_used_device). */
+void svc_metrics_upload_streamed(struct svc_metrics *metrics);
 
 /* Renders the Prometheus text exposition format (version 0.0.4) into out. */
 void svc_metrics_render(struct svc_metrics *metrics, const struct svc_metrics_gauges *gauges,

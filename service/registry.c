@@ -194,6 +194,18 @@ struct ecg_engine *svc_registry_engine(struct svc_registry *reg, struct svc_mode
     return engine;
 }
 
+struct ecg_engine *svc_registry_engine_if_created(struct svc_registry *reg,
+                                                  struct svc_model *entry)
+{
+    /* The mutex is held for as long as an engine takes to start (seconds): an HTTP thread must
+     * not wait that long, and for a hint it need not. */
+    if (pthread_mutex_trylock(&reg->mutex) != 0)
+        return NULL;
+    struct ecg_engine *engine = entry->engine;
+    pthread_mutex_unlock(&reg->mutex);
+    return engine;
+}
+
 void svc_registry_fini(struct svc_registry *reg)
 {
     if (!reg)

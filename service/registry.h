@@ -7,7 +7,8 @@
  * signal-only engine (detection and segmentation, no latent or score).
  *
  * Threading: after svc_registry_load() the list of models is immutable and may be read from any
- * thread without locking; svc_registry_engine() creates engines under the registry's mutex.
+ * thread without locking; svc_registry_engine() creates engines under the registry's mutex, and
+ * svc_registry_engine_if_created() only tries it (HTTP threads must not wait on it).
  * The registry owns models and engines; svc_registry_fini() frees them once no request runs.
  */
 #ifndef SVC_REGISTRY_H
@@ -55,6 +56,12 @@ struct svc_model *svc_registry_find(struct svc_registry *reg, const char *name);
 /* The engine of entry, created now if needed. NULL with err filled on failure. */
 struct ecg_engine *svc_registry_engine(struct svc_registry *reg, struct svc_model *entry,
                                        struct ecg_error *err);
+
+/* The engine of entry if it exists already, else NULL; never creates one and never waits (also
+ * NULL while another thread holds the registry, creating an engine): for the HTTP threads, which
+ * must not wait for an engine to start. */
+struct ecg_engine *svc_registry_engine_if_created(struct svc_registry *reg,
+                                                  struct svc_model *entry);
 
 void svc_registry_fini(struct svc_registry *reg);
 

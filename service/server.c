@@ -2,6 +2,11 @@
  * server.c - `ecgd serve`: startup, the libmicrohttpd glue, request lifecycle, admission control
  * and graceful shutdown.
  *
+ * Bodies: a declared Content-Length gets its whole pooled buffer when the headers arrive and, for
+ * an analysis whose engine is up, a streaming upload (ecg_engine_upload_begin) that request_body
+ * feeds after each chunk; svc_request_release_body frees the upload (waiting for its copies)
+ * before the buffer goes back to the pool, on every path: done, 413 midway, client gone.
+ *
  * Startup order: parse the configuration, block SIGTERM/SIGINT (every thread started later
  * inherits the mask, so only the main thread's sigwait() sees them), start the worker pool and
  * the HTTP listener, and only then load the models and create the engine, so that liveness
@@ -94,6 +99,10 @@ static struct svc_request *request_create(struct svc_server *srv, struct MHD_Con
 
 void svc_request_release_body(struct svc_request *req)
 {
+    /* The upload's copies read the body: they must be over before anyone else may write it. */
+    ecg_upload_free(req->upload);
+    req->upload = NULL;
+    req->upload_engine = NULL;
     svc_body_pool_put(&req->srv->bodies, req->body, req->body_cap);
     req->body = NULL;
     req->body_cap = 0;
@@ -282,6 +291,18 @@ static enum MHD_Result request_begin(struct svc_request *req)
         if (!req->body)
             return REFUSE(req, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
                           "no memory for a body of %llu bytes", declared);
+        /* Streamed to the device as it arrives, when the model's engine is up (creating one
+         * here would stall this HTTP thread) and its backend streams this body (NULL: not). */
+        struct ecg_engine *engine = req->route == SVC_ROUTE_ANALYZE
+                                        ? svc_registry_engine_if_created(&srv->registry,
+                                                                         req->model)
+                                        : NULL;
+        if (engine) {
+            req->upload = ecg_engine_upload_begin(engine, req->body, (size_t)declared,
+                                                  req->opts.format);
+            req->upload_engine = req->upload ? engine : NULL;
+            req->upload_len = (size_t)declared;
+        }
     }
     return MHD_YES;
 }
@@ -369,6 +390,8 @@ static enum MHD_Result request_body(struct svc_request *req, const char *data, s
     }
     memcpy(req->body + req->body_len, data, size);
     req->body_len += size;
+    if (req->upload)
+        ecg_upload_progress(req->upload, req->body_len); /* queues a copy; never waits */
     return MHD_YES;
 }
 

@@ -10,7 +10,10 @@
  * by doubling only for chunked uploads. The buffer goes back to the pool once the job is done (or
  * the request refused), so steady traffic receives into memory that is already mapped (and, with
  * the CUDA backend, pinned: the engine DMAs it without a staging copy). The pool keeps at most
- * twice --max-body-mb (and at most 1 GiB) of idle buffers.
+ * twice --max-body-mb (and at most 1 GiB) of idle buffers. An analysis body of a declared length
+ * is also streamed to the device while it arrives (ecg_engine_upload_begin: the CUDA backend
+ * copies it in 4 MiB steps as the chunks come in), so the analysis finds it there; the host
+ * buffer stays authoritative, and the upload is freed before the buffer goes back to the pool.
  *
  * Request flow: the access handler (server.c) routes and checks a request as soon as its headers
  * arrive (token, method, Content-Length, Content-Type, query, admission), answering errors
@@ -87,6 +90,11 @@ struct svc_request {
     uint64_t discarded;       /* bytes received after the limit was crossed */
     bool refused_on_socket;   /* the 413 went out on the socket mid-stream; draining briefly */
     bool job_done;            /* set by the worker before it resumes the connection */
+    /* the body streamed to the device as it arrives (analyze with a declared length, when the
+     * model's engine exists and its backend streams); freed before the body buffer goes back */
+    struct ecg_upload *upload;
+    struct ecg_engine *upload_engine; /* the engine it was begun on */
+    size_t upload_len;                /* the declared length */
 
     /* analysis options (POST /v1/analyze), parsed from headers and query */
     struct ecg_read_opts opts;
@@ -106,7 +114,8 @@ struct svc_request {
 
 /* ---- server.c */
 
-/* Hands req's body buffer back to the server's pool (no-op without one); body stays empty. */
+/* Frees req's streaming upload (waiting for its copies, which read the body) and hands req's
+ * body buffer back to the server's pool (no-op without one); body stays empty. */
 void svc_request_release_body(struct svc_request *req);
 
 /* ---- http.c: answers */

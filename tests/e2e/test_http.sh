@@ -338,6 +338,28 @@ code2=$(req POST "/v1/analyze?fs=250" -H "Content-Type: text/csv" --data-binary 
 check "320 s CSV chunked (grown past the pooled buffers) and with Content-Length: identical answers, same as ecgd analyze" \
     bash -c "[ $code = 200 ] && [ $code2 = 200 ] && $HELP same '$tmp/320-chunked.json' '$tmp/body' &&
              $HELP same '$tmp/ref-ucr320.csv.json' '$tmp/body'"
+# streaming: an analysis body of 1 MiB or more with a Content-Length is copied to the device while
+# it arrives (CUDA); the answer is the same either way, and ecgd_uploads_streamed_total counts the
+# analyses that read the device copy: none on the CPU backend, which streams nothing. The body is
+# exactly 1 MiB, both the smallest that streams and the largest this server (--max-body-mb 1) takes:
+# whole rows of ucr.csv over and over, then blank lines (which both CSV readers skip).
+python3 -c 'import sys
+rows = open(sys.argv[1]).read().splitlines(True)
+out, i = [], 0
+size = 0
+while size + len(rows[i % len(rows)]) <= 1048576 - 16:
+    out.append(rows[i % len(rows)]); size += len(rows[i % len(rows)]); i += 1
+open(sys.argv[2], "w").write("".join(out) + "\n" * (1048576 - size))' "$fx/ucr.csv" "$tmp/mib.csv"
+"$ECGD" analyze "$tmp/mib.csv" --format csv --fs 250 --backend "$BACKEND" --model "$MODEL" \
+    >"$tmp/ref-mib.json" 2>/dev/null
+streamed0=$(metric ecgd_uploads_streamed_total)
+code=$(req POST "/v1/analyze?fs=250" -H "Content-Type: text/csv" --data-binary "@$tmp/mib.csv")
+streamed1=$(metric ecgd_uploads_streamed_total)
+case $BACKEND in cpu) want_streamed=0 ;; cuda) want_streamed=1 ;; *) want_streamed= ;; esac
+check "1 MiB CSV with Content-Length: same as ecgd analyze; ecgd_uploads_streamed_total $streamed0 -> $streamed1 (${want_streamed:-any} more on $BACKEND)" \
+    bash -c "[ $code = 200 ] && [ \$(wc -c <'$tmp/mib.csv') = 1048576 ] &&
+             $HELP same '$tmp/ref-mib.json' '$tmp/body' && [ -n '$streamed1' ] &&
+             { [ -z '$want_streamed' ] || [ \$(( ${streamed1:-0} - ${streamed0:-0} )) = '$want_streamed' ]; }"
 
 # ------------------------------------------------------------------ hostile and wrong requests
 big=$tmp/big.csv

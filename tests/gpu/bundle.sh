@@ -7,12 +7,17 @@
 set -euo pipefail
 dir=.gpu-run
 bundle=../shared/tools/bundle-libs
-make -j2 all build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory build/bench/bench_gpu
+make -j2 all build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory \
+    build/tests/gpu/test_gpu_upload build/bench/bench_gpu
 mkdir -p "$dir"
 for bin in build/ecgd build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory \
-           build/bench/bench_gpu; do
+           build/tests/gpu/test_gpu_upload build/bench/bench_gpu; do
     "$bundle" "$bin" "$dir" >/dev/null
 done
+# wrk drives bench_http.sh's 64-client runs on the device
+if command -v wrk >/dev/null; then
+    "$bundle" "$(command -v wrk)" "$dir" >/dev/null
+fi
 if [ ! -f "$dir/data.tar.xz" ] || ! tar tJf "$dir/data.tar.xz" | grep -q "^data/ucr/"; then
     tar cJf "$dir/data.tar.xz" -C ../shared data/mitdb data/ucr
 fi
