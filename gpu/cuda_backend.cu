@@ -243,6 +243,32 @@ static void device_fini(struct cuda_device *dev)
     }
 }
 
+/*
+ * How a host thread waits for the device (cudaStreamSynchronize and the like), chosen by
+ * ECG_CUDA_SYNC before the context exists: "spin" (busy-wait: lowest latency, one core per
+ * waiting worker), "yield" (spin, yielding the core between polls), "block" (sleep until the
+ * device signals: frees the cores for the HTTP threads and the CPU-side work of other requests,
+ * at the cost of a wake-up per wait), or unset: CUDA's heuristic, which spins while there are
+ * fewer active contexts than cores. A context already active keeps its flags.
+ */
+static void sync_policy_apply(void)
+{
+    const char *policy = getenv("ECG_CUDA_SYNC");
+    unsigned flags;
+    if (!policy || !*policy)
+        return;
+    if (!strcmp(policy, "spin"))
+        flags = cudaDeviceScheduleSpin;
+    else if (!strcmp(policy, "yield"))
+        flags = cudaDeviceScheduleYield;
+    else if (!strcmp(policy, "block"))
+        flags = cudaDeviceScheduleBlockingSync;
+    else
+        return;
+    if (cudaSetDeviceFlags(flags) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
 static enum ecg_status device_init(struct cuda_device *dev, int ordinal,
                                    const struct ecg_model *model, struct ecg_error *err)
 {
@@ -251,6 +277,7 @@ static enum ecg_status device_init(struct cuda_device *dev, int ordinal,
     uint64_t keep = CUDA_POOL_KEEP_BYTES;
     dev->ordinal = ordinal;
     CUDA_TRY(cudaSetDevice(ordinal));
+    sync_policy_apply();
     CUDA_TRY(cudaFree(0)); /* creates the primary context now, not in the first request */
     CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal));
     snprintf(dev->name, sizeof dev->name, "%s", prop.name);
