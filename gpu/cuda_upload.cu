@@ -33,6 +33,7 @@
  * progress must never block on the device: progress only queues work.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_internal.h"
 
@@ -77,6 +78,14 @@ out:
         up->failed = true;
 }
 
+/* ECG_CUDA_STREAM_UPLOADS=0 switches streaming off (bodies are then copied once complete, as
+ * before): an operator's escape hatch, and the benchmark's comparison. */
+static bool streaming_enabled(void)
+{
+    const char *v = getenv("ECG_CUDA_STREAM_UPLOADS");
+    return !(v && !strcmp(v, "0"));
+}
+
 extern "C" enum ecg_status cuda_upload_begin(void *state_ptr, const void *host, size_t len,
                                              enum ecg_format format, void **up_out,
                                              struct ecg_error *err)
@@ -90,7 +99,8 @@ extern "C" enum ecg_status cuda_upload_begin(void *state_ptr, const void *host, 
     size_t held;
 
     *up_out = NULL;
-    if (!state || !host || len < CUDA_UPLOAD_MIN_BYTES || state->n_devices < 1)
+    if (!state || !host || len < CUDA_UPLOAD_MIN_BYTES || state->n_devices < 1 ||
+        !streaming_enabled())
         return ECG_ERR_UNSUPPORTED;
     if (format != ECG_FORMAT_CSV && format != ECG_FORMAT_F32 && format != ECG_FORMAT_F64 &&
         format != ECG_FORMAT_I16 && format != ECG_FORMAT_AUTO)
