@@ -70,19 +70,19 @@ streamed() {
 http_table() { # http_table LABEL: the CSV and float32 rows against the server on $port
     echo
     echo "HTTP POST (curl, 127.0.0.1), $1: ecgd and the sink alternately, one warm-up each, then"
-    echo "the median of 5 rounds; the ratio is of the two medians."
+    echo "the median of 7 rounds; the ratio is of the two medians."
     echo
     echo "| body | ecgd ms | raw transfer to a sink ms | ratio | engine read stage ms | engine total ms | bytes |"
     echo "|---|---|---|---|---|---|---|"
     for kind in csv f32; do
         if [ $kind = csv ]; then ct=text/csv; q="fs=360&lead=1"; else ct=application/octet-stream; q="fs=360"; fi
         file=$work/rec.$kind
-        url="http://127.0.0.1:$port/v1/analyze?$q&include=summary"
+        url="http://127.0.0.1:$port/v1/analyze?$q&include=summary,timing"
         post_once "$url" $ct "$file" "$work/answer.json" >/dev/null
         post_once "http://127.0.0.1:18081/sink" $ct "$file" /dev/null >/dev/null
         before=$(streamed)
         e=() r=()
-        for _ in 1 2 3 4 5; do
+        for _ in 1 2 3 4 5 6 7; do
             e+=("$(post_once "$url" $ct "$file" "$work/answer.json")")
             r+=("$(post_once "http://127.0.0.1:18081/sink" $ct "$file" /dev/null)")
         done
@@ -90,7 +90,7 @@ http_table() { # http_table LABEL: the CSV and float32 rows against the server o
         read -r read_ms total_ms < <(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timing_ms"]; print(t["read"], t["total"])' "$work/answer.json")
         em=$(median "${e[@]}") rm=$(median "${r[@]}")
         echo "| $kind | $em | $rm | $(awk -v a="$em" -v b="$rm" 'BEGIN {printf "%.2f", a / b}') | $read_ms | $total_ms | $(stat -c %s "$file") |"
-        echo "  ($kind rounds, ecgd: ${e[*]}; sink: ${r[*]}; bodies streamed to the device: $((${after:-0} - ${before:-0})) of 5)"
+        echo "  ($kind rounds, ecgd: ${e[*]}; sink: ${r[*]}; bodies streamed to the device: $((${after:-0} - ${before:-0})) of 7)"
     done
 }
 http_table "bodies streamed to the device as they arrive"
