@@ -387,7 +387,7 @@ static void cuda_ctx_destroy(void *ctx_ptr)
     cuda_filter_release(ctx);
     struct dbuf *bufs[] = {&ctx->input,   &ctx->resampled, &ctx->filtered, &ctx->peaks_a,
                            &ctx->table,   &ctx->emb,       &ctx->scratch,  &ctx->cub_temp,
-                           &ctx->fft_buf, &ctx->fft_work,  &ctx->vae_work};
+                           &ctx->fft_buf, &ctx->fft_work,  &ctx->vae_work, &ctx->rs_table};
     if (ctx->stream) {
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             dbuf_release(ctx, bufs[i]);
@@ -401,6 +401,7 @@ static void cuda_ctx_destroy(void *ctx_ptr)
     }
     if (ctx->h_stage)
         (void)cudaFreeHost(ctx->h_stage);
+    free(ctx->h_rs_table);
     if (ctx->cudnn)
         (void)cudnnDestroy(ctx->cudnn);
     if (ctx->stream)

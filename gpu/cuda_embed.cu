@@ -8,7 +8,8 @@
  *   median / MAD     over all n_a samples: a radix sort of a copy (cub::DeviceRadixSort), the
  *                    middle element(s) read on the device, |y - median| sorted again. Exact: the
  *                    same values as the CPU's quickselect, combined with the same float/double
- *                    operations.
+ *                    operations. Short recordings (up to 8,192 analysis samples) take both
+ *                    sorts in one block instead (norm_small_kernel): one launch, same values.
  *   embed_kernel     one thread per output value (beat, t): zero-padded normalised rows.
  * Nothing returns to the host.
  */
@@ -157,6 +158,67 @@ static __global__ void scale_kernel(const float *sorted_dev, size_t n, struct no
     out->inv_scale = __fdiv_rn(1.0f, scale);
 }
 
+/*
+ * Short recordings (at most NORM_SMALL_MAX analysis samples, ~33 s at 250 Hz): the median and
+ * the MAD in one block, each from a block-wide radix sort in registers and shared memory, in
+ * place of a copy, two device-wide sorts and three small kernels (~15 launches, which for a
+ * 10-second strip cost far more than the arithmetic). Same sort order (CUB's float radix
+ * order), same middle values, same scale arithmetic: the same norm bit for bit.
+ */
+#define NORM_SMALL_THREADS 256
+#define NORM_SMALL_ITEMS 32
+#define NORM_SMALL_MAX ((size_t)NORM_SMALL_THREADS * NORM_SMALL_ITEMS)
+
+/* middle_of_sorted() of the first n keys of a block-sorted set (blocked arrangement: thread t
+ * holds ranks [t * ITEMS, (t + 1) * ITEMS)). Every thread gets the value. */
+static __device__ float block_middle(const float (&keys)[NORM_SMALL_ITEMS], size_t n,
+                                     float *two)
+{
+    const size_t mid = n / 2;
+    for (int j = 0; j < NORM_SMALL_ITEMS; j++) {
+        const size_t rank = (size_t)threadIdx.x * NORM_SMALL_ITEMS + j;
+        if (rank == mid)
+            two[1] = keys[j];
+        if (n % 2 == 0 && rank + 1 == mid)
+            two[0] = keys[j];
+    }
+    __syncthreads();
+    const float upper = two[1];
+    const float value = n % 2 == 1
+                            ? upper
+                            : (float)__dmul_rn(0.5, __dadd_rn((double)two[0], (double)upper));
+    __syncthreads(); /* two[] may be written again */
+    return value;
+}
+
+static __global__ void __launch_bounds__(NORM_SMALL_THREADS)
+    norm_small_kernel(const float *y, size_t n, struct norm *out)
+{
+    typedef cub::BlockRadixSort<float, NORM_SMALL_THREADS, NORM_SMALL_ITEMS> block_sort;
+    __shared__ typename block_sort::TempStorage temp;
+    __shared__ float two[2];
+    float keys[NORM_SMALL_ITEMS];
+    const size_t first = (size_t)threadIdx.x * NORM_SMALL_ITEMS;
+    /* +inf pads the block past n: it sorts after every (finite) sample */
+    for (int j = 0; j < NORM_SMALL_ITEMS; j++)
+        keys[j] = first + j < n ? y[first + j] : INFINITY;
+    block_sort(temp).Sort(keys);
+    const float median = block_middle(keys, n, two);
+    for (int j = 0; j < NORM_SMALL_ITEMS; j++)
+        keys[j] = first + j < n ? fabsf(__fsub_rn(y[first + j], median)) : INFINITY;
+    __syncthreads(); /* temp is reused */
+    block_sort(temp).Sort(keys);
+    const float mad = block_middle(keys, n, two);
+    if (threadIdx.x == 0) {
+        float scale = 1.0f;
+        if (mad > 0.0f && isfinite(mad))
+            scale = __fmul_rn(1.4826f, mad);
+        out->median = median;
+        out->scale = scale;
+        out->inv_scale = __fdiv_rn(1.0f, scale);
+    }
+}
+
 /* Thread (i, t) over k * beat_len values: row i of the embedding. */
 static __global__ void embed_kernel(struct segment_args a, const float *y, const struct norm *nm,
                                     size_t beat_len, float *emb)
@@ -219,6 +281,14 @@ extern "C" enum ecg_status cuda_embed(void *ctx_ptr, const struct ecg_plan *plan
     segment_kernel<<<grid_for(k), CUDA_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
 
+    if (n_a <= NORM_SMALL_MAX) {
+        ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, 256, err));
+        d_norm = (struct norm *)ctx->scratch.ptr;
+        norm_small_kernel<<<1, NORM_SMALL_THREADS, 0, ctx->stream>>>(
+            (const float *)ctx->resampled.ptr, n_a, d_norm);
+        CUDA_LAUNCH_CHECK();
+        goto embed;
+    }
     /* scratch: keys_in | keys_out | norm */
     sort_bytes = (n_a * sizeof(float) + 255) & ~(size_t)255;
     ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, 2 * sort_bytes + 256, err));
@@ -242,6 +312,7 @@ extern "C" enum ecg_status cuda_embed(void *ctx_ptr, const struct ecg_plan *plan
     scale_kernel<<<1, 1, 0, ctx->stream>>>(keys_out, n_a, d_norm);
     CUDA_LAUNCH_CHECK();
 
+embed:
     ECG_TRY(dbuf_reserve(ctx, &ctx->emb, k * plan->beat_len * sizeof(float), err));
     embed_kernel<<<grid_for(k * plan->beat_len), CUDA_THREADS, 0, ctx->stream>>>(
         a, (const float *)ctx->resampled.ptr, d_norm, plan->beat_len, (float *)ctx->emb.ptr);

@@ -127,6 +127,10 @@ struct cuda_ctx {
     struct dbuf fft_buf;     /* in-place R2C/C2R buffer */
     struct dbuf fft_work;    /* cuFFT work area */
     struct dbuf vae_work;    /* activations and cuDNN work space */
+    /* the resampler's branch table, kept while the next request needs the same one */
+    struct dbuf rs_table;    /* on the device */
+    float *h_rs_table;       /* host copy of what rs_table holds (malloc'd) */
+    size_t rs_table_bytes;   /* 0: rs_table holds nothing valid */
 
     /* pinned host staging */
     void *h_chunk[2];        /* CUDA_STAGE_CHUNK bytes each, double-buffered input upload */

@@ -11,6 +11,7 @@
  *
  * Threads: one thread per output sample (grid-stride).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_internal.h"
@@ -117,7 +118,7 @@ extern "C" enum ecg_status cuda_resample(void *ctx_ptr, const struct ecg_plan *p
     struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
     struct resample_args args;
     size_t n_out, branch_len, width, table_bytes;
-    float *h_table;
+    float *h_table = NULL;
     ECG_TRY(ctx_enter(ctx, err));
     n_out = ecg_plan_resampled_len(plan, ctx->n_in);
     ECG_TRY(dbuf_reserve(ctx, &ctx->resampled, (n_out ? n_out : 1) * sizeof(float), err));
@@ -136,26 +137,40 @@ extern "C" enum ecg_status cuda_resample(void *ctx_ptr, const struct ecg_plan *p
         status = ecg_fail(err, ECG_ERR_INTERNAL, "internal", "cuda_resample: plan has no filter");
         goto out;
     }
-    /* The table exactly as resample.c lays it out. */
+    /* The table exactly as resample.c lays it out, built on the host; uploaded only when it
+     * differs from the one the ctx's previous request left on the device (a service mostly sees
+     * one rate, and the upload would cost a synchronisation per request). */
     branch_len = (plan->fir_len + plan->up - 1) / plan->up;
     width = (branch_len + LANES - 1) / LANES * LANES;
     table_bytes = (size_t)plan->up * width * sizeof(float);
-    ECG_TRY(stage_reserve(ctx, table_bytes, err));
-    ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, table_bytes, err));
-    /* the staging buffer may still feed an earlier copy: wait for the stream first */
-    ECG_TRY(ctx_sync(ctx, "resample", err));
-    h_table = (float *)ctx->h_stage;
+    h_table = (float *)malloc(table_bytes);
+    if (!h_table) {
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "resampler table");
+        goto out;
+    }
     for (uint32_t p = 0; p < plan->up; p++) {
         for (size_t s = 0; s < width; s++) {
             size_t k = p + (size_t)plan->up * (width - 1 - s);
             h_table[(size_t)p * width + s] = k < plan->fir_len ? plan->fir[k] : 0.0f;
         }
     }
-    CUDA_TRY(cudaMemcpyAsync(ctx->scratch.ptr, h_table, table_bytes, cudaMemcpyHostToDevice,
-                             ctx->stream));
+    if (ctx->rs_table_bytes != table_bytes || memcmp(ctx->h_rs_table, h_table, table_bytes)) {
+        ctx->rs_table_bytes = 0;
+        free(ctx->h_rs_table);
+        ctx->h_rs_table = h_table;
+        h_table = NULL;
+        ECG_TRY(stage_reserve(ctx, table_bytes, err));
+        ECG_TRY(dbuf_reserve(ctx, &ctx->rs_table, table_bytes, err));
+        /* the staging buffer may still feed an earlier copy: wait for the stream first */
+        ECG_TRY(ctx_sync(ctx, "resample", err));
+        memcpy(ctx->h_stage, ctx->h_rs_table, table_bytes);
+        CUDA_TRY(cudaMemcpyAsync(ctx->rs_table.ptr, ctx->h_stage, table_bytes,
+                                 cudaMemcpyHostToDevice, ctx->stream));
+        ctx->rs_table_bytes = table_bytes;
+    }
     args.x = (const float *)ctx->input.ptr;
     args.n = ctx->n_in;
-    args.table = (const float *)ctx->scratch.ptr;
+    args.table = (const float *)ctx->rs_table.ptr;
     args.width = width;
     args.up = plan->up;
     args.down = plan->down;
@@ -166,5 +181,6 @@ extern "C" enum ecg_status cuda_resample(void *ctx_ptr, const struct ecg_plan *p
     ECG_TRY(launch_resample(ctx->stream, &args, err));
     ECG_TRY(ctx_sync(ctx, "resample", err));
 out:
+    free(h_table);
     return status;
 }

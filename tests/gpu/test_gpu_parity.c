@@ -433,6 +433,39 @@ static void test_stages_random(void **state)
 }
 
 /*
+ * Short strips, the service's common request: 10 s and 30 s of every record (normalised in one
+ * block on the device), and strips at 250 Hz (no resampling) of 8,192 and 8,193 samples, on
+ * either side of the one-block bound, stage by stage against the CPU.
+ */
+static void test_stages_strips(void **state)
+{
+    NEED_DEVICE(state);
+    static const double seconds[] = {10.0, 30.0};
+    struct stage_totals tot = {0};
+    for (size_t r = 0; r < n_records(); r++) {
+        struct ecg_signal sig = {0};
+        read_record(records[r], &sig);
+        for (size_t s = 0; s < 2; s++) {
+            size_t n = (size_t)(seconds[s] * sig.fs_hz);
+            size_t start = (size_t)((double)(37 * (r + 1) + 11 * s) * sig.fs_hz) % (sig.n - n);
+            char label[64];
+            snprintf(label, sizeof label, "record %s, %g s strip", records[r], seconds[s]);
+            stages_one(*state, sig.samples + start, n, sig.fs_hz, label, &tot);
+        }
+        ecg_signal_free(&sig);
+    }
+    static const size_t edge[] = {8192, 8193};
+    for (size_t i = 0; i < 2; i++) {
+        float *x = random_signal(300 + i, 250.0, edge[i], 0);
+        char label[64];
+        snprintf(label, sizeof label, "random ecg, %zu samples at 250 Hz", edge[i]);
+        stages_one(*state, x, edge[i], 250.0, label, &tot);
+        free(x);
+    }
+    check_detect_totals(&tot);
+}
+
+/*
  * The detector's blocked decision pass (detect.c: blocks of CPU_DETECT_BLOCK_S, each with its
  * own warm-up, then the boundary merge) on signals of many blocks, whose length is no multiple
  * of a block: with the default parameters, and with a short NMS window and a long refractory
@@ -972,6 +1005,7 @@ int main(void)
         cmocka_unit_test(test_raw_bits),
         cmocka_unit_test(test_stages_records),
         cmocka_unit_test(test_stages_random),
+        cmocka_unit_test(test_stages_strips),
         cmocka_unit_test(test_detect_blocks),
         cmocka_unit_test(test_filter_fft),
         cmocka_unit_test(test_vae_cudnn),
