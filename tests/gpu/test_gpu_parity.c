@@ -708,6 +708,30 @@ static void *concurrent_worker(void *arg)
     return NULL;
 }
 
+/* Runs the jobs on threads of their own; frees each job's expected result and signal; asserts
+ * that every analysis succeeded with the expected result. what labels the printed line. */
+static void run_concurrent(struct concurrent_job *jobs, int n, struct ecg_result **expect,
+                           struct ecg_signal *sig, const char *what)
+{
+    pthread_t tid[8];
+    size_t mismatched = 0;
+    int failures = 0;
+    assert_true(n <= 8);
+    for (int t = 0; t < n; t++)
+        assert_int_equal(pthread_create(&tid[t], NULL, concurrent_worker, &jobs[t]), 0);
+    for (int t = 0; t < n; t++) {
+        pthread_join(tid[t], NULL);
+        mismatched += jobs[t].mismatched;
+        failures += jobs[t].failures;
+        ecg_result_free(expect[t]);
+        ecg_signal_free(&sig[t]);
+    }
+    printf("# %s: %d threads x %d analyses on %s: %d failed, %zu differed\n", what, n,
+           jobs[0].rounds, ecg_engine_device(jobs[0].engine), failures, mismatched);
+    assert_int_equal(failures, 0);
+    assert_int_equal(mismatched, 0);
+}
+
 static void test_engine_concurrent(void **state)
 {
     NEED_DEVICE(state);
@@ -722,7 +746,6 @@ static void test_engine_concurrent(void **state)
     struct ecg_signal sig[THREADS];
     struct ecg_result *expect[THREADS];
     struct concurrent_job jobs[THREADS];
-    pthread_t tid[THREADS];
     for (int t = 0; t < THREADS; t++) {
         memset(&sig[t], 0, sizeof sig[t]);
         read_record(records[t * 5], &sig[t]);
@@ -730,21 +753,7 @@ static void test_engine_concurrent(void **state)
         assert_int_equal(ecg_engine_analyze(gpu, &sig[t], &expect[t], &err), ECG_OK);
         jobs[t] = (struct concurrent_job){gpu, &sig[t], expect[t], quick() ? 2 : 6, 0, 0};
     }
-    for (int t = 0; t < THREADS; t++)
-        assert_int_equal(pthread_create(&tid[t], NULL, concurrent_worker, &jobs[t]), 0);
-    size_t mismatched = 0;
-    int failures = 0;
-    for (int t = 0; t < THREADS; t++) {
-        pthread_join(tid[t], NULL);
-        mismatched += jobs[t].mismatched;
-        failures += jobs[t].failures;
-        ecg_result_free(expect[t]);
-        ecg_signal_free(&sig[t]);
-    }
-    printf("# concurrent: %d threads x %d analyses on one engine (%s): %d failed, %zu differed\n",
-           THREADS, jobs[0].rounds, ecg_engine_device(gpu), failures, mismatched);
-    assert_int_equal(failures, 0);
-    assert_int_equal(mismatched, 0);
+    run_concurrent(jobs, THREADS, expect, sig, "concurrent, one engine");
     ecg_engine_destroy(gpu);
 }
 
@@ -780,7 +789,6 @@ static void test_multi_device(void **state)
     struct ecg_signal sig[THREADS];
     struct ecg_result *expect[THREADS];
     struct concurrent_job jobs[THREADS];
-    pthread_t tid[THREADS];
     for (int t = 0; t < THREADS; t++) {
         struct ecg_result *r1 = NULL;
         memset(&sig[t], 0, sizeof sig[t]);
@@ -795,21 +803,7 @@ static void test_multi_device(void **state)
         ecg_result_free(r1);
         jobs[t] = (struct concurrent_job){e_all, &sig[t], expect[t], quick() ? 2 : 6, 0, 0};
     }
-    for (int t = 0; t < THREADS; t++)
-        assert_int_equal(pthread_create(&tid[t], NULL, concurrent_worker, &jobs[t]), 0);
-    size_t mismatched = 0;
-    int failures = 0;
-    for (int t = 0; t < THREADS; t++) {
-        pthread_join(tid[t], NULL);
-        mismatched += jobs[t].mismatched;
-        failures += jobs[t].failures;
-        ecg_result_free(expect[t]);
-        ecg_signal_free(&sig[t]);
-    }
-    printf("# multi-device: %d threads x %d analyses over %s: %d failed, %zu differed\n",
-           THREADS, jobs[0].rounds, ecg_engine_device(e_all), failures, mismatched);
-    assert_int_equal(failures, 0);
-    assert_int_equal(mismatched, 0);
+    run_concurrent(jobs, THREADS, expect, sig, "multi-device");
     ecg_engine_destroy(e_all);
     ecg_engine_destroy(e1);
     ecg_engine_destroy(e0);

@@ -17,26 +17,10 @@
 #include <cmocka.h>
 
 #include "../../service/metrics.h"
+#include "reader_fixtures.h"
 #include "ecg.h"
 
 #define CSV_PATH ECG_TEST_DATA "/mitdb_100s.csv"
-
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("%s: cannot open", path);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    long size = ftell(f);
-    assert_true(size > 0);
-    rewind(f);
-    char *data = malloc((size_t)size);
-    assert_non_null(data);
-    assert_int_equal(fread(data, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
-    *len = (size_t)size;
-    return data;
-}
 
 static void assert_same_result(const struct ecg_result *a, const struct ecg_result *b)
 {
@@ -62,7 +46,7 @@ static void test_cpu_upload_begin_returns_null(void **state)
     if (!engine)
         fail_msg("cpu engine: %s", err.message);
     size_t csv_len = 0;
-    char *csv = read_all(CSV_PATH, &csv_len);
+    char *csv = load_file(CSV_PATH, &csv_len);
     /* the file, then its rows twice more (> 1 MiB, 300 s): one CSV with one header */
     const char *rows = memchr(csv, '\n', csv_len);
     assert_non_null(rows);
