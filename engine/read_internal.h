@@ -32,6 +32,28 @@ enum ecg_status read_raw(const void *buf, size_t len, enum ecg_format format,
 enum ecg_status read_npy(const void *buf, size_t len, const struct ecg_read_opts *opts,
                          struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
 
+/*
+ * Where the samples of the chosen lead lie in a .npy file: sample i is the element at
+ * buf + data_offset + (first + i * stride) * size, in kind/size/big_endian encoding. Every element
+ * of [first, first + (n - 1) * stride] lies inside the data, which ends at the end of the file.
+ */
+struct npy_layout {
+    size_t data_offset; /* bytes from the start of the file to element 0 */
+    char kind;          /* 'f' (size 4 or 8), 'i' (size 1, 2 or 4) or 'u' (size 1) */
+    size_t size;        /* bytes per element */
+    bool big_endian;    /* byte order of the elements ('=' resolved to the host's) */
+    size_t n;           /* samples of the chosen lead, > 0 and within opts->max_samples */
+    size_t stride;      /* elements between two samples of the lead */
+    size_t first;       /* element index of sample 0 */
+    double fs_hz;       /* from opts, checked */
+};
+
+/* read_npy() up to the conversion: every check but the finite one, with read_npy()'s statuses
+ * and messages; fills *out on success, leaves it untouched on failure. Reads only the preamble
+ * and header, so it is cheap for any len. */
+enum ecg_status read_npy_layout(const void *buf, size_t len, const struct ecg_read_opts *opts,
+                                struct npy_layout *out, struct ecg_error *err) ECG_WUR;
+
 /* EDF, EDF+ and BDF through EDFlib, from a file or from memory (via a memfd). */
 enum ecg_status read_edf_file(const char *path, const struct ecg_read_opts *opts,
                               struct ecg_signal *out, struct ecg_error *err) ECG_WUR;

@@ -9,7 +9,15 @@
  * Accepted arrays: 1-D (one lead) or 2-D samples x leads, in C or Fortran order; dtypes
  * float32/float64/int16/int32 ('<' little-endian, '>' big-endian converted, '=' native), and
  * int8/uint8 ('|'). The data must be exactly as long as the shape says. The format carries no
- * rate, so opts->fs_hz is required; leads are chosen by index (there are no labels).
+ * rate, so opts->fs_hz is required; leads are chosen by index (there are no labels), and the
+ * signal's lead label stays empty.
+ *
+ * Two steps: read_npy_layout() checks everything but the values (preamble, header, shape, data
+ * size, lead, sample limit, rate) and says where the chosen lead's elements lie; read_npy()
+ * then converts them and refuses NaN/Inf. The CUDA backend (gpu/cuda_read.cu) calls the layout
+ * step itself and converts the elements on the device exactly as load_element() does here,
+ * handing anything the layout refuses or any non-finite value back to read_npy(), so that the
+ * errors are always this file's.
  */
 #include <math.h>
 #include <stdio.h>
@@ -236,18 +244,18 @@ static enum ecg_status parse_header(const char *text, size_t len, struct npy_hea
     return ECG_OK;
 }
 
-/* Element i of the data as a float (values are decoded byte by byte: any alignment/order). */
-static float load_element(const unsigned char *b, const struct npy_header *h)
+/* One element as a float (decoded byte by byte: any alignment, either byte order). */
+static float load_element(const unsigned char *b, const struct npy_layout *l)
 {
     unsigned char le[8];
-    for (size_t k = 0; k < h->size; k++)
-        le[k] = h->big_endian ? b[h->size - 1 - k] : b[k];
+    for (size_t k = 0; k < l->size; k++)
+        le[k] = l->big_endian ? b[l->size - 1 - k] : b[k];
     uint64_t u = 0;
-    for (size_t k = h->size; k-- > 0;)
+    for (size_t k = l->size; k-- > 0;)
         u = u << 8 | le[k];
-    switch (h->kind) {
+    switch (l->kind) {
     case 'f':
-        if (h->size == 4) {
+        if (l->size == 4) {
             uint32_t u32 = (uint32_t)u;
             float f;
             memcpy(&f, &u32, sizeof f);
@@ -259,9 +267,9 @@ static float load_element(const unsigned char *b, const struct npy_header *h)
             return (float)d;
         }
     case 'i':
-        if (h->size == 1)
+        if (l->size == 1)
             return (float)(int8_t)(uint8_t)u;
-        if (h->size == 2)
+        if (l->size == 2)
             return (float)(int16_t)(uint16_t)u;
         return (float)(int32_t)(uint32_t)u;
     default:
@@ -269,12 +277,11 @@ static float load_element(const unsigned char *b, const struct npy_header *h)
     }
 }
 
-enum ecg_status read_npy(const void *buf, size_t len, const struct ecg_read_opts *opts,
-                         struct ecg_signal *out, struct ecg_error *err)
+enum ecg_status read_npy_layout(const void *buf, size_t len, const struct ecg_read_opts *opts,
+                                struct npy_layout *out, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     const unsigned char *b = buf;
-    float *samples = NULL;
     struct npy_header h = {0};
     double fs_hz = 0;
 
@@ -309,11 +316,11 @@ enum ecg_status read_npy(const void *buf, size_t len, const struct ecg_read_opts
                         len - header_at);
     status = parse_header((const char *)b + header_at, header_len, &h, err);
     if (status != ECG_OK)
-        goto out;
+        return status;
 
     status = read_rate_from_opts(opts, "npy", &fs_hz, err);
     if (status != ECG_OK)
-        goto out;
+        return status;
     if (h.ndim == 0)
         return ecg_fail(err, ECG_ERR_FORMAT, "bad_npy",
                         "npy holds a scalar (shape ()), not a signal");
@@ -343,30 +350,48 @@ enum ecg_status read_npy(const void *buf, size_t len, const struct ecg_read_opts
                         leads == 1 ? "" : "s");
     status = read_check_count(n, opts, err);
     if (status != ECG_OK)
+        return status;
+
+    out->data_offset = header_at + header_len;
+    out->kind = h.kind;
+    out->size = h.size;
+    out->big_endian = h.big_endian;
+    out->n = n;
+    /* C order: element (i, j) at i * leads + j; Fortran order: at j * n + i. */
+    out->stride = h.fortran_order ? 1 : leads;
+    out->first = h.fortran_order ? (size_t)index * n : (size_t)index;
+    out->fs_hz = fs_hz;
+    return ECG_OK;
+}
+
+enum ecg_status read_npy(const void *buf, size_t len, const struct ecg_read_opts *opts,
+                         struct ecg_signal *out, struct ecg_error *err)
+{
+    struct npy_layout l;
+    float *samples = NULL;
+    enum ecg_status status = read_npy_layout(buf, len, opts, &l, err);
+    if (status != ECG_OK)
         goto out;
 
-    samples = malloc(n * sizeof *samples);
+    samples = malloc(l.n * sizeof *samples);
     if (!samples) {
-        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cannot allocate %zu samples", n);
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cannot allocate %zu samples", l.n);
         goto out;
     }
-    const unsigned char *data = b + header_at + header_len;
-    /* C order: element (i, j) at i * leads + j; Fortran order: at j * n + i. */
-    size_t stride = h.fortran_order ? 1 : leads;
-    size_t first = h.fortran_order ? (size_t)index * n : (size_t)index;
-    bool host_order = h.big_endian == (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
-    if (h.kind == 'f' && h.size == 4 && stride == 1 && host_order) {
-        memcpy(samples, data + first * 4, n * 4); /* contiguous float32 in host order */
+    const unsigned char *data = (const unsigned char *)buf + l.data_offset;
+    bool host_order = l.big_endian == (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
+    if (l.kind == 'f' && l.size == 4 && l.stride == 1 && host_order) {
+        memcpy(samples, data + l.first * 4, l.n * 4); /* contiguous float32 in host order */
     } else {
-        for (size_t i = 0; i < n; i++)
-            samples[i] = load_element(data + (first + i * stride) * h.size, &h);
+        for (size_t i = 0; i < l.n; i++)
+            samples[i] = load_element(data + (l.first + i * l.stride) * l.size, &l);
     }
-    status = read_check_finite(samples, n, "npy", err);
+    status = read_check_finite(samples, l.n, "npy", err);
     if (status != ECG_OK)
         goto out;
     out->samples = samples;
-    out->n = n;
-    out->fs_hz = fs_hz;
+    out->n = l.n;
+    out->fs_hz = l.fs_hz;
     samples = NULL;
 out:
     free(samples);

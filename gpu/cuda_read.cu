@@ -10,6 +10,14 @@
  * Raw float32 / float64 / int16: converted on the device exactly as engine/read_raw.c converts
  * them; a non-finite or out-of-range value sets a flag.
  *
+ * NumPy .npy (sniffed by its magic under AUTO, as read.c does): the host runs
+ * engine/read_npy.c's read_npy_layout() on the preamble and header (every check the host reader
+ * makes except the finite one); one thread per sample then assembles the chosen lead's element
+ * from its bytes (any alignment, either byte order, C or Fortran order) and converts it as
+ * read_npy.c's load_element() does (f4, f8, i1, i2, i4, u1); a non-finite value sets the flag.
+ * Only the span of the lead's samples is uploaded. So .npy, like the raw formats, needs no
+ * host-side conversion (EDF still goes through the host reader).
+ *
  * CSV (engine/read_csv.c defines the grammar): the host reads only the first non-blank line
  * (delimiter, header, which column), with read_csv.c's rules; the rest is parsed on the device:
  *   1. count the '\n' bytes                      one thread per 16 bytes, block reduction
@@ -18,11 +26,12 @@
  *      parse_token() (cuda_parse_float.cuh): a value, a blank, HARD or BAD
  *   4. HARD tokens (rare: >19 digits, big exponents, float midpoints) are re-parsed on the host
  *      with ecg_parse_float and written back; blank lines are squeezed out by compaction.
- * Anything the fast path does not accept as a clean file - a BAD field, a missing column,
- * control bytes, a non-finite value, too many samples, an unknown or missing option - makes
- * load_bytes answer ECG_ERR_UNSUPPORTED without touching err: the engine then runs the host
- * reader, which accepts or reports the error exactly as ecg_read_memory() does. So the device
- * path never decides an error, and what it accepts it parses bit-identically.
+ * Anything the fast paths do not accept as a clean file - a BAD field, a missing column,
+ * control bytes, a non-finite value, too many samples, a .npy header the layout step refuses,
+ * an unknown or missing option - makes load_bytes answer ECG_ERR_UNSUPPORTED without touching
+ * err: the engine then runs the host reader, which accepts or reports the error exactly as
+ * ecg_read_memory() does. So the device path never decides an error, and what it accepts it
+ * parses bit-identically.
  */
 #include <math.h>
 #include <stdio.h>
@@ -71,6 +80,48 @@ static __global__ void raw_kernel(const unsigned char *bytes, size_t n, int form
         if (!isfinite(v))
             *bad = 1;
         out[i] = v;
+    }
+}
+
+/* ---------------------------------------------------------------- NumPy .npy */
+
+/* The chosen lead's samples in a .npy body (engine/read_npy.c's struct npy_layout). */
+struct npy_args {
+    const unsigned char *bytes; /* sample 0's first byte */
+    size_t n;
+    size_t step;                /* bytes from one sample to the next */
+    int size;                   /* bytes per element: 1, 2, 4 or 8 */
+    char kind;                  /* 'f', 'i' or 'u' */
+    bool big_endian;
+    float *out;
+    int *bad;
+};
+
+/* Thread i: sample i, assembled byte by byte (elements may be unaligned, in either order) and
+ * converted as read_npy.c's load_element() converts it; flags a non-finite value, which the
+ * host reader refuses. */
+static __global__ void npy_kernel(struct npy_args a)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const unsigned char *b = a.bytes + i * a.step;
+        unsigned long long u = 0;
+        for (int k = 0; k < a.size; k++) /* most significant byte first */
+            u = u << 8 | b[a.big_endian ? k : a.size - 1 - k];
+        float v;
+        if (a.kind == 'f')
+            /* float64: the cast rounds to nearest, out of float range to inf (as on the host) */
+            v = a.size == 4 ? __uint_as_float((unsigned)u)
+                            : (float)__longlong_as_double((long long)u);
+        else if (a.kind == 'i')
+            v = a.size == 1   ? (float)(int8_t)(uint8_t)u
+                : a.size == 2 ? (float)(int16_t)(uint16_t)u
+                              : (float)(int32_t)(uint32_t)u;
+        else
+            v = (float)(uint8_t)u;
+        if (!isfinite(v))
+            *a.bad = 1;
+        a.out[i] = v;
     }
 }
 
@@ -379,6 +430,40 @@ extern "C" int cuda_parse_token_host(const char *s, const char *e, float *out)
 }
 
 
+/* Bytes [off, off + len) of the body on the device, for a conversion kernel, and a zeroed flag
+ * for it to raise in fft_buf: *d_span is d_src + off when the body is already on the device (a
+ * streaming upload), else fft_buf after uploading buf[off, off + len) there (the flag then
+ * follows the bytes). Queued on the ctx's stream; fft_buf is not otherwise used. */
+static enum ecg_status device_span(struct cuda_ctx *ctx, const void *buf, const char *d_src,
+                                   size_t off, size_t len, const unsigned char **d_span,
+                                   int **d_bad, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    ECG_TRY(dbuf_reserve(ctx, &ctx->fft_buf, (d_src ? 0 : len) + 256, err));
+    *d_bad = (int *)((char *)ctx->fft_buf.ptr + (d_src ? 0 : (len + 127) & ~(size_t)127));
+    CUDA_TRY(cudaMemsetAsync(*d_bad, 0, sizeof(int), ctx->stream));
+    if (!d_src)
+        ECG_TRY(upload_bytes(ctx, ctx->fft_buf.ptr, (const char *)buf + off, len, err));
+    *d_span = d_src ? (const unsigned char *)d_src + off : (const unsigned char *)ctx->fft_buf.ptr;
+out:
+    return status;
+}
+
+/* Waits for the conversion queued after device_span() and reads its flag: UNSUPPORTED when a
+ * value was raised (the host reader then reports it), ECG_OK otherwise. */
+static enum ecg_status span_flag(struct cuda_ctx *ctx, const int *d_bad, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    ECG_TRY(stage_reserve(ctx, sizeof(int), err));
+    CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, d_bad, sizeof(int), cudaMemcpyDeviceToHost,
+                             ctx->stream));
+    ECG_TRY(ctx_sync(ctx, "load", err));
+    if (*(int *)ctx->h_stage)
+        status = ECG_ERR_UNSUPPORTED;
+out:
+    return status;
+}
+
 /* Raw samples: status UNSUPPORTED hands the input back to the host reader. d_src: the bytes
  * already on the device (a streaming upload), or NULL to upload buf here. */
 static enum ecg_status load_raw(struct cuda_ctx *ctx, const void *buf, size_t len,
@@ -393,24 +478,52 @@ static enum ecg_status load_raw(struct cuda_ctx *ctx, const void *buf, size_t le
     if (len == 0 || len % size != 0 || (opts->lead && *opts->lead && strcmp(opts->lead, "0")) ||
         (opts->max_samples && n > opts->max_samples))
         return ECG_ERR_UNSUPPORTED;
-    /* fft_buf: the bytes (when uploaded here), then the flag */
-    ECG_TRY(dbuf_reserve(ctx, &ctx->fft_buf, (d_src ? 0 : len) + 256, err));
     ECG_TRY(dbuf_reserve(ctx, &ctx->input, n * sizeof(float), err));
-    d_bytes = d_src ? (const unsigned char *)d_src : (const unsigned char *)ctx->fft_buf.ptr;
-    d_bad = (int *)((char *)ctx->fft_buf.ptr + (d_src ? 0 : (len + 127) & ~(size_t)127));
-    CUDA_TRY(cudaMemsetAsync(d_bad, 0, sizeof(int), ctx->stream));
-    if (!d_src)
-        ECG_TRY(upload_bytes(ctx, ctx->fft_buf.ptr, buf, len, err));
+    ECG_TRY(device_span(ctx, buf, d_src, 0, len, &d_bytes, &d_bad, err));
     raw_kernel<<<grid_for(n), CUDA_THREADS, 0, ctx->stream>>>(d_bytes, n, format,
                                                               (float *)ctx->input.ptr, d_bad);
     CUDA_LAUNCH_CHECK();
-    ECG_TRY(stage_reserve(ctx, sizeof(int), err));
-    CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, d_bad, sizeof(int), cudaMemcpyDeviceToHost,
-                             ctx->stream));
-    ECG_TRY(ctx_sync(ctx, "load", err));
-    if (*(int *)ctx->h_stage)
-        return ECG_ERR_UNSUPPORTED;
+    ECG_TRY(span_flag(ctx, d_bad, err));
     *n_out = n;
+out:
+    return status;
+}
+
+/* .npy: the host checks the preamble and header (engine/read_npy.c's read_npy_layout, which
+ * also applies the lead, the sample limit and the rate), the device converts the chosen lead.
+ * Status UNSUPPORTED hands the input back to the host reader, which words any error; err is
+ * filled only for a device failure. d_src: as for load_raw. Only the bytes from the lead's
+ * first sample to the end of its last are uploaded (a Fortran-order lead is contiguous). */
+static enum ecg_status load_npy(struct cuda_ctx *ctx, const void *buf, size_t len,
+                                const char *d_src, const struct ecg_read_opts *opts,
+                                size_t *n_out, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct npy_layout l;
+    struct ecg_error host_err;
+    struct npy_args a;
+    size_t span_off, span_len;
+    int *d_bad;
+    memset(&host_err, 0, sizeof host_err);
+    if (read_npy_layout(buf, len, opts, &l, &host_err) != ECG_OK)
+        return ECG_ERR_UNSUPPORTED;
+    /* the layout guarantees first + (n - 1) * stride < the element count, so the span ends at
+     * or before len: the device copy has no slack */
+    span_off = l.data_offset + l.first * l.size;
+    span_len = ((l.n - 1) * l.stride + 1) * l.size;
+    ECG_TRY(dbuf_reserve(ctx, &ctx->input, l.n * sizeof(float), err));
+    ECG_TRY(device_span(ctx, buf, d_src, span_off, span_len, &a.bytes, &d_bad, err));
+    a.n = l.n;
+    a.step = l.stride * l.size;
+    a.size = (int)l.size;
+    a.kind = l.kind;
+    a.big_endian = l.big_endian;
+    a.out = (float *)ctx->input.ptr;
+    a.bad = d_bad;
+    npy_kernel<<<grid_for(l.n), CUDA_THREADS, 0, ctx->stream>>>(a);
+    CUDA_LAUNCH_CHECK();
+    ECG_TRY(span_flag(ctx, d_bad, err));
+    *n_out = l.n;
 out:
     return status;
 }
@@ -627,10 +740,12 @@ extern "C" enum ecg_status cuda_load_from(struct cuda_ctx *ctx, const void *buf,
     if (!opts || !buf || len == 0)
         return ECG_ERR_UNSUPPORTED;
     format = opts->format;
-    if (format == ECG_FORMAT_AUTO && sniff_is_csv((const unsigned char *)buf, len))
+    if (format == ECG_FORMAT_AUTO && len >= 6 && memcmp(buf, "\x93NUMPY", 6) == 0)
+        format = ECG_FORMAT_NPY; /* read.c's sniff_format() tests the magic first too */
+    else if (format == ECG_FORMAT_AUTO && sniff_is_csv((const unsigned char *)buf, len))
         format = ECG_FORMAT_CSV;
     if (format != ECG_FORMAT_CSV && format != ECG_FORMAT_F32 && format != ECG_FORMAT_F64 &&
-        format != ECG_FORMAT_I16)
+        format != ECG_FORMAT_I16 && format != ECG_FORMAT_NPY)
         return ECG_ERR_UNSUPPORTED;
     if (!(opts->fs_hz > 0) || !isfinite(opts->fs_hz))
         return ECG_ERR_UNSUPPORTED; /* the host reader words the missing-rate error */
@@ -640,6 +755,8 @@ extern "C" enum ecg_status cuda_load_from(struct cuda_ctx *ctx, const void *buf,
     ctx->latent_dim = ctx->state->model ? ctx->state->model->arch.latent_dim : 0;
     if (format == ECG_FORMAT_CSV)
         status = load_csv(ctx, (const char *)buf, len, d_bytes, opts, &count, label, err);
+    else if (format == ECG_FORMAT_NPY)
+        status = load_npy(ctx, buf, len, d_bytes, opts, &count, err); /* no label, as on the host */
     else
         status = load_raw(ctx, buf, len, d_bytes, (int)format, opts, &count, err);
     if (status != ECG_OK)
