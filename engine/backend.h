@@ -13,7 +13,8 @@
  * and the upload_* operations may be called from any thread, outside any context.
  *
  * Streaming uploads (optional upload_* ops and load_upload): the backend copies a request body to
- * its device while the body arrives and load_upload parses from that copy; the host bytes stay
+ * its device while the body arrives (into room for the buffer's capacity: the body's length may
+ * be known only at the end) and load_upload parses from that copy; the host bytes stay
  * authoritative, so every failure of the copy falls back to load_bytes of the host bytes.
  *
  * No CUDA type may appear here: gpu/ hides its state behind void pointers.
@@ -92,29 +93,31 @@ struct ecg_backend_ops {
 
     /* Optional, all or none (NULL = no streaming upload; ecg.h describes the feature): a
      * recording copied to the device while its host buffer fills.
-     * upload_begin: starts the upload of len bytes that will arrive in host (from host_alloc).
-     *   ECG_ERR_UNSUPPORTED (err untouched) when streaming brings nothing; any other failure
-     *   (device memory) may fill err, which the engine ignores. On failure *up is NULL and
-     *   nothing is left to undo. Called from any thread (the service: an HTTP thread); never
-     *   blocks on the device.
-     * upload_progress: host[0, filled) is final; queues copies. Never blocks; a failure is kept
-     *   in up (the load then reads the host bytes).
+     * upload_begin: starts the upload of at most cap bytes that will arrive in host (from
+     *   host_alloc, at least cap bytes; cap is the final length when the caller knows it, else
+     *   the buffer's capacity). ECG_ERR_UNSUPPORTED (err untouched) when streaming brings
+     *   nothing; any other failure (device memory) may fill err, which the engine ignores. On
+     *   failure *up is NULL and nothing is left to undo. Called from any thread (the service: an
+     *   HTTP thread); never blocks on the device.
+     * upload_progress: host[0, filled) is final (filled <= cap: the engine clamps); queues
+     *   copies. Never blocks; a failure is kept in up (the load then reads the host bytes).
      * upload_free: waits for the copies that read host, frees up and its device memory.
      * upload_prefers_ctx: true when ctx can read up's device copy (same device); the engine
      *   then picks that ctx among the free ones. Called under the engine's lock: cheap.
-     * load_upload: load_bytes of up's host bytes, reading its device copy where it can; same
+     * load_upload: load_bytes of host[0, len) (len <= cap, checked by the engine; every byte of
+     *   it final), copying what progress has not and reading its device copy where it can; same
      *   contract as load_bytes, ECG_ERR_UNSUPPORTED included (the engine then runs the host
      *   reader on the host bytes). *from_device is set true when the loaded signal was parsed
      *   from the device copy (false otherwise, on every path).
      * One thread at a time per upload (the engine's caller guarantees it). */
-    enum ecg_status (*upload_begin)(void *state, const void *host, size_t len,
+    enum ecg_status (*upload_begin)(void *state, const void *host, size_t cap,
                                     enum ecg_format format, void **up, struct ecg_error *err);
     void (*upload_progress)(void *up, size_t filled);
     void (*upload_free)(void *up);
     bool (*upload_prefers_ctx)(void *up, void *ctx);
-    enum ecg_status (*load_upload)(void *ctx, void *up, const struct ecg_read_opts *opts,
-                                   size_t *n, double *fs_hz, char lead[32], bool *from_device,
-                                   struct ecg_error *err);
+    enum ecg_status (*load_upload)(void *ctx, void *up, size_t len,
+                                   const struct ecg_read_opts *opts, size_t *n, double *fs_hz,
+                                   char lead[32], bool *from_device, struct ecg_error *err);
 };
 
 extern const struct ecg_backend_ops ecg_cpu_backend;

@@ -316,12 +316,15 @@ void ecg_engine_host_free(struct ecg_engine *engine, void *ptr);
  * Streaming upload: a recording copied to the device while it arrives (the service receives a
  * request body chunk by chunk). The host buffer stays authoritative: the device copy is only an
  * optimisation, and the analysis is byte-identical to ecg_engine_analyze_bytes() of the same
- * buffer whether the copy is used, failed, or was never made.
+ * bytes whether the copy is used, failed, or was never made.
  *
- * Lifecycle: ecg_engine_upload_begin() when the buffer is allocated (its final length known),
- * ecg_upload_progress() each time more of it is filled, ecg_engine_analyze_upload() once all of
- * it is, ecg_upload_free() always (also to cancel midway), before buf is freed or reused and
- * before the engine is destroyed.
+ * Lifecycle: ecg_engine_upload_begin() once the buffer exists, with its capacity (the most bytes
+ * the recording will fill: its length when known in advance, the buffer's size when not),
+ * ecg_upload_progress() each time more of it is filled, ecg_engine_analyze_upload() with the
+ * final length once all of it is, ecg_upload_free() always (also to cancel midway), before buf is
+ * freed or reused and before the engine is destroyed. A body of unknown length that outgrows its
+ * buffer is moved to a larger one: free the upload first (its copies read the old buffer), then
+ * begin a new one on the new buffer and report the prefix already there with progress.
  *
  * Threading: one upload is used by one thread at a time; it may move between threads (the
  * service begins and feeds it on an HTTP thread and analyses and frees it on a worker) when the
@@ -330,33 +333,36 @@ void ecg_engine_host_free(struct ecg_engine *engine, void *ptr);
 struct ecg_upload;
 
 /*
- * Starts copying a recording of exactly len bytes to the device while it arrives in buf (memory
- * from ecg_engine_host_alloc() of at least len bytes, filled front to back). Returns NULL, with
- * nothing to undo, when streaming brings nothing (CPU backend; a format the device does not
- * parse: only CSV, F32, F64, I16 and AUTO stream; buf not pinned; len below the backend's
- * threshold, 1 MiB for CUDA) or cannot start (device memory, the device's budget of bytes held
- * by uploads): the caller then uses ecg_engine_analyze_bytes() as before. Never blocks on the
- * device.
+ * Starts copying a recording of at most cap bytes to the device while it arrives in buf (memory
+ * from ecg_engine_host_alloc() of at least cap bytes, filled front to back). cap is the length
+ * of a recording whose length is known, or the buffer's capacity when it is not (the device then
+ * holds cap bytes until the analysis). Returns NULL, with nothing to undo, when streaming brings
+ * nothing (CPU backend; a format the device does not parse: only CSV, F32, F64, I16 and AUTO
+ * stream; buf not pinned; cap below the backend's threshold, 1 MiB for CUDA) or cannot start
+ * (device memory, the device's budget of bytes held by uploads): the caller then uses
+ * ecg_engine_analyze_bytes() as before. Never blocks on the device.
  */
-struct ecg_upload *ecg_engine_upload_begin(struct ecg_engine *engine, const void *buf, size_t len,
+struct ecg_upload *ecg_engine_upload_begin(struct ecg_engine *engine, const void *buf, size_t cap,
                                            enum ecg_format format);
 
 /*
  * buf[0, filled) now holds final bytes that will not change: queues their copy (batched: the
- * CUDA backend copies in steps of 4 MiB, and the rest when filled reaches len). Cheap; never
- * blocks on the device; a failure is remembered (the analysis then reads the host bytes), never
- * reported. up NULL is a no-op; filled beyond the upload's length counts as its length.
+ * CUDA backend copies in steps of 4 MiB, the rest when filled reaches cap, and otherwise at the
+ * analysis, which alone knows where a recording of unknown length ends). Cheap; never blocks on
+ * the device; a failure is remembered (the analysis then reads the host bytes), never reported.
+ * up NULL is a no-op; filled beyond the upload's capacity counts as its capacity.
  */
 void ecg_upload_progress(struct ecg_upload *up, size_t filled);
 
 /*
- * ecg_engine_analyze_bytes() of the upload's buf and len (every byte must be final), reading
- * the bytes already on the device where it can: same contract, same results. The device copy is
- * consumed by the first analysis (a second one reads the host bytes). Does not free up.
- * ECG_ERR_ARG when up is NULL; an upload begun on another engine is analysed from its host bytes.
+ * ecg_engine_analyze_bytes() of the upload's buf[0, len) (len <= the capacity given to begin;
+ * every byte of [0, len) must be final), reading the bytes already on the device where it can:
+ * same contract, same results. The device copy is consumed by the first analysis (a second one
+ * reads the host bytes). Does not free up. ECG_ERR_ARG when up is NULL or len exceeds its
+ * capacity; an upload begun on another engine is analysed from its host bytes.
  */
 enum ecg_status ecg_engine_analyze_upload(struct ecg_engine *engine, struct ecg_upload *up,
-                                          const struct ecg_read_opts *opts,
+                                          size_t len, const struct ecg_read_opts *opts,
                                           struct ecg_result **out, struct ecg_error *err) ECG_WUR;
 
 /* True when the last ecg_engine_analyze_upload() of up parsed the recording from its device

@@ -7,8 +7,9 @@
  * stages, so this file never touches samples beyond handing the input over.
  *
  * Input comes as a decoded signal, as raw bytes (the backend's own parser first, the host
- * readers when it declines), or as a streaming upload (struct ecg_upload: the bytes plus the
- * backend's device copy of them; an analysis prefers a free context on the copy's device).
+ * readers when it declines), or as a streaming upload (struct ecg_upload: a buffer of a given
+ * capacity plus the backend's device copy of it; the analysis names the final length, at most
+ * the capacity, and prefers a free context on the copy's device).
  */
 #include <math.h>
 #include <pthread.h>
@@ -41,7 +42,7 @@ struct ecg_upload {
     struct ecg_engine *engine;
     void *backend;           /* the backend's upload (ops->upload_*) */
     const void *buf;
-    size_t len;
+    size_t cap;              /* the most bytes buf will hold: progress clamps, analysis checks */
     bool used_device;        /* the last analysis parsed from the device copy */
 };
 
@@ -287,8 +288,8 @@ static enum ecg_status load_input(struct ecg_engine *engine, void *ctx,
     }
     if (in->upload) {
         bool from_device = false;
-        enum ecg_status status = ops->load_upload(ctx, in->upload->backend, in->opts, n, fs_hz,
-                                                  lead, &from_device, err);
+        enum ecg_status status = ops->load_upload(ctx, in->upload->backend, in->len, in->opts, n,
+                                                  fs_hz, lead, &from_device, err);
         in->upload->used_device = status == ECG_OK && from_device;
         if (status != ECG_ERR_UNSUPPORTED)
             return status;
@@ -426,10 +427,10 @@ enum ecg_status ecg_engine_analyze_bytes(struct ecg_engine *engine, const void *
     return analyze(engine, &in, out, NULL, err);
 }
 
-struct ecg_upload *ecg_engine_upload_begin(struct ecg_engine *engine, const void *buf, size_t len,
+struct ecg_upload *ecg_engine_upload_begin(struct ecg_engine *engine, const void *buf, size_t cap,
                                            enum ecg_format format)
 {
-    if (!engine || !buf || !len)
+    if (!engine || !buf || !cap)
         return NULL;
     const struct ecg_backend_ops *ops = engine->ops;
     if (!ops->upload_begin || !ops->upload_progress || !ops->upload_free ||
@@ -440,14 +441,14 @@ struct ecg_upload *ecg_engine_upload_begin(struct ecg_engine *engine, const void
         return NULL;
     /* Whatever went wrong, the caller's answer is the same: no streaming, read the host bytes. */
     struct ecg_error ignored = {0};
-    if (ops->upload_begin(engine->state, buf, len, format, &up->backend, &ignored) != ECG_OK ||
+    if (ops->upload_begin(engine->state, buf, cap, format, &up->backend, &ignored) != ECG_OK ||
         !up->backend) {
         free(up);
         return NULL;
     }
     up->engine = engine;
     up->buf = buf;
-    up->len = len;
+    up->cap = cap;
     return up;
 }
 
@@ -455,21 +456,26 @@ void ecg_upload_progress(struct ecg_upload *up, size_t filled)
 {
     if (!up)
         return;
-    up->engine->ops->upload_progress(up->backend, filled < up->len ? filled : up->len);
+    up->engine->ops->upload_progress(up->backend, filled < up->cap ? filled : up->cap);
 }
 
 enum ecg_status ecg_engine_analyze_upload(struct ecg_engine *engine, struct ecg_upload *up,
-                                          const struct ecg_read_opts *opts,
+                                          size_t len, const struct ecg_read_opts *opts,
                                           struct ecg_result **out, struct ecg_error *err)
 {
     *out = NULL;
     if (!up)
         return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "analyze_upload: NULL upload");
     up->used_device = false;
+    /* The backend's device copy holds cap bytes: a longer body cannot be what was streamed. */
+    if (len > up->cap)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument",
+                        "analyze_upload: length %zu exceeds the upload's capacity of %zu bytes",
+                        len, up->cap);
     if (up->engine != engine)
-        return ecg_engine_analyze_bytes(engine, up->buf, up->len, opts, out, err);
+        return ecg_engine_analyze_bytes(engine, up->buf, len, opts, out, err);
     struct ecg_read_opts defaults = {0};
-    struct analyze_input in = {.bytes = up->buf, .len = up->len, .opts = opts ? opts : &defaults,
+    struct analyze_input in = {.bytes = up->buf, .len = len, .opts = opts ? opts : &defaults,
                                .upload = up};
     return analyze(engine, &in, out, NULL, err);
 }

@@ -4,11 +4,16 @@
  * uploading the whole body once it is complete.
  *
  * Flow: upload_begin (an HTTP thread, when the body's buffer is allocated) picks a device
- * round-robin, allocates the body's size in device memory and creates an event; upload_progress
- * (the same thread, after each received chunk) queues one H2D copy of the newly final bytes
- * each time CUDA_UPLOAD_STEP of them has gathered, and at the end, then records the event;
- * load_upload (a worker, with a ctx) queues the rest, makes the ctx's stream wait for the event
- * and runs the parsers on the device copy; upload_free waits for the copies and frees the rest.
+ * round-robin, allocates the buffer's capacity (cap) in device memory and creates an event;
+ * upload_progress (the same thread, after each received chunk) queues one H2D copy of the newly
+ * final bytes each time CUDA_UPLOAD_STEP of them has gathered, and when the buffer is full, then
+ * records the event; load_upload (a worker, with a ctx), the first to know the body's final
+ * length len <= cap (a chunked body's end is only known there), queues the copy of
+ * [pushed, len), makes the ctx's stream wait for the event and runs the parsers on the device
+ * copy of [0, len); upload_free waits for the copies and frees the rest. For a Content-Length
+ * body cap is the length and the last progress already pushed everything. A chunked body that
+ * outgrows its buffer is freed and begun again on the larger one by the caller (server.c), each
+ * upload with its own device memory and event.
  *
  * Streams and ordering: all uploads of a device share its upload_stream (non-blocking; the copy
  * engine serialises them anyway, and they never wait for the network: a copy is queued only for
@@ -39,9 +44,9 @@
 
 struct cuda_upload {
     struct cuda_device *dev;
-    const char *host;        /* the caller's pinned buffer: len bytes, filled front to back */
-    size_t len;
-    void *d_bytes;           /* len bytes on dev, allocated on dev->upload_stream; NULL once
+    const char *host;        /* the caller's pinned buffer: cap bytes, filled front to back */
+    size_t cap;              /* the most bytes the body fills; its length is told to load_upload */
+    void *d_bytes;           /* cap bytes on dev, allocated on dev->upload_stream; NULL once
                               * handed to a ctx's stream or freed */
     size_t held;             /* bytes counted in dev->upload_held (released once) */
     size_t pushed;           /* host[0, pushed) has a copy queued */
@@ -86,7 +91,7 @@ static bool streaming_enabled(void)
     return !(v && !strcmp(v, "0"));
 }
 
-extern "C" enum ecg_status cuda_upload_begin(void *state_ptr, const void *host, size_t len,
+extern "C" enum ecg_status cuda_upload_begin(void *state_ptr, const void *host, size_t cap,
                                              enum ecg_format format, void **up_out,
                                              struct ecg_error *err)
 {
@@ -99,11 +104,11 @@ extern "C" enum ecg_status cuda_upload_begin(void *state_ptr, const void *host, 
     size_t held;
 
     *up_out = NULL;
-    if (!state || !host || len < CUDA_UPLOAD_MIN_BYTES || state->n_devices < 1 ||
+    if (!state || !host || cap < CUDA_UPLOAD_MIN_BYTES || state->n_devices < 1 ||
         !streaming_enabled())
         return ECG_ERR_UNSUPPORTED;
     if (format != ECG_FORMAT_CSV && format != ECG_FORMAT_F32 && format != ECG_FORMAT_F64 &&
-        format != ECG_FORMAT_I16 && format != ECG_FORMAT_AUTO)
+        format != ECG_FORMAT_I16 && format != ECG_FORMAT_NPY && format != ECG_FORMAT_AUTO)
         return ECG_ERR_UNSUPPORTED;
     slot = __atomic_fetch_add(&state->next_upload, 1u, __ATOMIC_RELAXED);
     dev = &state->dev[slot % (unsigned)state->n_devices];
@@ -111,25 +116,27 @@ extern "C" enum ecg_status cuda_upload_begin(void *state_ptr, const void *host, 
         return ECG_ERR_UNSUPPORTED;
     CUDA_TRY(cudaSetDevice(dev->ordinal));
     /* Pageable memory would make cudaMemcpyAsync synchronous: the HTTP thread would block. */
-    if (!host_is_pinned(host, len))
+    if (!host_is_pinned(host, cap))
         return ECG_ERR_UNSUPPORTED;
-    held = __atomic_add_fetch(&dev->upload_held, len, __ATOMIC_RELAXED);
-    if (held > dev->upload_budget || held < len) {
-        __atomic_fetch_sub(&dev->upload_held, len, __ATOMIC_RELAXED);
+    /* The budget counts what the device holds, cap bytes, whatever the body turns out to be. */
+    held = __atomic_add_fetch(&dev->upload_held, cap, __ATOMIC_RELAXED);
+    if (held > dev->upload_budget || held < cap) {
+        __atomic_fetch_sub(&dev->upload_held, cap, __ATOMIC_RELAXED);
         return ECG_ERR_UNSUPPORTED;
     }
     up = (struct cuda_upload *)calloc(1, sizeof *up);
     if (!up) {
-        __atomic_fetch_sub(&dev->upload_held, len, __ATOMIC_RELAXED);
+        __atomic_fetch_sub(&dev->upload_held, cap, __ATOMIC_RELAXED);
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda: upload");
     }
     up->dev = dev;
     up->host = (const char *)host;
-    up->len = len;
-    up->held = len;
+    up->cap = cap;
+    up->held = cap;
     CUDA_TRY(cudaEventCreateWithFlags(&up->pushed_event, cudaEventDisableTiming));
-    /* Stream-ordered: a pool block freed by an earlier request is reused without a device sync. */
-    CUDA_TRY(cudaMallocAsync(&d_bytes, len, dev->upload_stream));
+    /* Stream-ordered: a pool block freed by an earlier request (or by the upload this one
+     * replaces, for a growing chunked body) is reused without a device sync. */
+    CUDA_TRY(cudaMallocAsync(&d_bytes, cap, dev->upload_stream));
     up->d_bytes = d_bytes;
     *up_out = up;
     up = NULL;
@@ -150,9 +157,11 @@ extern "C" void cuda_upload_progress(void *up_ptr, size_t filled)
     struct cuda_upload *up = (struct cuda_upload *)up_ptr;
     if (!up)
         return;
-    if (filled > up->len)
-        filled = up->len;
-    if (filled - up->pushed >= CUDA_UPLOAD_STEP || (filled == up->len && filled > up->pushed))
+    if (filled > up->cap)
+        filled = up->cap;
+    /* A full buffer is the end of the body (Content-Length: cap is the length); a chunked body
+     * that ends short of cap gets its tail pushed by load_upload. */
+    if (filled > up->pushed && (filled - up->pushed >= CUDA_UPLOAD_STEP || filled == up->cap))
         upload_push(up, filled);
 }
 
@@ -163,7 +172,7 @@ extern "C" bool cuda_upload_prefers_ctx(void *up_ptr, void *ctx_ptr)
     return up && ctx && up->dev == ctx->dev;
 }
 
-extern "C" enum ecg_status cuda_load_upload(void *ctx_ptr, void *up_ptr,
+extern "C" enum ecg_status cuda_load_upload(void *ctx_ptr, void *up_ptr, size_t len,
                                             const struct ecg_read_opts *opts, size_t *n,
                                             double *fs_hz, char lead[32], bool *from_device,
                                             struct ecg_error *err)
@@ -176,24 +185,32 @@ extern "C" enum ecg_status cuda_load_upload(void *ctx_ptr, void *up_ptr,
     *from_device = false;
     if (!ctx || !up)
         return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cuda load_upload: NULL argument");
-    /* No usable device copy here (a copy failed, another device, already consumed): the host
-     * bytes, exactly as load_bytes. Left for upload_free to release. */
-    if (up->failed || !up->d_bytes || up->dev != ctx->dev)
-        return cuda_load_bytes(ctx, up->host, up->len, opts, n, fs_hz, lead, err);
+    if (len > up->cap)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument",
+                        "cuda load_upload: length %zu exceeds the capacity of %zu bytes", len,
+                        up->cap);
+    /* No usable device copy here (a copy failed, another device, already consumed, an empty
+     * body): the host bytes, exactly as load_bytes. Left for upload_free to release. */
+    if (up->failed || !up->d_bytes || up->dev != ctx->dev || len == 0)
+        return cuda_load_bytes(ctx, up->host, len, opts, n, fs_hz, lead, err);
     ECG_TRY(ctx_enter(ctx, err));
-    upload_push(up, up->len); /* the rest (a no-op when progress reached len) */
-    if (!up->failed && up->fenced == up->len) {
+    /* The rest, [pushed, len): the tail progress left under a batch, or for a chunked body the
+     * bytes since the last batch (a no-op when progress reached len). Bytes pushed past len (a
+     * caller that reported more than it then analyses) are copied but never parsed. */
+    upload_push(up, len);
+    if (!up->failed && up->fenced >= len) {
         code = cudaStreamWaitEvent(ctx->stream, up->pushed_event, 0);
         if (code != cudaSuccess) {
             (void)cudaGetLastError();
             up->failed = true;
         }
     }
-    if (up->failed || up->fenced != up->len)
-        return cuda_load_bytes(ctx, up->host, up->len, opts, n, fs_hz, lead, err);
+    if (up->failed || up->fenced < len)
+        return cuda_load_bytes(ctx, up->host, len, opts, n, fs_hz, lead, err);
 
-    /* The ctx's stream now follows every copy: it owns the device bytes from here on. */
-    status = cuda_load_from(ctx, up->host, up->len, (const char *)up->d_bytes, opts, n, fs_hz,
+    /* The ctx's stream now follows every copy: it owns the device bytes from here on, and
+     * d_bytes[0, len) equals host[0, len). */
+    status = cuda_load_from(ctx, up->host, len, (const char *)up->d_bytes, opts, n, fs_hz,
                             lead, err);
     *from_device = status == ECG_OK;
     /* Freed early, in the ctx's stream order (after the parser's kernels): the analysis's later
@@ -213,7 +230,7 @@ extern "C" enum ecg_status cuda_load_upload(void *ctx_ptr, void *up_ptr,
     }
     /* Out of device memory with the copy held: without it, today's path may well fit. */
     if (status == ECG_ERR_DEVICE_OOM && !up->d_bytes)
-        return cuda_load_bytes(ctx, up->host, up->len, opts, n, fs_hz, lead, err);
+        return cuda_load_bytes(ctx, up->host, len, opts, n, fs_hz, lead, err);
 out:
     return status;
 }

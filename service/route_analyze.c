@@ -14,9 +14,10 @@
  * The answer is ecg_result_write_json()'s document, the same bytes `ecgd analyze` prints for the
  * same input and options (apart from timing_ms).
  *
- * A body the server streamed to the device while it arrived (server.c, ecg_engine_upload_begin)
- * is analysed from that copy (ecg_engine_analyze_upload: same answer, without uploading the whole
- * body again once it is complete); ecgd_uploads_streamed_total counts those analyses.
+ * A body the server streamed to the device while it arrived (server.c, ecg_engine_upload_begin;
+ * with a Content-Length or chunked) is analysed from that copy (ecg_engine_analyze_upload with
+ * the body's final length: same answer, without uploading the whole body again once it is
+ * complete); ecgd_uploads_streamed_total counts those analyses.
  */
 #include <errno.h>
 #include <math.h>
@@ -258,11 +259,13 @@ void svc_analyze_run(struct svc_request *req)
         goto out;
     }
     /* The body streamed to the device while it arrived (server.c) when that could start on
-     * this very engine and the body is the length announced; otherwise the host bytes alone. */
+     * this very engine and the body fits the upload (always: server.c begins uploads within
+     * the buffer and the limit); otherwise the host bytes alone. */
     bool streamed = req->upload && req->upload_engine == engine &&
-                    req->body_len == req->upload_len;
+                    req->body_len <= req->upload_cap;
     enum ecg_status status =
-        streamed ? ecg_engine_analyze_upload(engine, req->upload, &req->opts, &result, &err)
+        streamed ? ecg_engine_analyze_upload(engine, req->upload, req->body_len, &req->opts,
+                                             &result, &err)
                  : ecg_engine_analyze_bytes(engine, req->body, req->body_len, &req->opts, &result,
                                             &err);
     if (streamed && ecg_upload_used_device(req->upload))

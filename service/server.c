@@ -3,9 +3,14 @@
  * and graceful shutdown.
  *
  * Bodies: a declared Content-Length gets its whole pooled buffer when the headers arrive and, for
- * an analysis whose engine is up, a streaming upload (ecg_engine_upload_begin) that request_body
- * feeds after each chunk; svc_request_release_body frees the upload (waiting for its copies)
- * before the buffer goes back to the pool, on every path: done, 413 midway, client gone.
+ * an analysis whose engine is up, a streaming upload (ecg_engine_upload_begin, capacity = the
+ * length) that request_body feeds after each chunk. A chunked body's buffer is grown by doubling
+ * in request_body; each time, the upload of the old buffer is freed first and a new one begun on
+ * the new buffer (capacity = its size, within the body limit) when that is 1 MiB or larger, its
+ * prefix queued at once, so a chunked body streams too, at the price of up to ~2x its bytes
+ * copied to the device. Invariant: an upload is freed (waiting for its copies, which read the
+ * buffer) before the buffer it reads goes back to the pool, on every path: done, grown, 413
+ * midway, no memory, client gone (svc_request_release_body frees it first).
  *
  * Startup order: parse the configuration, block SIGTERM/SIGINT (every thread started later
  * inherits the mask, so only the main thread's sigwait() sees them), start the worker pool and
@@ -36,6 +41,9 @@
 #define SVC_SMALL_BODY_BYTES (8u << 20)
 /* First allocation of a body of unknown length (chunked upload). */
 #define SVC_BODY_FIRST_BYTES (64u << 10)
+/* A chunked body's buffer smaller than this is not streamed to the device: no backend streams
+ * less (CUDA's threshold), and small bodies grow often, so skip even asking. */
+#define SVC_STREAM_MIN_BYTES ((size_t)1 << 20)
 /* Idle body buffers kept for reuse: twice the body limit, at most this much. */
 #define SVC_BODY_POOL_MAX_BYTES ((size_t)1 << 30)
 /*
@@ -97,12 +105,39 @@ static struct svc_request *request_create(struct svc_server *srv, struct MHD_Con
     return req;
 }
 
-void svc_request_release_body(struct svc_request *req)
+/* Frees req's streaming upload, if any: waits for its copies, which read req->body. */
+static void request_upload_free(struct svc_request *req)
 {
-    /* The upload's copies read the body: they must be over before anyone else may write it. */
     ecg_upload_free(req->upload);
     req->upload = NULL;
     req->upload_engine = NULL;
+    req->upload_cap = 0;
+}
+
+/*
+ * Begins streaming req->body (of which the first cap bytes may be filled) to the device when the
+ * request is an analysis whose model's engine is up (creating one here would stall this HTTP
+ * thread) and its backend streams this body; otherwise leaves req->upload NULL. Any earlier
+ * upload must have been freed. Never blocks on the device.
+ */
+static void request_upload_begin(struct svc_request *req, size_t cap)
+{
+    if (req->route != SVC_ROUTE_ANALYZE || req->upload || !req->body || !cap)
+        return;
+    struct ecg_engine *engine = svc_registry_engine_if_created(&req->srv->registry, req->model);
+    if (!engine)
+        return;
+    req->upload = ecg_engine_upload_begin(engine, req->body, cap, req->opts.format);
+    if (req->upload) {
+        req->upload_engine = engine;
+        req->upload_cap = cap;
+    }
+}
+
+void svc_request_release_body(struct svc_request *req)
+{
+    /* The upload's copies read the body: they must be over before anyone else may write it. */
+    request_upload_free(req);
     svc_body_pool_put(&req->srv->bodies, req->body, req->body_cap);
     req->body = NULL;
     req->body_cap = 0;
@@ -291,18 +326,8 @@ static enum MHD_Result request_begin(struct svc_request *req)
         if (!req->body)
             return REFUSE(req, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
                           "no memory for a body of %llu bytes", declared);
-        /* Streamed to the device as it arrives, when the model's engine is up (creating one
-         * here would stall this HTTP thread) and its backend streams this body (NULL: not). */
-        struct ecg_engine *engine = req->route == SVC_ROUTE_ANALYZE
-                                        ? svc_registry_engine_if_created(&srv->registry,
-                                                                         req->model)
-                                        : NULL;
-        if (engine) {
-            req->upload = ecg_engine_upload_begin(engine, req->body, (size_t)declared,
-                                                  req->opts.format);
-            req->upload_engine = req->upload ? engine : NULL;
-            req->upload_len = (size_t)declared;
-        }
+        /* Streamed to the device as it arrives; the body is exactly this long. */
+        request_upload_begin(req, (size_t)declared);
     }
     return MHD_YES;
 }
@@ -367,7 +392,10 @@ static enum MHD_Result request_body(struct svc_request *req, const char *data, s
     }
     if (size > req->body_cap - req->body_len) {
         /* Only a chunked upload gets here: double, starting from the largest idle buffer the
-         * pool has within the limit, so a stream like the previous one is not grown at all. */
+         * pool has within the limit, so a stream like the previous one is not grown at all.
+         * The upload of the old buffer goes first: its copies read that buffer, and its device
+         * memory and budget are better returned before the new one's are asked for. */
+        request_upload_free(req);
         size_t need = req->body_len + size;
         size_t cap = req->body_cap ? req->body_cap : SVC_BODY_FIRST_BYTES;
         while (cap < need)
@@ -387,6 +415,14 @@ static enum MHD_Result request_body(struct svc_request *req, const char *data, s
         svc_request_release_body(req);
         req->body = grown;
         req->body_cap = grown_cap;
+        /* Streamed again, from the new buffer, which the body fills at most up to the limit;
+         * the prefix already there is queued at once (copied now if 4 MiB or more: progress
+         * batches). */
+        size_t stream_cap = grown_cap < req->body_limit ? grown_cap : req->body_limit;
+        if (stream_cap >= SVC_STREAM_MIN_BYTES) {
+            request_upload_begin(req, stream_cap);
+            ecg_upload_progress(req->upload, req->body_len);
+        }
     }
     memcpy(req->body + req->body_len, data, size);
     req->body_len += size;

@@ -10,10 +10,12 @@
  * by doubling only for chunked uploads. The buffer goes back to the pool once the job is done (or
  * the request refused), so steady traffic receives into memory that is already mapped (and, with
  * the CUDA backend, pinned: the engine DMAs it without a staging copy). The pool keeps at most
- * twice --max-body-mb (and at most 1 GiB) of idle buffers. An analysis body of a declared length
- * is also streamed to the device while it arrives (ecg_engine_upload_begin: the CUDA backend
- * copies it in 4 MiB steps as the chunks come in), so the analysis finds it there; the host
- * buffer stays authoritative, and the upload is freed before the buffer goes back to the pool.
+ * twice --max-body-mb (and at most 1 GiB) of idle buffers. An analysis body is also streamed to
+ * the device while it arrives (ecg_engine_upload_begin: the CUDA backend copies it in 4 MiB steps
+ * as the chunks come in), so the analysis finds it there: a declared length from the first
+ * chunk, a chunked body once its buffer is 1 MiB or larger, begun again on each growth (the old
+ * upload freed first). The host buffer stays authoritative, and an upload is always freed before
+ * the buffer it reads goes back to the pool.
  *
  * Request flow: the access handler (server.c) routes and checks a request as soon as its headers
  * arrive (token, method, Content-Length, Content-Type, query, admission), answering errors
@@ -90,11 +92,12 @@ struct svc_request {
     uint64_t discarded;       /* bytes received after the limit was crossed */
     bool refused_on_socket;   /* the 413 went out on the socket mid-stream; draining briefly */
     bool job_done;            /* set by the worker before it resumes the connection */
-    /* the body streamed to the device as it arrives (analyze with a declared length, when the
-     * model's engine exists and its backend streams); freed before the body buffer goes back */
+    /* the body streamed to the device as it arrives (analyze, when the model's engine exists
+     * and its backend streams this body); freed before the body buffer goes back or is grown */
     struct ecg_upload *upload;
     struct ecg_engine *upload_engine; /* the engine it was begun on */
-    size_t upload_len;                /* the declared length */
+    size_t upload_cap;                /* its capacity: the declared length, or for a chunked body
+                                       * the buffer's size within the limit */
 
     /* analysis options (POST /v1/analyze), parsed from headers and query */
     struct ecg_read_opts opts;

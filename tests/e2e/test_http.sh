@@ -4,7 +4,8 @@
 #
 # Covers every route and content type; answers byte-identical (apart from timing_ms) to
 # `ecgd analyze` on the same real recordings; more than 30 hostile or wrong requests, each with its
-# status and error code; body limits up front and while streaming; chunked uploads; 32 parallel
+# status and error code; body limits up front and while streaming; chunked uploads (streamed to
+# the device like bodies with a Content-Length, counted by ecgd_uploads_streamed_total); 32 parallel
 # clients with different inputs; the bearer token; overload; slow clients; access logs; metrics;
 # the OpenAPI document against the route table; configuration from flags and environment; and a
 # graceful shutdown with a request in flight.
@@ -360,6 +361,19 @@ check "1 MiB CSV with Content-Length: same as ecgd analyze; ecgd_uploads_streame
     bash -c "[ $code = 200 ] && [ \$(wc -c <'$tmp/mib.csv') = 1048576 ] &&
              $HELP same '$tmp/ref-mib.json' '$tmp/body' && [ -n '$streamed1' ] &&
              { [ -z '$want_streamed' ] || [ \$(( ${streamed1:-0} - ${streamed0:-0} )) = '$want_streamed' ]; }"
+# the same body chunked (no Content-Length): its buffer grows by doubling up to the 1 MiB limit (or
+# is a pooled buffer of 1 MiB from the start), and an upload is begun on each buffer of 1 MiB or
+# more, so it streams as well. 1 MiB is also the largest chunked body this server takes: the limit
+# counts the body's bytes, and the buffer never grows past it.
+streamed0=$(metric ecgd_uploads_streamed_total)
+code=$(req POST "/v1/analyze?fs=250" -H "Content-Type: text/csv" -H "Transfer-Encoding: chunked" \
+    --data-binary "@$tmp/mib.csv" -v 2>"$tmp/trace")
+streamed1=$(metric ecgd_uploads_streamed_total)
+check "1 MiB CSV chunked (sent without Content-Length): same as ecgd analyze; ecgd_uploads_streamed_total $streamed0 -> $streamed1 (${want_streamed:-any} more on $BACKEND)" \
+    bash -c "[ $code = 200 ] && grep -qi '^> Transfer-Encoding: chunked' '$tmp/trace' &&
+             ! grep -qi '^> Content-Length' '$tmp/trace' &&
+             $HELP same '$tmp/ref-mib.json' '$tmp/body' && [ -n '$streamed1' ] &&
+             { [ -z '$want_streamed' ] || [ \$(( ${streamed1:-0} - ${streamed0:-0} )) = '$want_streamed' ]; }"
 
 # ------------------------------------------------------------------ hostile and wrong requests
 big=$tmp/big.csv
@@ -505,6 +519,30 @@ if start_server "$log_token" ECGD_TOKEN=s3cret-token -- "${MODEL_ARGS[@]}" --wor
     stop_server "$SERVER_PID" >/dev/null
 else
     not_ok "token server starts"
+fi
+
+# ------------------------------------------------------------------ a growing chunked body
+# A 9 MiB CSV sent chunked to a server with the default body limit: its buffer doubles from 64 KiB
+# to 16 MiB, and the upload to the device is begun again on each buffer of 1 MiB or more (the old
+# one freed first, its copies waited for); at the 16 MiB buffer the 8 MiB prefix is copied at
+# once. Same answer as ecgd analyze; on CUDA the analysis reads the last upload's device copy.
+log_grow=$tmp/grow.log
+for _ in $(seq 1 80); do cat "$fx/ucr.csv"; done >"$tmp/ucr6400.csv"
+"$ECGD" analyze "$tmp/ucr6400.csv" --format csv --fs 250 --backend "$BACKEND" --model "$MODEL" \
+    >"$tmp/ref-ucr6400.json" 2>/dev/null
+if start_server "$log_grow" -- "${MODEL_ARGS[@]}" --workers 1 && wait_ready "$PORT"; then
+    streamed0=$(metric ecgd_uploads_streamed_total)
+    code=$(req POST "/v1/analyze?fs=250" -H "Content-Type: text/csv" -H "Transfer-Encoding: chunked" \
+        --data-binary "@$tmp/ucr6400.csv" -v 2>"$tmp/trace")
+    streamed1=$(metric ecgd_uploads_streamed_total)
+    check "9 MiB CSV chunked, its buffer doubled up to 16 MiB: same as ecgd analyze; ecgd_uploads_streamed_total $streamed0 -> $streamed1 (${want_streamed:-any} more on $BACKEND)" \
+        bash -c "[ $code = 200 ] && [ \$(wc -c <'$tmp/ucr6400.csv') -gt 9437184 ] &&
+                 grep -qi '^> Transfer-Encoding: chunked' '$tmp/trace' &&
+                 $HELP same '$tmp/ref-ucr6400.json' '$tmp/body' && [ -n '$streamed1' ] &&
+                 { [ -z '$want_streamed' ] || [ \$(( ${streamed1:-0} - ${streamed0:-0} )) = '$want_streamed' ]; }"
+    stop_server "$SERVER_PID" >/dev/null
+else
+    not_ok "server with the default body limit starts"
 fi
 
 # ------------------------------------------------------------------ overload

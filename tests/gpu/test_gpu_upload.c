@@ -6,10 +6,14 @@
  * outlier flag compared bit for bit), and the copy was really used (ecg_upload_used_device).
  * Also: what begin refuses (small, not pinned, formats the device does not parse), uploads
  * cancelled midway, a body the device parser declines (the host reader's error, word for word),
- * several uploads at once, four threads on an engine of two workers, and device memory that
- * neither leaks nor grows by more than the body.
+ * chunked bodies (begun with the buffer's capacity, twice the body, analysed with the final
+ * length; a length past the capacity refused; and the service's growth path: the upload freed
+ * and begun again on a larger buffer each time the body outgrows its buffer), several uploads at
+ * once, four threads on an engine of two workers, and device memory that neither leaks nor grows
+ * by more than the body.
  *
- * ECG_GPU_QUICK=1 (for compute-sanitizer) runs the first four tests only, on the record once.
+ * ECG_GPU_QUICK=1 (for compute-sanitizer) leaves out the last three tests (several at once,
+ * threads, memory) and uses the record once.
  * The recording is MIT-BIH record 101 four times over (2.6 M samples at 360 Hz: ~27 MB of CSV,
  * 10 MB of float32), analysed with the shipped model (models/default.ecgm, read from the
  * repository root). Skips visibly where the build has no CUDA backend or the machine no device.
@@ -228,21 +232,37 @@ static void arrive(struct ecg_upload *up, char *host, const void *src, size_t le
     }
 }
 
-/* One body through the whole streaming path, checked against ref; used_device asserted. */
+/* One body of len bytes through the whole streaming path, in a buffer of cap >= len bytes (cap >
+ * len: a chunked body, whose buffer's tail holds bytes no reader may take: 0xff, a NaN as float32
+ * and a control byte in CSV), checked against ref; used_device asserted. With cap > len, also a
+ * length past the capacity: refused, and the device copy left for the real analysis. */
 static void stream_and_check(struct ecg_engine *engine, const void *bytes, size_t len,
-                             const struct ecg_read_opts *opts, enum ecg_format begin_format,
-                             const struct ecg_result *ref, const char *what)
+                             size_t cap, const struct ecg_read_opts *opts,
+                             enum ecg_format begin_format, const struct ecg_result *ref,
+                             const char *what)
 {
     struct ecg_error err = {0};
     struct ecg_result *result = NULL;
-    char *host = ecg_engine_host_alloc(engine, len);
+    assert_true(cap >= len);
+    char *host = ecg_engine_host_alloc(engine, cap);
     assert_non_null(host);
-    struct ecg_upload *up = ecg_engine_upload_begin(engine, host, len, begin_format);
+    memset(host + len, 0xff, cap - len);
+    struct ecg_upload *up = ecg_engine_upload_begin(engine, host, cap, begin_format);
     if (!up)
-        fail_msg("%s: upload_begin refused a pinned body of %zu bytes", what, len);
+        fail_msg("%s: upload_begin refused a pinned buffer of %zu bytes", what, cap);
     assert_false(ecg_upload_used_device(up));
     arrive(up, host, bytes, len, 0);
-    if (ecg_engine_analyze_upload(engine, up, opts, &result, &err) != ECG_OK)
+    if (cap > len) {
+        result = (struct ecg_result *)host; /* must come back NULL */
+        assert_int_equal(ecg_engine_analyze_upload(engine, up, cap + 1, opts, &result, &err),
+                         ECG_ERR_ARG);
+        assert_null(result);
+        assert_string_equal(err.code, "bad_argument");
+        assert_non_null(strstr(err.message, "capacity"));
+        assert_false(ecg_upload_used_device(up));
+        memset(&err, 0, sizeof err);
+    }
+    if (ecg_engine_analyze_upload(engine, up, len, opts, &result, &err) != ECG_OK)
         fail_msg("%s: analyze_upload: %s", what, err.message);
     if (!ecg_upload_used_device(up))
         fail_msg("%s: the analysis did not read the device copy", what);
@@ -250,7 +270,7 @@ static void stream_and_check(struct ecg_engine *engine, const void *bytes, size_
     ecg_result_free(result);
     result = NULL;
     /* the device copy is consumed: a second analysis reads the host bytes, same answer */
-    if (ecg_engine_analyze_upload(engine, up, opts, &result, &err) != ECG_OK)
+    if (ecg_engine_analyze_upload(engine, up, len, opts, &result, &err) != ECG_OK)
         fail_msg("%s: second analyze_upload: %s", what, err.message);
     assert_false(ecg_upload_used_device(up));
     assert_same_result(ref, result, what);
@@ -273,10 +293,31 @@ static void test_upload_csv_and_f32(void **state)
         analyze_reference(engine, fx->tiles, fx->csv, fx->csv_len, &csv);
     struct ecg_result *ref_f32 =
         analyze_reference(engine, fx->tiles, fx->samples, f32_len, &f32);
-    stream_and_check(engine, fx->csv, fx->csv_len, &csv, ECG_FORMAT_CSV, ref_csv, "csv");
-    stream_and_check(engine, fx->samples, f32_len, &f32, ECG_FORMAT_F32, ref_f32, "f32");
-    stream_and_check(engine, fx->csv, fx->csv_len, &autodetect, ECG_FORMAT_AUTO, ref_csv,
-                     "auto (csv)");
+    stream_and_check(engine, fx->csv, fx->csv_len, fx->csv_len, &csv, ECG_FORMAT_CSV, ref_csv,
+                     "csv");
+    stream_and_check(engine, fx->samples, f32_len, f32_len, &f32, ECG_FORMAT_F32, ref_f32,
+                     "f32");
+    stream_and_check(engine, fx->csv, fx->csv_len, fx->csv_len, &autodetect, ECG_FORMAT_AUTO,
+                     ref_csv, "auto (csv)");
+    /* the float32 samples as a 1-D .npy (v1.0 header padded to 128 bytes): same beats */
+    struct ecg_read_opts npy = {.format = ECG_FORMAT_NPY, .fs_hz = fx->fs_hz};
+    char header[128];
+    int hl = snprintf(header + 10, sizeof header - 10,
+                      "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu,), }", fx->n);
+    assert_true(hl > 0 && hl < 117);
+    memcpy(header, "\x93NUMPY\x01\x00\x76\x00", 10);
+    memset(header + 10 + hl, ' ', (size_t)(127 - 10 - hl));
+    header[127] = '\n';
+    size_t npy_len = sizeof header + f32_len;
+    char *npy_body = malloc(npy_len);
+    assert_non_null(npy_body);
+    memcpy(npy_body, header, sizeof header);
+    memcpy(npy_body + sizeof header, fx->samples, f32_len);
+    struct ecg_result *ref_npy = analyze_reference(engine, fx->tiles, npy_body, npy_len, &npy);
+    assert_same_result(ref_f32, ref_npy, "npy reference against f32");
+    stream_and_check(engine, npy_body, npy_len, npy_len, &npy, ECG_FORMAT_NPY, ref_npy, "npy");
+    free(npy_body);
+    ecg_result_free(ref_npy);
     ecg_result_free(ref_csv);
     ecg_result_free(ref_f32);
     ecg_engine_destroy(engine);
@@ -301,7 +342,7 @@ static void test_upload_refusals(void **state)
     /* formats the device does not parse */
     char *host = ecg_engine_host_alloc(engine, big);
     assert_non_null(host);
-    static const enum ecg_format host_only[] = {ECG_FORMAT_NPY, ECG_FORMAT_EDF, ECG_FORMAT_JSON,
+    static const enum ecg_format host_only[] = {ECG_FORMAT_EDF, ECG_FORMAT_JSON,
                                                 ECG_FORMAT_WFDB};
     for (size_t i = 0; i < sizeof host_only / sizeof host_only[0]; i++)
         assert_null(ecg_engine_upload_begin(engine, host, big, host_only[i]));
@@ -353,7 +394,7 @@ static void test_upload_cancel(void **state)
     up = ecg_engine_upload_begin(engine, host, len, ECG_FORMAT_F32);
     assert_non_null(up);
     arrive(up, host, fx->samples, len, 3);
-    if (ecg_engine_analyze_upload(engine, up, &f32, &result, &err) != ECG_OK)
+    if (ecg_engine_analyze_upload(engine, up, len, &f32, &result, &err) != ECG_OK)
         fail_msg("analyze_upload after cancels: %s", err.message);
     assert_true(ecg_upload_used_device(up));
     assert_same_result(ref, result, "analyze_upload after cancels");
@@ -380,7 +421,8 @@ static void expect_same_error(struct ecg_engine *engine, const char *bytes, size
     struct ecg_upload *up = ecg_engine_upload_begin(engine, host, len, opts->format);
     assert_non_null(up);
     arrive(up, host, bytes, len, 4);
-    enum ecg_status got_status = ecg_engine_analyze_upload(engine, up, opts, &result, &got);
+    enum ecg_status got_status = ecg_engine_analyze_upload(engine, up, len, opts, &result,
+                                                           &got);
     assert_null(result);
     assert_false(ecg_upload_used_device(up));
     if (got_status != want_status || strcmp(got.code, want.code) != 0 ||
@@ -420,6 +462,120 @@ static void test_upload_device_parser_declines(void **state)
     struct ecg_read_opts f32 = {.format = ECG_FORMAT_F32, .fs_hz = fx->fs_hz};
     expect_same_error(engine, bad, fx->n * sizeof(float), &f32, "f32 with a NaN");
     free(bad);
+    ecg_engine_destroy(engine);
+}
+
+/* A chunked body: the upload begun with its buffer's capacity, twice the body (the most the
+ * service's doubling leaves), fed in uneven steps up to the body's length, which only the
+ * analysis learns; the tail of the last 4 MiB batch is pushed there. Same results as
+ * analyze_bytes, read from the device copy; a length past the capacity is refused. */
+static void test_upload_chunked_capacity(void **state)
+{
+    struct fixture *fx = fixture_or_skip(state);
+    struct ecg_engine *engine = engine_open(fx, 1, 0);
+    struct ecg_read_opts csv = {.format = ECG_FORMAT_CSV, .fs_hz = fx->fs_hz};
+    struct ecg_read_opts f32 = {.format = ECG_FORMAT_F32, .fs_hz = fx->fs_hz};
+    size_t f32_len = fx->n * sizeof(float);
+    struct ecg_result *ref_csv =
+        analyze_reference(engine, fx->tiles, fx->csv, fx->csv_len, &csv);
+    struct ecg_result *ref_f32 =
+        analyze_reference(engine, fx->tiles, fx->samples, f32_len, &f32);
+    /* neither length is a multiple of the 4 MiB batch: a tail is left for the analysis */
+    assert_true(fx->csv_len % (4 * MIB) != 0 && f32_len % (4 * MIB) != 0);
+    stream_and_check(engine, fx->csv, fx->csv_len, 2 * fx->csv_len, &csv, ECG_FORMAT_CSV,
+                     ref_csv, "chunked csv");
+    stream_and_check(engine, fx->samples, f32_len, 2 * f32_len, &f32, ECG_FORMAT_F32, ref_f32,
+                     "chunked f32");
+    /* a buffer just one byte larger than the body: progress never sees it full */
+    stream_and_check(engine, fx->samples, f32_len, f32_len + 1, &f32, ECG_FORMAT_F32, ref_f32,
+                     "f32 in a buffer 1 byte larger");
+    ecg_result_free(ref_csv);
+    ecg_result_free(ref_f32);
+    ecg_engine_destroy(engine);
+}
+
+/*
+ * The service's growth path for a chunked body (service/server.c, request_body): the body
+ * arrives in uneven steps into a buffer that starts at 1 MiB; whenever a step does not fit, the
+ * upload is freed, a buffer twice as large is taken, the prefix copied into it, the old buffer
+ * poisoned (the pool may hand it to anyone once the upload is freed) and released, and a new
+ * upload begun on the new buffer with its capacity, the prefix reported at once. Returns the
+ * number of uploads begun; the analysis must read the last one's device copy and equal ref.
+ */
+static unsigned stream_growing(struct ecg_engine *engine, const void *bytes, size_t len,
+                               const struct ecg_read_opts *opts, const struct ecg_result *ref,
+                               const char *what)
+{
+    struct ecg_error err = {0};
+    struct ecg_result *result = NULL;
+    size_t cap = MIB, filled = 0;
+    unsigned begun = 0;
+    char *host = ecg_engine_host_alloc(engine, cap);
+    assert_non_null(host);
+    struct ecg_upload *up = ecg_engine_upload_begin(engine, host, cap, opts->format);
+    if (!up)
+        fail_msg("%s: upload_begin refused a pinned buffer of %zu bytes", what, cap);
+    begun++;
+    for (size_t s = 0; filled < len; s++) {
+        size_t step = arrival_steps[s % (sizeof arrival_steps / sizeof arrival_steps[0])];
+        if (step > len - filled)
+            step = len - filled;
+        if (step > cap - filled) {
+            ecg_upload_free(up); /* first: its copies read the old buffer */
+            size_t new_cap = cap;
+            while (new_cap < filled + step)
+                new_cap *= 2;
+            char *grown = ecg_engine_host_alloc(engine, new_cap);
+            assert_non_null(grown);
+            memcpy(grown, host, filled);
+            memset(host, 0xff, cap);
+            ecg_engine_host_free(engine, host);
+            host = grown;
+            cap = new_cap;
+            memset(host + filled, 0xff, cap - filled);
+            up = ecg_engine_upload_begin(engine, host, cap, opts->format);
+            if (!up)
+                fail_msg("%s: upload_begin refused the grown buffer of %zu bytes", what, cap);
+            begun++;
+            ecg_upload_progress(up, filled);
+        }
+        memcpy(host + filled, (const char *)bytes + filled, step);
+        filled += step;
+        ecg_upload_progress(up, filled);
+    }
+    assert_true(cap >= len);
+    if (ecg_engine_analyze_upload(engine, up, len, opts, &result, &err) != ECG_OK)
+        fail_msg("%s: analyze_upload: %s", what, err.message);
+    if (!ecg_upload_used_device(up))
+        fail_msg("%s: the analysis did not read the device copy", what);
+    assert_same_result(ref, result, what);
+    ecg_result_free(result);
+    ecg_upload_free(up);
+    ecg_engine_host_free(engine, host);
+    printf("# %s: %zu bytes in a buffer of %zu, %u uploads begun\n", what, len, cap, begun);
+    return begun;
+}
+
+static void test_upload_regrown(void **state)
+{
+    struct fixture *fx = fixture_or_skip(state);
+    struct ecg_engine *engine = engine_open(fx, 1, 0);
+    struct ecg_read_opts csv = {.format = ECG_FORMAT_CSV, .fs_hz = fx->fs_hz};
+    struct ecg_read_opts f32 = {.format = ECG_FORMAT_F32, .fs_hz = fx->fs_hz};
+    size_t f32_len = fx->n * sizeof(float);
+    struct ecg_result *ref_csv =
+        analyze_reference(engine, fx->tiles, fx->csv, fx->csv_len, &csv);
+    struct ecg_result *ref_f32 =
+        analyze_reference(engine, fx->tiles, fx->samples, f32_len, &f32);
+    /* from 1 MiB, with the 64 KiB then 3 MiB first steps: the CSV (over 5 MB even in quick
+     * mode) grows to 4 then 16 MiB at least, the float32 body (2.6 MB in quick mode) to 4 MiB */
+    assert_true(stream_growing(engine, fx->csv, fx->csv_len, &csv, ref_csv, "grown csv") >= 3);
+    assert_true(stream_growing(engine, fx->samples, f32_len, &f32, ref_f32, "grown f32") >= 2);
+    /* and the engine's next upload, in a buffer of the body's size, is unaffected */
+    stream_and_check(engine, fx->samples, f32_len, f32_len, &f32, ECG_FORMAT_F32, ref_f32,
+                     "f32 after growth");
+    ecg_result_free(ref_csv);
+    ecg_result_free(ref_f32);
     ecg_engine_destroy(engine);
 }
 
@@ -468,7 +624,7 @@ static void test_upload_several_at_once(void **state)
     for (int i = N_UP - 1; i >= 0; i--) {
         struct ecg_error err = {0};
         struct ecg_result *result = NULL;
-        if (ecg_engine_analyze_upload(engine, up[i], opts[i], &result, &err) != ECG_OK)
+        if (ecg_engine_analyze_upload(engine, up[i], len[i], opts[i], &result, &err) != ECG_OK)
             fail_msg("upload %d: %s", i, err.message);
         assert_true(ecg_upload_used_device(up[i]));
         assert_same_result(ref[i], result, "several at once");
@@ -526,7 +682,7 @@ static void *upload_thread(void *p)
             struct ecg_error err = {0};
             struct ecg_result *result = NULL;
             char why[128];
-            if (ecg_engine_analyze_upload(t->engine, up, opts, &result, &err) != ECG_OK)
+            if (ecg_engine_analyze_upload(t->engine, up, len, opts, &result, &err) != ECG_OK)
                 snprintf(t->failure, sizeof t->failure, "round %d: %s", round, err.message);
             else if (!same_result(is_csv ? t->ref_csv : t->ref_f32, result, why, sizeof why))
                 snprintf(t->failure, sizeof t->failure, "round %d (%s): %s", round,
@@ -610,7 +766,7 @@ static void test_upload_memory(void **state)
         struct ecg_upload *up = ecg_engine_upload_begin(engine, host, len, ECG_FORMAT_CSV);
         assert_non_null(up);
         ecg_upload_progress(up, len);
-        if (ecg_engine_analyze_upload(engine, up, &csv, &result, &err) != ECG_OK)
+        if (ecg_engine_analyze_upload(engine, up, len, &csv, &result, &err) != ECG_OK)
             fail_msg("round %d: %s", round, err.message);
         assert_true(ecg_upload_used_device(up));
         assert_same_result(ref, result, "memory rounds");
@@ -647,6 +803,8 @@ int main(void)
         cmocka_unit_test(test_upload_refusals),
         cmocka_unit_test(test_upload_cancel),
         cmocka_unit_test(test_upload_device_parser_declines),
+        cmocka_unit_test(test_upload_chunked_capacity),
+        cmocka_unit_test(test_upload_regrown),
         cmocka_unit_test(test_upload_several_at_once),
         cmocka_unit_test(test_upload_threads),
         cmocka_unit_test(test_upload_memory),

@@ -1,9 +1,11 @@
 /*
  * test_upload.c - the streaming-upload API (ecg.h: ecg_engine_upload_begin and friends) where
- * there is no device: the CPU backend streams nothing, so begin returns NULL and the caller's
- * fallback, ecg_engine_analyze_bytes, gives the analysis of the same bytes read on the host;
- * NULL uploads are accepted where documented and refused where not; and the metric the service
- * keeps for streamed bodies. The device side is tests/gpu/test_gpu_upload.c.
+ * there is no device: the CPU backend streams nothing, so begin returns NULL (also for a buffer
+ * whose capacity exceeds the data, as a chunked body has) and the caller's fallback,
+ * ecg_engine_analyze_bytes, gives the analysis of the same bytes read on the host, whatever
+ * lies in the buffer past them; NULL uploads are accepted where documented and refused where
+ * not; and the metric the service keeps for streamed bodies. The device side (the final length
+ * checked against the capacity included) is tests/gpu/test_gpu_upload.c.
  * Data: tests/data/mitdb_100s.csv (100 s of MIT-BIH, 360 Hz, leads MLII and V1).
  */
 #include <setjmp.h>
@@ -95,7 +97,56 @@ static void test_cpu_upload_begin_returns_null(void **state)
     ecg_engine_destroy(engine);
 }
 
-/* NULL uploads: free and progress accept them, analyze refuses them, used_device says false. */
+/* A chunked body: the buffer's capacity (past the 1 MiB threshold of the CUDA backend, and more
+ * than the data, as the service's doubling leaves it) is what begin gets. The CPU backend still
+ * streams nothing, and the fallback analyses exactly [0, len): bytes past len (garbage that
+ * would fail the CSV reader) are never read. */
+static void test_cpu_upload_begin_with_capacity(void **state)
+{
+    (void)state;
+    struct ecg_engine_config config = {.backend = ECG_BACKEND_CPU, .device = -1};
+    struct ecg_error err = {0};
+    struct ecg_engine *engine = ecg_engine_create(&config, &err);
+    if (!engine)
+        fail_msg("cpu engine: %s", err.message);
+    size_t len = 0;
+    char *csv = load_file(CSV_PATH, &len);
+    size_t cap = 3 * len;
+    assert_true(cap > (1u << 20));
+    char *body = ecg_engine_host_alloc(engine, cap);
+    assert_non_null(body);
+    memcpy(body, csv, len);
+    memset(body + len, 'x', cap - len);
+
+    static const enum ecg_format formats[] = {ECG_FORMAT_AUTO, ECG_FORMAT_CSV, ECG_FORMAT_F32,
+                                              ECG_FORMAT_I16};
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        assert_null(ecg_engine_upload_begin(engine, body, cap, formats[i]));
+
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_CSV, .fs_hz = 360.0, .lead = "V1"};
+    struct ecg_result *in_buffer = NULL, *exact = NULL;
+    if (ecg_engine_analyze_bytes(engine, body, len, &opts, &in_buffer, &err) != ECG_OK)
+        fail_msg("analyze_bytes of [0, len) in a larger buffer: %s", err.message);
+    if (ecg_engine_analyze_bytes(engine, csv, len, &opts, &exact, &err) != ECG_OK)
+        fail_msg("analyze_bytes: %s", err.message);
+    assert_same_result(in_buffer, exact);
+    assert_int_equal(in_buffer->n_samples, 36000);
+    assert_string_equal(in_buffer->lead, "V1");
+    /* and the whole buffer is refused, so the tail really is garbage to the reader */
+    struct ecg_result *whole = NULL;
+    assert_int_equal(ecg_engine_analyze_bytes(engine, body, cap, &opts, &whole, &err),
+                     ECG_ERR_FORMAT);
+    assert_null(whole);
+
+    ecg_result_free(in_buffer);
+    ecg_result_free(exact);
+    ecg_engine_host_free(engine, body);
+    free(csv);
+    ecg_engine_destroy(engine);
+}
+
+/* NULL uploads: free and progress accept them, analyze refuses them (whatever the length),
+ * used_device says false. */
 static void test_null_upload(void **state)
 {
     (void)state;
@@ -109,7 +160,15 @@ static void test_null_upload(void **state)
     assert_false(ecg_upload_used_device(NULL));
     struct ecg_read_opts opts = {.format = ECG_FORMAT_CSV, .fs_hz = 360.0};
     struct ecg_result *result = (struct ecg_result *)&opts; /* must come back NULL */
-    assert_int_equal(ecg_engine_analyze_upload(engine, NULL, &opts, &result, &err), ECG_ERR_ARG);
+    assert_int_equal(ecg_engine_analyze_upload(engine, NULL, 1000, &opts, &result, &err),
+                     ECG_ERR_ARG);
+    assert_null(result);
+    assert_string_equal(err.code, "bad_argument");
+    assert_non_null(strstr(err.message, "NULL upload"));
+    result = (struct ecg_result *)&opts;
+    memset(&err, 0, sizeof err);
+    assert_int_equal(ecg_engine_analyze_upload(engine, NULL, 0, NULL, &result, &err),
+                     ECG_ERR_ARG);
     assert_null(result);
     assert_string_equal(err.code, "bad_argument");
     ecg_engine_destroy(engine);
@@ -140,6 +199,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_upload_begin_returns_null),
+        cmocka_unit_test(test_cpu_upload_begin_with_capacity),
         cmocka_unit_test(test_null_upload),
         cmocka_unit_test(test_metric_uploads_streamed),
     };
