@@ -4,7 +4,7 @@
  *
  * Layout of the backend:
  *   cuda_backend.cu   the ops table: open/close, contexts, load, read_buf/write_buf, fetch
- *   cuda_read.cu      load_bytes: CSV parsed on the device, raw float32/float64/int16
+ *   cuda_read.cu      load_bytes: CSV parsed on the device, raw float32/float64/int16, .npy
  *   cuda_upload.cu    streaming uploads: request bodies copied to the device as they arrive,
  *                     and load_upload, which parses from that copy (cuda_read.cu's parsers)
  *   cuda_resample.cu  polyphase resampler            (twin of engine/cpu/resample.c)
@@ -12,8 +12,9 @@
  *   cuda_detect.cu    NMS candidates, refinement (twin of engine/cpu/detect.c)
  *   cuda_decide.cu    the detector's adaptive pass (twin of engine/cpu/decide.c)
  *   cuda_embed.cu     segmentation, median/MAD, embedding (twin of segment.c / embed)
- *   cuda_vae.cu       VAE encoder/decoder with cuDNN, score (twin of engine/cpu/vae.c)
- *   cuda_vae_warp.cu  the default architecture's VAE, one warp per beat (cuda_vae_warp.h)
+ *   cuda_vae.cu       VAE: the path choice, the block-per-beat kernel, the score (twin of
+ *                     engine/cpu/vae.c); cuda_vae_warp.cu (the default architecture, one warp
+ *                     per beat) and cuda_vae_cudnn.cu (cuDNN layer by layer), see cuda_vae.h
  *
  * Ownership and threading: one struct cuda_state per engine, created by open() and read-only
  * afterwards except next_ctx, next_upload and each device's upload_held (atomics). It holds one
@@ -179,15 +180,16 @@ enum ecg_status cuda_load_bytes(void *ctx, const void *buf, size_t len,
 enum ecg_status cuda_load_from(struct cuda_ctx *ctx, const void *buf, size_t len,
                                const char *d_bytes, const struct ecg_read_opts *opts, size_t *n,
                                double *fs_hz, char lead[32], struct ecg_error *err);
-/* Streaming uploads (cuda_upload.cu), the backend ops of the same names (backend.h). */
-enum ecg_status cuda_upload_begin(void *state, const void *host, size_t len,
+/* Streaming uploads (cuda_upload.cu), the backend ops of the same names (backend.h): begun with
+ * the host buffer's capacity, loaded with the body's final length (at most that). */
+enum ecg_status cuda_upload_begin(void *state, const void *host, size_t cap,
                                   enum ecg_format format, void **up, struct ecg_error *err);
 void cuda_upload_progress(void *up, size_t filled);
 void cuda_upload_free(void *up);
 bool cuda_upload_prefers_ctx(void *up, void *ctx);
-enum ecg_status cuda_load_upload(void *ctx, void *up, const struct ecg_read_opts *opts,
-                                 size_t *n, double *fs_hz, char lead[32], bool *from_device,
-                                 struct ecg_error *err);
+enum ecg_status cuda_load_upload(void *ctx, void *up, size_t len,
+                                 const struct ecg_read_opts *opts, size_t *n, double *fs_hz,
+                                 char lead[32], bool *from_device, struct ecg_error *err);
 enum ecg_status cuda_resample(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 enum ecg_status cuda_filter(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 enum ecg_status cuda_detect(void *ctx, const struct ecg_plan *plan, size_t *n_beats,

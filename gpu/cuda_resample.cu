@@ -9,7 +9,9 @@
  * path: 8 lanes of separate multiply and add). Edge outputs accumulate in double as on the CPU.
  * Explicit __fmaf_rn / __fmul_rn / __fadd_rn keep nvcc from contracting differently.
  *
- * Threads: one thread per output sample (grid-stride).
+ * Threads: one thread per output sample (grid-stride). The branch table sits in shared memory
+ * (rows padded to an odd stride) when it fits in 48 KiB (up to 189 branches of 64 taps, e.g.
+ * 360 -> 250 Hz has 25); larger tables are read from global memory.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -76,36 +78,73 @@ static __device__ float dot_portable(const float *h, const float *xs, size_t wid
                      __fadd_rn(__fadd_rn(acc[2], acc[6]), __fadd_rn(acc[3], acc[7])));
 }
 
+/* Output j from the branch table at table (rows of stride floats, a.width used). */
+static __device__ float resample_one(const struct resample_args &a, const float *table,
+                                     size_t stride, size_t j)
+{
+    uint64_t m = (uint64_t)j * a.down + a.delay;
+    size_t i = (size_t)(m / a.up);
+    uint32_t p = (uint32_t)(m % a.up);
+    const float *h = table + (size_t)p * stride;
+    if (i + 1 >= a.width && i <= a.n - 1) {
+        const float *xs = a.x + i + 1 - a.width;
+        return a.fma_path ? dot_fma(h, xs, a.width) : dot_portable(h, xs, a.width);
+    }
+    /* edge hold: input index clamped to [0, n - 1], double accumulation */
+    double acc = 0.0;
+    for (size_t s = 0; s < a.width; s++) {
+        size_t idx = i + 1 + s < a.width ? 0 : i + 1 + s - a.width;
+        if (idx > a.n - 1)
+            idx = a.n - 1;
+        acc = __dadd_rn(acc, __dmul_rn((double)h[s], (double)a.x[idx]));
+    }
+    return (float)acc;
+}
+
+/* The table read from global memory (tables too large for shared memory). */
 static __global__ void resample_kernel(struct resample_args a)
 {
     for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < a.n_out;
-         j += (size_t)gridDim.x * blockDim.x) {
-        uint64_t m = (uint64_t)j * a.down + a.delay;
-        size_t i = (size_t)(m / a.up);
-        uint32_t p = (uint32_t)(m % a.up);
-        const float *h = a.table + (size_t)p * a.width;
-        if (i + 1 >= a.width && i <= a.n - 1) {
-            const float *xs = a.x + i + 1 - a.width;
-            a.y[j] = a.fma_path ? dot_fma(h, xs, a.width) : dot_portable(h, xs, a.width);
-        } else {
-            /* edge hold: input index clamped to [0, n - 1], double accumulation */
-            double acc = 0.0;
-            for (size_t s = 0; s < a.width; s++) {
-                size_t idx = i + 1 + s < a.width ? 0 : i + 1 + s - a.width;
-                if (idx > a.n - 1)
-                    idx = a.n - 1;
-                acc = __dadd_rn(acc, __dmul_rn((double)h[s], (double)a.x[idx]));
-            }
-            a.y[j] = (float)acc;
-        }
-    }
+         j += (size_t)gridDim.x * blockDim.x)
+        a.y[j] = resample_one(a, a.table, a.width, j);
 }
+
+/*
+ * The same computation with the branch table staged in shared memory, rows padded to width + 1
+ * floats. Neighbouring outputs use different branches (phases), so in the global-memory kernel
+ * one warp-wide load of tap k touched up to `up` rows, i.e. as many cache lines: the loads, not
+ * the arithmetic, set its time. With the odd row stride, tap k of the rows falls in different
+ * shared-memory banks. Identical arithmetic, identical results.
+ */
+static __global__ void resample_smem_kernel(struct resample_args a)
+{
+    extern __shared__ float table[];
+    const size_t stride = a.width + 1;
+    for (size_t v = threadIdx.x; v < (size_t)a.up * a.width; v += blockDim.x)
+        table[(v / a.width) * stride + v % a.width] = a.table[v];
+    __syncthreads();
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < a.n_out;
+         j += (size_t)gridDim.x * blockDim.x)
+        a.y[j] = resample_one(a, table, stride, j);
+}
+
+#define RESAMPLE_SMEM_MAX (48u << 10)
 
 static enum ecg_status launch_resample(cudaStream_t stream, const struct resample_args *args,
                                        struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    resample_kernel<<<grid_for(args->n_out), CUDA_THREADS, 0, stream>>>(*args);
+    const size_t smem = (size_t)args->up * (args->width + 1) * sizeof(float);
+    if (smem <= RESAMPLE_SMEM_MAX) {
+        /* a grid of resident blocks (each stages the table once), grid-stride over outputs */
+        size_t blocks = (args->n_out + CUDA_THREADS - 1) / CUDA_THREADS;
+        if (blocks > 4096)
+            blocks = 4096;
+        resample_smem_kernel<<<(unsigned)(blocks ? blocks : 1), CUDA_THREADS, smem, stream>>>(
+            *args);
+    } else {
+        resample_kernel<<<grid_for(args->n_out), CUDA_THREADS, 0, stream>>>(*args);
+    }
     CUDA_LAUNCH_CHECK();
 out:
     return status;

@@ -23,7 +23,7 @@
 #include <math.h>
 
 #include "cuda_internal.h"
-#include "cuda_vae_warp.h"
+#include "cuda_vae.h"
 
 namespace {
 
@@ -53,11 +53,6 @@ struct warp_args {
     float *latent;               /* [k][Z] */
     double *recon;               /* [k] */
 };
-
-__device__ __forceinline__ float swish(float x, float alpha)
-{
-    return x / (1.0f + expf(-alpha * x));
-}
 
 /* Value of the previous lane (0 for lane 0: the zero padding left of the beat). */
 __device__ __forceinline__ float from_left(float v, unsigned lane)
@@ -104,7 +99,7 @@ __device__ __forceinline__ void conv3(const float (&in)[CIN][PIN], const float (
                 acc += w[o][i][1] * xc;
                 acc += w[o][i][2] * xr;
             }
-            out[o][p] = SWISH ? swish(acc, alpha) : acc;
+            out[o][p] = SWISH ? vae_swish(acc, alpha) : acc;
         }
     }
 }

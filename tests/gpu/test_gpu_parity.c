@@ -8,7 +8,7 @@
  * compute-sanitizer, which slows kernels down a hundredfold).
  *
  * Tolerances (what the CUDA backend promises; see the gpu/ sources):
- *   CSV and raw parsing           bit-identical values
+ *   CSV, raw and .npy parsing     bit-identical values
  *   resample, filter (direct)     |gpu - cpu| <= 1e-6 max|cpu|; bit-identical is expected and
  *                                 the count of differing values is printed
  *   filter (FFT, forced)          |gpu - cpu| <= 2e-5 max|cpu|
@@ -416,7 +416,8 @@ static void test_stages_records(void **state)
 static void test_stages_random(void **state)
 {
     NEED_DEVICE(state);
-    static const double rates[] = {360, 250, 500, 1000, 128, 200};
+    /* 499 Hz: 250/499, a branch table too large for shared memory (the global-memory kernel) */
+    static const double rates[] = {360, 250, 500, 1000, 128, 200, 499};
     struct stage_totals tot = {0};
     for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
         for (int kind = 0; kind < 2; kind++) {
@@ -969,6 +970,197 @@ static void test_raw_bits(void **state)
     free(buf);
 }
 
+/* ---------------------------------------------------------------- .npy on the device */
+
+/* One .npy array of the tests. */
+struct npy_case {
+    const char *what;
+    const char *descr;           /* "<f4", ">f8", "|u1"... */
+    size_t leads;                /* 0: 1-D (n,); else 2-D (n, leads) */
+    bool fortran;
+    const char *lead;            /* opts.lead */
+    int major;                   /* header version 1, 2 or 3 */
+    size_t misalign;             /* offset of the data mod 64 (numpy writes 0) */
+    enum ecg_format format;      /* NPY, or AUTO for the sniffer */
+    bool pinned;                 /* in the backend's host memory (one DMA from an offset) */
+};
+
+/* Random bits of one element: any for integers; for floats finite values of every class,
+ * float64 ones chosen to stress the cast to float (rounding, subnormal results, underflow to
+ * zero, -0, values just above FLT_MAX that round down to it). */
+static uint64_t npy_random_bits(char kind, size_t size, unsigned *seed)
+{
+    uint64_t u = (uint64_t)rand_r(seed) << 42 ^ (uint64_t)rand_r(seed) << 21 ^
+                 (uint64_t)rand_r(seed);
+    if (kind != 'f')
+        return u;
+    if (size == 4) {
+        uint32_t b = (uint32_t)u;
+        if ((b >> 23 & 0xffu) == 0xffu)
+            b ^= 1u << 23; /* NaN/Inf -> a finite value */
+        return b;
+    }
+    static const double special[] = {3.4028235e38, -3.4028235e38, 3.4028234663852886e38, 1e-40,
+                                     -1e-42,       1e-50,         -0.0,                  0.0,
+                                     1.0000000596046448, 1.0000001788139343};
+    int pick = rand_r(seed) % 40;
+    double d;
+    if (pick < (int)(sizeof special / sizeof special[0])) {
+        d = special[pick];
+    } else {
+        /* mantissa 1.xxx with 52 random bits, exponent in [-160, 126]: float normals,
+         * subnormals and zeros, never past FLT_MAX */
+        double m = 1.0 + (double)(u & ((1ull << 52) - 1)) / 4503599627370496.0;
+        d = ldexp(m, rand_r(seed) % 287 - 160) * (rand_r(seed) & 1 ? -1 : 1);
+    }
+    memcpy(&u, &d, sizeof u);
+    return u;
+}
+
+/* The .npy body of case c with n rows of random elements (seeded); *len its length. */
+static unsigned char *npy_build(const struct npy_case *c, size_t n, unsigned seed, size_t *len)
+{
+    char dict[256], shape[64];
+    if (c->leads)
+        snprintf(shape, sizeof shape, "(%zu, %zu)", n, c->leads);
+    else
+        snprintf(shape, sizeof shape, "(%zu,)", n);
+    int dict_len =
+        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }",
+                 c->descr, c->fortran ? "True" : "False", shape);
+    assert_true(dict_len > 0 && (size_t)dict_len < sizeof dict);
+    size_t pre = c->major == 1 ? 10 : 12, header_len = (size_t)dict_len + 1; /* + '\n' */
+    while ((pre + header_len) % 64 != c->misalign)
+        header_len++;
+    size_t size = (size_t)(c->descr[2] - '0'), elements = n * (c->leads ? c->leads : 1);
+    *len = pre + header_len + elements * size;
+    unsigned char *b = malloc(*len);
+    assert_non_null(b);
+    memcpy(b, "\x93NUMPY", 6);
+    b[6] = (unsigned char)c->major;
+    b[7] = 0;
+    for (size_t k = 0; k < pre - 8; k++)
+        b[8 + k] = (unsigned char)(header_len >> (8 * k));
+    memset(b + pre, ' ', header_len);
+    memcpy(b + pre, dict, (size_t)dict_len);
+    b[pre + header_len - 1] = '\n';
+    unsigned char *data = b + pre + header_len;
+    for (size_t e = 0; e < elements; e++) {
+        uint64_t bits = npy_random_bits(c->descr[1], size, &seed);
+        unsigned char *elem = data + e * size;
+        for (size_t k = 0; k < size; k++) /* byte k of the little-endian value */
+            elem[c->descr[0] == '>' ? size - 1 - k : k] = (unsigned char)(bits >> 8 * k);
+    }
+    return b;
+}
+
+/* A body the device declines: load_bytes answers UNSUPPORTED without filling err, and the
+ * CUDA engine then reports the host reader's error word for word. */
+static void npy_declined(struct pair *p, struct ecg_engine *engine, const unsigned char *body,
+                         size_t len, const struct ecg_read_opts *opts, const char *what,
+                         enum ecg_status want, const char *want_text)
+{
+    struct ecg_error host = {0}, dev = {0}, eng = {0};
+    struct ecg_signal sig = {0};
+    struct ecg_result *result = NULL;
+    size_t n = 0;
+    double fs = 0;
+    char lead[32] = "";
+    assert_int_equal(ecg_read_memory(body, len, opts, &sig, &host), want);
+    if (!strstr(host.message, want_text))
+        fail_msg("%s: host error \"%s\" lacks \"%s\"", what, host.message, want_text);
+    assert_int_equal(p->gpu->load_bytes(p->gpu_ctx, body, len, opts, &n, &fs, lead, &dev),
+                     ECG_ERR_UNSUPPORTED);
+    assert_int_equal(dev.status, ECG_OK);
+    assert_string_equal(dev.message, "");
+    assert_int_equal(ecg_engine_analyze_bytes(engine, body, len, opts, &result, &eng), want);
+    assert_null(result);
+    assert_string_equal(eng.code, host.code);
+    assert_string_equal(eng.message, host.message);
+    printf("#   %s: handed to the host reader: %s\n", what, host.message);
+}
+
+static void test_npy_bits(void **state)
+{
+    NEED_DEVICE(state);
+    struct pair *p = *state;
+    static const struct npy_case cases[] = {
+        {"npy <f4", "<f4", 0, false, NULL, 1, 0, ECG_FORMAT_NPY, false},
+        {"npy <f8 unaligned", "<f8", 0, false, NULL, 1, 3, ECG_FORMAT_NPY, false},
+        {"npy <i2 unaligned", "<i2", 0, false, "0", 1, 1, ECG_FORMAT_NPY, false},
+        {"npy |i1", "|i1", 0, false, NULL, 1, 0, ECG_FORMAT_NPY, false},
+        {"npy |u1", "|u1", 0, false, NULL, 1, 0, ECG_FORMAT_NPY, false},
+        {"npy <i4 unaligned", "<i4", 0, false, NULL, 1, 2, ECG_FORMAT_NPY, false},
+        {"npy >f4 (big-endian)", ">f4", 0, false, NULL, 1, 0, ECG_FORMAT_NPY, false},
+        {"npy >f8 (big-endian), sniffed", ">f8", 0, false, NULL, 1, 5, ECG_FORMAT_AUTO, false},
+        {"npy <f4 (n, 3) C order, lead 1", "<f4", 3, false, "1", 1, 0, ECG_FORMAT_NPY, false},
+        {"npy >i2 (n, 3) C order, lead 2", ">i2", 3, false, "2", 1, 7, ECG_FORMAT_NPY, false},
+        {"npy <f4 (n, 3) Fortran, lead 2", "<f4", 3, true, "2", 1, 0, ECG_FORMAT_NPY, false},
+        {"npy <f8 (n, 3) Fortran, lead 2, pinned", "<f8", 3, true, "2", 1, 0, ECG_FORMAT_NPY,
+         true},
+        {"npy <f4 v2.0", "<f4", 0, false, NULL, 2, 0, ECG_FORMAT_NPY, false},
+        {"npy <i2 v3.0 (n, 2) Fortran, lead 1", "<i2", 2, true, "1", 3, 0, ECG_FORMAT_NPY,
+         false},
+    };
+    size_t rows = quick() ? 20011 : 100003;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct npy_case *c = &cases[i];
+        size_t len = 0;
+        unsigned char *body = npy_build(c, c->leads ? rows / 3 : rows, 500 + (unsigned)i, &len);
+        struct ecg_read_opts opts = {.format = c->format, .fs_hz = 360, .lead = c->lead};
+        void *pinned = NULL;
+        if (c->pinned && p->gpu->host_alloc) {
+            pinned = p->gpu->host_alloc(p->gpu_state, len);
+            assert_non_null(pinned);
+            memcpy(pinned, body, len);
+        }
+        bytes_parity(p, (const char *)(pinned ? pinned : body), len, &opts, c->what, true);
+        if (pinned)
+            p->gpu->host_free(p->gpu_state, pinned);
+        free(body);
+    }
+
+    /* declined: the host reader decides, and its error reaches the caller unchanged */
+    struct ecg_engine *engine = engine_of(ECG_BACKEND_CUDA, p->model);
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_NPY, .fs_hz = 360};
+    size_t len = 0;
+    const struct npy_case f4 = {"", "<f4", 0, false, NULL, 1, 0, ECG_FORMAT_NPY, false};
+    unsigned char *body = npy_build(&f4, 1000, 1, &len);
+    size_t data_at = len - 1000 * 4;
+    float nan_value = NAN;
+    unsigned char saved[4];
+    memcpy(saved, body + data_at + 17 * 4, 4);
+    memcpy(body + data_at + 17 * 4, &nan_value, 4);
+    npy_declined(p, engine, body, len, &opts, "npy NaN", ECG_ERR_FORMAT, "sample 17 is NaN");
+    memcpy(body + data_at + 17 * 4, saved, 4);
+    opts.format = ECG_FORMAT_AUTO;
+    npy_declined(p, engine, body, len - 1, &opts, "npy truncated", ECG_ERR_FORMAT,
+                 "data size mismatch");
+    opts.format = ECG_FORMAT_NPY;
+    opts.lead = "1";
+    npy_declined(p, engine, body, len, &opts, "npy lead 1 of 1", ECG_ERR_NOT_FOUND,
+                 "lead 1 does not exist");
+    opts.lead = NULL;
+    opts.max_samples = 999;
+    npy_declined(p, engine, body, len, &opts, "npy over max_samples", ECG_ERR_TOO_LARGE,
+                 "exceed the limit of 999");
+    opts.max_samples = 0;
+    unsigned char *key = memmem(body, len, "'descr'", 7);
+    assert_non_null(key);
+    key[5] = 'x';
+    npy_declined(p, engine, body, len, &opts, "npy bad header", ECG_ERR_FORMAT,
+                 "unknown key \"descx\"");
+    free(body);
+    const struct npy_case f8 = {"", "<f8", 0, false, NULL, 1, 0, ECG_FORMAT_NPY, false};
+    body = npy_build(&f8, 100, 2, &len);
+    double huge = 1e300;
+    memcpy(body + len - 100 * 8 + 5 * 8, &huge, 8);
+    npy_declined(p, engine, body, len, &opts, "npy f8 out of float range", ECG_ERR_FORMAT,
+                 "sample 5 is infinite");
+    free(body);
+    ecg_engine_destroy(engine);
+}
+
 /* ---------------------------------------------------------------- errors */
 
 /* A request too big for the device fails with DEVICE_OOM and the context keeps serving. */
@@ -997,6 +1189,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_csv_bits),
         cmocka_unit_test(test_raw_bits),
+        cmocka_unit_test(test_npy_bits),
         cmocka_unit_test(test_stages_records),
         cmocka_unit_test(test_stages_random),
         cmocka_unit_test(test_stages_strips),
