@@ -60,6 +60,41 @@ enum ecg_status read_edf_file(const char *path, const struct ecg_read_opts *opts
 enum ecg_status read_edf_memory(const void *buf, size_t len, const struct ecg_read_opts *opts,
                                 struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
 
+/*
+ * Where the samples of the chosen signal lie in an EDF/BDF body: sample i is stored at
+ * buf + header_bytes + (i / samples_per_record) * record_bytes + signal_offset +
+ * (i % samples_per_record) * bytes_per_sample, and its value is
+ * edf_to_mv(edf_digital(that address, bytes_per_sample, dig_min, dig_max), bitvalue, offset,
+ * scale) (engine/edf_convert.h), exactly what read_edf_memory() computes. The body is
+ * header_bytes + records * record_bytes long.
+ */
+struct edf_layout {
+    size_t header_bytes;       /* 256 * (signals + 1), annotation signals included */
+    size_t record_bytes;       /* one data record: every signal, annotations included */
+    size_t signal_offset;      /* bytes from a record's start to the chosen signal's first */
+    size_t samples_per_record; /* of the chosen signal, > 0 */
+    size_t records;            /* data records in the body, > 0 */
+    size_t n;                  /* records * samples_per_record, within opts->max_samples */
+    int bytes_per_sample;      /* 2 (EDF, EDF+) or 3 (BDF, BDF+) */
+    int dig_min, dig_max;      /* the clamp EDFlib applies */
+    double bitvalue, offset;   /* EDFlib's calibration of the signal */
+    double scale;              /* physical unit to mV */
+    double fs_hz;              /* as read_edf_memory() computes it, checked */
+    char lead[32];             /* the lead label read_edf_memory() sets */
+};
+
+/* read_edf_memory() up to the conversion: EDFlib validates the body, with read_edf_memory()'s
+ * statuses and messages for what it refuses, without the body being copied: EDFlib reads a
+ * sparse memfd holding only the header and the first data record (all that EDFlib 1.22/1.23
+ * reads when it opens a file without annotations). Returns ECG_ERR_UNSUPPORTED, err untouched,
+ * where it declines before EDFlib sees the body (shorter than 256 bytes, a signal count or a
+ * samples-per-record field EDFlib would refuse) or cannot state the layout with certainty
+ * (another EDFlib version, a header EDFlib reads differently from read_edf.c's parse). Any
+ * failure means: let read_edf_memory() decide. Fills *out on success, leaves it untouched on
+ * failure. */
+enum ecg_status read_edf_layout(const void *buf, size_t len, const struct ecg_read_opts *opts,
+                                struct edf_layout *out, struct ecg_error *err) ECG_WUR;
+
 /* JSON {"fs": 360, "signal": [...], "lead": "MLII"} through cJSON. */
 enum ecg_status read_json(const char *buf, size_t len, const struct ecg_read_opts *opts,
                           struct ecg_signal *out, struct ecg_error *err) ECG_WUR;

@@ -4,7 +4,7 @@
  *
  * Layout of the backend:
  *   cuda_backend.cu   the ops table: open/close, contexts, load, read_buf/write_buf, fetch
- *   cuda_read.cu      load_bytes: CSV parsed on the device, raw float32/float64/int16, .npy
+ *   cuda_read.cu      load_bytes: CSV parsed on the device, raw float32/float64/int16, .npy, EDF
  *   cuda_upload.cu    streaming uploads: request bodies copied to the device as they arrive,
  *                     and load_upload, which parses from that copy (cuda_read.cu's parsers)
  *   cuda_resample.cu  polyphase resampler            (twin of engine/cpu/resample.c)

@@ -15,8 +15,15 @@
  * makes except the finite one); one thread per sample then assembles the chosen lead's element
  * from its bytes (any alignment, either byte order, C or Fortran order) and converts it as
  * read_npy.c's load_element() does (f4, f8, i1, i2, i4, u1); a non-finite value sets the flag.
- * Only the span of the lead's samples is uploaded. So .npy, like the raw formats, needs no
- * host-side conversion (EDF still goes through the host reader).
+ * Only the span of the lead's samples is uploaded.
+ *
+ * EDF, EDF+, BDF and BDF+ (sniffed by their version fields under AUTO, as read.c does): the host
+ * runs engine/read_edf.c's read_edf_layout(), which has EDFlib validate the body through a sparse
+ * memfd (header and first data record only, no copy of the rest) and says where the chosen
+ * signal's samples lie; one thread per sample then assembles the little-endian 16-bit (EDF) or
+ * 24-bit (BDF) value from its record and converts it with engine/edf_convert.h, the very
+ * arithmetic read_edf.c applies; a non-finite value sets the flag. So .npy and EDF, like the raw
+ * formats, need no host-side conversion.
  *
  * CSV (engine/read_csv.c defines the grammar): the host reads only the first non-blank line
  * (delimiter, header, which column), with read_csv.c's rules; the rest is parsed on the device:
@@ -27,9 +34,9 @@
  *   4. HARD tokens (rare: >19 digits, big exponents, float midpoints) are re-parsed on the host
  *      with ecg_parse_float and written back; blank lines are squeezed out by compaction.
  * Anything the fast paths do not accept as a clean file - a BAD field, a missing column,
- * control bytes, a non-finite value, too many samples, a .npy header the layout step refuses,
- * an unknown or missing option - makes load_bytes answer ECG_ERR_UNSUPPORTED without touching
- * err: the engine then runs the host reader, which accepts or reports the error exactly as
+ * control bytes, a non-finite value, too many samples, a .npy or EDF body the layout step
+ * refuses, an unknown or missing option - makes load_bytes answer ECG_ERR_UNSUPPORTED without
+ * touching err: the engine then runs the host reader, which accepts or reports the error exactly as
  * ecg_read_memory() does. So the device path never decides an error, and what it accepts it
  * parses bit-identically.
  */
@@ -45,6 +52,7 @@
 
 #include "cuda_internal.h"
 #include "cuda_parse_float.cuh"
+#include "edf_convert.h"
 extern "C" {
 #include "read_internal.h" /* no C++ guards of its own */
 }
@@ -119,6 +127,39 @@ static __global__ void npy_kernel(struct npy_args a)
                               : (float)(int32_t)(uint32_t)u;
         else
             v = (float)(uint8_t)u;
+        if (!isfinite(v))
+            *a.bad = 1;
+        a.out[i] = v;
+    }
+}
+
+/* ---------------------------------------------------------------- EDF / BDF */
+
+/* The chosen signal in an EDF/BDF body (engine/read_internal.h's struct edf_layout). */
+struct edf_args {
+    const unsigned char *bytes; /* sample 0's first byte: record 0's copy of the signal */
+    size_t n;
+    size_t samples_per_record;
+    size_t record_bytes;        /* from one record's copy of the signal to the next */
+    int bytes_per_sample;       /* 2 (EDF) or 3 (BDF) */
+    int dig_min, dig_max;
+    double bitvalue, offset, scale;
+    float *out;
+    int *bad;
+};
+
+/* Thread i: sample i, in record i / samples_per_record at position i % samples_per_record,
+ * assembled from its bytes, clamped and converted by edf_convert.h as read_edf.c does; flags a
+ * non-finite value, which the host reader refuses. */
+static __global__ void edf_kernel(struct edf_args a)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t record = i / a.samples_per_record, pos = i - record * a.samples_per_record;
+        const unsigned char *b =
+            a.bytes + record * a.record_bytes + pos * (size_t)a.bytes_per_sample;
+        float v = edf_to_mv(edf_digital(b, a.bytes_per_sample, a.dig_min, a.dig_max), a.bitvalue,
+                            a.offset, a.scale);
         if (!isfinite(v))
             *a.bad = 1;
         a.out[i] = v;
@@ -528,6 +569,54 @@ out:
     return status;
 }
 
+/* EDF/EDF+/BDF/BDF+: the host validates the body with EDFlib without copying it
+ * (engine/read_edf.c's read_edf_layout, which also applies the lead, the sample limit and the
+ * rate checks), the device converts the chosen signal. Status UNSUPPORTED hands the input back to
+ * the host reader, which words any error; err is filled only for a device failure. d_src: as for
+ * load_raw. Only the bytes from the signal's first sample in record 0 to its last in the last
+ * record are uploaded; the rate and the lead label come from the file. */
+static enum ecg_status load_edf(struct cuda_ctx *ctx, const void *buf, size_t len,
+                                const char *d_src, const struct ecg_read_opts *opts,
+                                size_t *n_out, double *fs_out, char lead[32],
+                                struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct edf_layout l;
+    struct ecg_error host_err;
+    struct edf_args a;
+    size_t span_off, span_len;
+    int *d_bad;
+    memset(&host_err, 0, sizeof host_err);
+    if (read_edf_layout(buf, len, opts, &l, &host_err) != ECG_OK)
+        return ECG_ERR_UNSUPPORTED;
+    /* the layout guarantees header_bytes + records * record_bytes == len and that the signal's
+     * samples_per_record * bytes_per_sample bytes lie inside a record, so the span ends at or
+     * before len */
+    span_off = l.header_bytes + l.signal_offset;
+    span_len = (l.records - 1) * l.record_bytes + l.samples_per_record * (size_t)l.bytes_per_sample;
+    ECG_TRY(dbuf_reserve(ctx, &ctx->input, l.n * sizeof(float), err));
+    ECG_TRY(device_span(ctx, buf, d_src, span_off, span_len, &a.bytes, &d_bad, err));
+    a.n = l.n;
+    a.samples_per_record = l.samples_per_record;
+    a.record_bytes = l.record_bytes;
+    a.bytes_per_sample = l.bytes_per_sample;
+    a.dig_min = l.dig_min;
+    a.dig_max = l.dig_max;
+    a.bitvalue = l.bitvalue;
+    a.offset = l.offset;
+    a.scale = l.scale;
+    a.out = (float *)ctx->input.ptr;
+    a.bad = d_bad;
+    edf_kernel<<<grid_for(l.n), CUDA_THREADS, 0, ctx->stream>>>(a);
+    CUDA_LAUNCH_CHECK();
+    ECG_TRY(span_flag(ctx, d_bad, err));
+    *n_out = l.n;
+    *fs_out = l.fs_hz;
+    memcpy(lead, l.lead, 32);
+out:
+    return status;
+}
+
 /* Re-parses the HARD lines on the host (they are rare) and writes their values back. */
 static enum ecg_status resolve_hard(struct cuda_ctx *ctx, const char *data,
                                     const struct csv_args *a, size_t n_hard, int64_t *d_idx,
@@ -737,18 +826,24 @@ extern "C" enum ecg_status cuda_load_from(struct cuda_ctx *ctx, const void *buf,
     enum ecg_format format;
     size_t count = 0;
     char label[32] = "";
+    double rate;
     if (!opts || !buf || len == 0)
         return ECG_ERR_UNSUPPORTED;
     format = opts->format;
     if (format == ECG_FORMAT_AUTO && len >= 6 && memcmp(buf, "\x93NUMPY", 6) == 0)
         format = ECG_FORMAT_NPY; /* read.c's sniff_format() tests the magic first too */
+    else if (format == ECG_FORMAT_AUTO && len >= 8 &&
+             (memcmp(buf, "0       ", 8) == 0 || memcmp(buf, "\xff" "BIOSEMI", 8) == 0))
+        format = ECG_FORMAT_EDF; /* and then EDF's and BDF's version fields */
     else if (format == ECG_FORMAT_AUTO && sniff_is_csv((const unsigned char *)buf, len))
         format = ECG_FORMAT_CSV;
     if (format != ECG_FORMAT_CSV && format != ECG_FORMAT_F32 && format != ECG_FORMAT_F64 &&
-        format != ECG_FORMAT_I16 && format != ECG_FORMAT_NPY)
+        format != ECG_FORMAT_I16 && format != ECG_FORMAT_NPY && format != ECG_FORMAT_EDF)
         return ECG_ERR_UNSUPPORTED;
-    if (!(opts->fs_hz > 0) || !isfinite(opts->fs_hz))
+    /* EDF carries its rate (opts->fs_hz is ignored, as by the host reader) */
+    if (format != ECG_FORMAT_EDF && (!(opts->fs_hz > 0) || !isfinite(opts->fs_hz)))
         return ECG_ERR_UNSUPPORTED; /* the host reader words the missing-rate error */
+    rate = opts->fs_hz;
     ECG_TRY(ctx_enter(ctx, err));
     ctx->n_in = ctx->n_a = ctx->n_beats = ctx->emb_len = 0;
     ctx->encoded = false;
@@ -757,13 +852,15 @@ extern "C" enum ecg_status cuda_load_from(struct cuda_ctx *ctx, const void *buf,
         status = load_csv(ctx, (const char *)buf, len, d_bytes, opts, &count, label, err);
     else if (format == ECG_FORMAT_NPY)
         status = load_npy(ctx, buf, len, d_bytes, opts, &count, err); /* no label, as on the host */
+    else if (format == ECG_FORMAT_EDF)
+        status = load_edf(ctx, buf, len, d_bytes, opts, &count, &rate, label, err);
     else
         status = load_raw(ctx, buf, len, d_bytes, (int)format, opts, &count, err);
     if (status != ECG_OK)
         goto out;
     ctx->n_in = count;
     *n = count;
-    *fs_hz = opts->fs_hz;
+    *fs_hz = rate;
     memcpy(lead, label, 32);
 out:
     return status;

@@ -108,7 +108,8 @@ extern "C" enum ecg_status cuda_upload_begin(void *state_ptr, const void *host, 
         !streaming_enabled())
         return ECG_ERR_UNSUPPORTED;
     if (format != ECG_FORMAT_CSV && format != ECG_FORMAT_F32 && format != ECG_FORMAT_F64 &&
-        format != ECG_FORMAT_I16 && format != ECG_FORMAT_NPY && format != ECG_FORMAT_AUTO)
+        format != ECG_FORMAT_I16 && format != ECG_FORMAT_NPY && format != ECG_FORMAT_EDF &&
+        format != ECG_FORMAT_AUTO)
         return ECG_ERR_UNSUPPORTED;
     slot = __atomic_fetch_add(&state->next_upload, 1u, __ATOMIC_RELAXED);
     dev = &state->dev[slot % (unsigned)state->n_devices];

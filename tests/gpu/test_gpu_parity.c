@@ -8,7 +8,7 @@
  * compute-sanitizer, which slows kernels down a hundredfold).
  *
  * Tolerances (what the CUDA backend promises; see the gpu/ sources):
- *   CSV, raw and .npy parsing     bit-identical values
+ *   CSV, raw, .npy, EDF parsing   bit-identical values
  *   resample, filter (direct)     |gpu - cpu| <= 1e-6 max|cpu|; bit-identical is expected and
  *                                 the count of differing values is printed
  *   filter (FFT, forced)          |gpu - cpu| <= 2e-5 max|cpu|
@@ -29,8 +29,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
+#include <edflib.h>
 
 #include "backend.h"
 #include "cpu/cpu.h"
@@ -1056,9 +1058,9 @@ static unsigned char *npy_build(const struct npy_case *c, size_t n, unsigned see
 
 /* A body the device declines: load_bytes answers UNSUPPORTED without filling err, and the
  * CUDA engine then reports the host reader's error word for word. */
-static void npy_declined(struct pair *p, struct ecg_engine *engine, const unsigned char *body,
-                         size_t len, const struct ecg_read_opts *opts, const char *what,
-                         enum ecg_status want, const char *want_text)
+static void body_declined(struct pair *p, struct ecg_engine *engine, const unsigned char *body,
+                          size_t len, const struct ecg_read_opts *opts, const char *what,
+                          enum ecg_status want, const char *want_text)
 {
     struct ecg_error host = {0}, dev = {0}, eng = {0};
     struct ecg_signal sig = {0};
@@ -1131,32 +1133,295 @@ static void test_npy_bits(void **state)
     unsigned char saved[4];
     memcpy(saved, body + data_at + 17 * 4, 4);
     memcpy(body + data_at + 17 * 4, &nan_value, 4);
-    npy_declined(p, engine, body, len, &opts, "npy NaN", ECG_ERR_FORMAT, "sample 17 is NaN");
+    body_declined(p, engine, body, len, &opts, "npy NaN", ECG_ERR_FORMAT, "sample 17 is NaN");
     memcpy(body + data_at + 17 * 4, saved, 4);
     opts.format = ECG_FORMAT_AUTO;
-    npy_declined(p, engine, body, len - 1, &opts, "npy truncated", ECG_ERR_FORMAT,
-                 "data size mismatch");
+    body_declined(p, engine, body, len - 1, &opts, "npy truncated", ECG_ERR_FORMAT,
+                  "data size mismatch");
     opts.format = ECG_FORMAT_NPY;
     opts.lead = "1";
-    npy_declined(p, engine, body, len, &opts, "npy lead 1 of 1", ECG_ERR_NOT_FOUND,
-                 "lead 1 does not exist");
+    body_declined(p, engine, body, len, &opts, "npy lead 1 of 1", ECG_ERR_NOT_FOUND,
+                  "lead 1 does not exist");
     opts.lead = NULL;
     opts.max_samples = 999;
-    npy_declined(p, engine, body, len, &opts, "npy over max_samples", ECG_ERR_TOO_LARGE,
-                 "exceed the limit of 999");
+    body_declined(p, engine, body, len, &opts, "npy over max_samples", ECG_ERR_TOO_LARGE,
+                  "exceed the limit of 999");
     opts.max_samples = 0;
     unsigned char *key = memmem(body, len, "'descr'", 7);
     assert_non_null(key);
     key[5] = 'x';
-    npy_declined(p, engine, body, len, &opts, "npy bad header", ECG_ERR_FORMAT,
-                 "unknown key \"descx\"");
+    body_declined(p, engine, body, len, &opts, "npy bad header", ECG_ERR_FORMAT,
+                  "unknown key \"descx\"");
     free(body);
     const struct npy_case f8 = {"", "<f8", 0, false, NULL, 1, 0, ECG_FORMAT_NPY, false};
     body = npy_build(&f8, 100, 2, &len);
     double huge = 1e300;
     memcpy(body + len - 100 * 8 + 5 * 8, &huge, 8);
-    npy_declined(p, engine, body, len, &opts, "npy f8 out of float range", ECG_ERR_FORMAT,
-                 "sample 5 is infinite");
+    body_declined(p, engine, body, len, &opts, "npy f8 out of float range", ECG_ERR_FORMAT,
+                  "sample 5 is infinite");
+    free(body);
+    ecg_engine_destroy(engine);
+}
+
+/* ---------------------------------------------------------------- EDF and BDF on the device */
+
+/* Signals of the EDF fixtures: different samples per record, calibrations with a non-trivial
+ * bitvalue and offset (asymmetric ranges), units in mV, uV (scaled) and an unknown one. */
+struct edf_sig {
+    const char *label, *unit;
+    int spr;                      /* samples per data record */
+    double phys_min, phys_max;
+    int dig_min[2], dig_max[2];   /* [0] EDF, [1] BDF */
+};
+
+static const struct edf_sig edf_sigs[] = {
+    {"MLII", "mV", 360, -3.25, 12.5, {-2048, -600000}, {2047, 600000}},
+    {"V1", "uV", 180, -5000, 4000, {-32768, -8388608}, {32767, 8388607}},
+    {"Resp", "Ohm", 25, 0, 1000, {-100, -100}, {3000, 3000}},
+};
+#define EDF_SIGS (sizeof edf_sigs / sizeof edf_sigs[0])
+
+/* One EDF body of the tests. */
+struct edf_case {
+    const char *what;
+    int filetype;          /* EDFLIB_FILETYPE_EDFPLUS or _BDFPLUS (what EDFlib writes) */
+    bool plain;            /* "EDF+C"/"BDF+C" blanked: plain EDF/BDF, whose annotation signal
+                            * becomes an ordinary one */
+    const char *lead;
+    int duration;          /* data record duration, units of 10 us */
+    enum ecg_format format;
+    bool pinned;
+};
+
+/* Where sample i of raw signal sig (annotation signals counted) lies in an EDF body, read from
+ * the header as the format defines it. */
+static size_t edf_sample_at(const unsigned char *b, int sig, size_t i)
+{
+    char field[9] = "";
+    memcpy(field, b + 252, 4);
+    field[4] = 0;
+    int ns = atoi(field), bps = b[0] == 0xff ? 3 : 2;
+    size_t record = 0, before = 0, spr = 0;
+    for (int k = 0; k < ns; k++) {
+        memcpy(field, b + 256 + ns * 216 + k * 8, 8);
+        field[8] = 0;
+        size_t n = (size_t)atoi(field);
+        if (k < sig)
+            before += n * (size_t)bps;
+        if (k == sig)
+            spr = n;
+        record += n * (size_t)bps;
+    }
+    return 256 * (size_t)(ns + 1) + i / spr * record + before + i % spr * (size_t)bps;
+}
+
+/* Writes case c with EDFlib (n_records data records of random digital values, seeded; + types
+ * with annotations) into a temporary file and returns its bytes; *len their count. A few values
+ * of MLII are then set outside its digital range, which the readers clamp. */
+static unsigned char *edf_build(const struct edf_case *c, int n_records, unsigned seed,
+                                size_t *len)
+{
+    char path[] = "/tmp/ecg-parity-edf-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    bool bdf = c->filetype == EDFLIB_FILETYPE_BDFPLUS;
+    int h = edfopen_file_writeonly(path, c->filetype, (int)EDF_SIGS);
+    if (h < 0)
+        fail_msg("edfopen_file_writeonly: %d", h);
+    assert_int_equal(edf_set_datarecord_duration(h, c->duration), 0);
+    for (int s = 0; s < (int)EDF_SIGS; s++) {
+        const struct edf_sig *e = &edf_sigs[s];
+        assert_int_equal(edf_set_samplefrequency(h, s, e->spr), 0);
+        assert_int_equal(edf_set_digital_minimum(h, s, e->dig_min[bdf]), 0);
+        assert_int_equal(edf_set_digital_maximum(h, s, e->dig_max[bdf]), 0);
+        assert_int_equal(edf_set_physical_minimum(h, s, e->phys_min), 0);
+        assert_int_equal(edf_set_physical_maximum(h, s, e->phys_max), 0);
+        assert_int_equal(edf_set_label(h, s, e->label), 0);
+        assert_int_equal(edf_set_physical_dimension(h, s, e->unit), 0);
+    }
+    int *values = malloc(edf_sigs[0].spr * sizeof *values);
+    assert_non_null(values);
+    for (int r = 0; r < n_records; r++) {
+        for (int s = 0; s < (int)EDF_SIGS; s++) {
+            const struct edf_sig *e = &edf_sigs[s];
+            long span = (long)e->dig_max[bdf] - e->dig_min[bdf] + 1;
+            for (int i = 0; i < e->spr; i++)
+                values[i] = (int)(e->dig_min[bdf] +
+                                  (long)(((unsigned long)rand_r(&seed) << 16 ^
+                                          (unsigned long)rand_r(&seed)) % (unsigned long)span));
+            assert_int_equal(edfwrite_digital_samples(h, values), 0);
+        }
+    }
+    free(values);
+    if (c->filetype == EDFLIB_FILETYPE_EDFPLUS || c->filetype == EDFLIB_FILETYPE_BDFPLUS)
+        for (int a = 0; a < 12; a++)
+            assert_int_equal(edfwrite_annotation_utf8(h, 3000LL * a + 7, -1, "beat"), 0);
+    assert_int_equal(edfclose_file(h), 0);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long size = ftell(f);
+    assert_true(size > 0);
+    rewind(f);
+    unsigned char *b = malloc((size_t)size);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    unlink(path);
+    *len = (size_t)size;
+    if (c->plain)
+        memcpy(b + 192, "     ", 5);
+    /* out-of-range values of MLII, in records 0 and 1 and the last */
+    static const unsigned char high[3] = {0xff, 0x7f, 0x00}, low[3] = {0x00, 0x80, 0xff};
+    static const unsigned char high24[3] = {0xff, 0xff, 0x7f}, low24[3] = {0x00, 0x00, 0x80};
+    size_t where[] = {3, (size_t)edf_sigs[0].spr + 5, (size_t)n_records * edf_sigs[0].spr - 1};
+    for (size_t k = 0; k < sizeof where / sizeof where[0]; k++) {
+        const unsigned char *value = bdf ? (k % 2 ? low24 : high24) : (k % 2 ? low : high);
+        memcpy(b + edf_sample_at(b, 0, where[k]), value, bdf ? 3 : 2);
+    }
+    return b;
+}
+
+/* Moves the last signal of an EDF body (EDFlib writes the annotation signal last) to the front,
+ * in the header and in every data record, so that the data signals follow it. */
+static void edf_last_first(unsigned char *b, size_t len)
+{
+    static const int widths[] = {16, 80, 8, 8, 8, 8, 8, 80, 8, 32};
+    char field[9] = "";
+    memcpy(field, b + 252, 4);
+    int ns = atoi(field), bps = b[0] == 0xff ? 3 : 2;
+    size_t at = 256, record = 0, last = 0;
+    unsigned char tmp[80];
+    for (size_t f = 0; f < sizeof widths / sizeof widths[0]; f++) {
+        size_t w = (size_t)widths[f];
+        memcpy(tmp, b + at + (size_t)(ns - 1) * w, w);
+        memmove(b + at + w, b + at, (size_t)(ns - 1) * w);
+        memcpy(b + at, tmp, w);
+        at += (size_t)ns * w;
+    }
+    for (int k = 0; k < ns; k++) { /* samples per record: the moved signal's now come first */
+        memcpy(field, b + 256 + ns * 216 + k * 8, 8);
+        field[8] = 0;
+        record += (size_t)atoi(field) * (size_t)bps;
+        if (k == 0)
+            last = (size_t)atoi(field) * (size_t)bps;
+    }
+    unsigned char *moved = malloc(last);
+    assert_non_null(moved);
+    for (size_t r = at; r + record <= len; r += record) {
+        memcpy(moved, b + r + record - last, last);
+        memmove(b + r + last, b + r, record - last);
+        memcpy(b + r, moved, last);
+    }
+    free(moved);
+}
+
+static void test_edf_bits(void **state)
+{
+    NEED_DEVICE(state);
+    struct pair *p = *state;
+    static const struct edf_case cases[] = {
+        {"EDF+ lead 0 (MLII, mV), sniffed", EDFLIB_FILETYPE_EDFPLUS, false, NULL, 100000,
+         ECG_FORMAT_AUTO, false},
+        {"EDF+ lead V1 (uV)", EDFLIB_FILETYPE_EDFPLUS, false, "V1", 100000, ECG_FORMAT_EDF, false},
+        {"EDF+ lead 2 (Resp), 0.5 s records", EDFLIB_FILETYPE_EDFPLUS, false, "2", 50000,
+         ECG_FORMAT_EDF, false},
+        {"EDF+ lead resp (case), pinned", EDFLIB_FILETYPE_EDFPLUS, false, "resp", 100000,
+         ECG_FORMAT_EDF, true},
+        {"BDF+ lead 0, sniffed", EDFLIB_FILETYPE_BDFPLUS, false, "0", 100000, ECG_FORMAT_AUTO,
+         false},
+        {"BDF+ lead v1 (case, uV), 0.25 s records", EDFLIB_FILETYPE_BDFPLUS, false, "v1", 25000,
+         ECG_FORMAT_EDF, false},
+        {"BDF+ lead 2", EDFLIB_FILETYPE_BDFPLUS, false, "2", 100000, ECG_FORMAT_EDF, false},
+        {"EDF lead 1", EDFLIB_FILETYPE_EDFPLUS, true, "1", 100000, ECG_FORMAT_EDF, false},
+        {"EDF lead 3 (the former annotation signal)", EDFLIB_FILETYPE_EDFPLUS, true, "3", 100000,
+         ECG_FORMAT_EDF, false},
+        {"BDF lead MLII, sniffed", EDFLIB_FILETYPE_BDFPLUS, true, "MLII", 100000,
+         ECG_FORMAT_AUTO, false},
+        {"BDF lead 2, pinned", EDFLIB_FILETYPE_BDFPLUS, true, "2", 100000, ECG_FORMAT_EDF, true},
+    };
+    int n_records = quick() ? 60 : 600;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct edf_case *c = &cases[i];
+        size_t len = 0;
+        unsigned char *body = edf_build(c, n_records, 900 + (unsigned)i, &len);
+        struct ecg_read_opts opts = {.format = c->format, .fs_hz = 123, .lead = c->lead};
+        void *pinned = NULL;
+        if (c->pinned && p->gpu->host_alloc) {
+            pinned = p->gpu->host_alloc(p->gpu_state, len);
+            assert_non_null(pinned);
+            memcpy(pinned, body, len);
+        }
+        bytes_parity(p, (const char *)(pinned ? pinned : body), len, &opts, c->what, true);
+        if (pinned)
+            p->gpu->host_free(p->gpu_state, pinned);
+        free(body);
+    }
+
+    /* EDFlib reads only the first record's annotations when it opens a file without reading
+     * them: garbage in the others changes nothing for the host, nor for the device */
+    const struct edf_case plus = {"", EDFLIB_FILETYPE_EDFPLUS, false, NULL, 100000,
+                                  ECG_FORMAT_EDF, false};
+    size_t len = 0;
+    unsigned char *body = edf_build(&plus, 50, 7, &len);
+    for (size_t r = 1; r < 50; r++)
+        body[edf_sample_at(body, (int)EDF_SIGS, 0) + r * (edf_sample_at(body, 0, 360) -
+                                                          edf_sample_at(body, 0, 0))] = 0xff;
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_EDF, .lead = "V1"};
+    bytes_parity(p, (const char *)body, len, &opts, "EDF+ with garbage in later annotations",
+                 true);
+
+    /* the annotation signal first, then the data signals (in BDF+ too) */
+    size_t moved_len = 0;
+    unsigned char *moved = edf_build(&plus, 50, 8, &moved_len);
+    edf_last_first(moved, moved_len);
+    opts.lead = "Resp";
+    bytes_parity(p, (const char *)moved, moved_len, &opts, "EDF+ annotations first, lead Resp",
+                 true);
+    free(moved);
+    const struct edf_case bplus = {"", EDFLIB_FILETYPE_BDFPLUS, false, NULL, 100000,
+                                   ECG_FORMAT_EDF, false};
+    moved = edf_build(&bplus, 50, 9, &moved_len);
+    edf_last_first(moved, moved_len);
+    opts.lead = "1";
+    bytes_parity(p, (const char *)moved, moved_len, &opts, "BDF+ annotations first, lead 1",
+                 true);
+    free(moved);
+
+    /* declined: the host reader decides, and its error reaches the caller unchanged */
+    struct ecg_engine *engine = engine_of(ECG_BACKEND_CUDA, p->model);
+    opts.lead = "9";
+    body_declined(p, engine, body, len, &opts, "EDF lead 9 of 3", ECG_ERR_NOT_FOUND,
+                  "lead 9 does not exist");
+    opts.lead = "aVR";
+    body_declined(p, engine, body, len, &opts, "EDF lead aVR", ECG_ERR_NOT_FOUND,
+                  "no signal labelled \"aVR\"");
+    opts.lead = NULL;
+    opts.max_samples = 50 * 360 - 1;
+    body_declined(p, engine, body, len, &opts, "EDF over max_samples", ECG_ERR_TOO_LARGE,
+                  "exceed the limit of 17999");
+    opts.max_samples = 0;
+    body_declined(p, engine, body, len - 1, &opts, "EDF truncated", ECG_ERR_FORMAT,
+                  "file size does not match");
+    body_declined(p, engine, body, 200, &opts, "EDF under 256 bytes", ECG_ERR_FORMAT,
+                  "the fixed header alone is 256");
+    memcpy(body + 192, "EDF+D", 5);
+    body_declined(p, engine, body, len, &opts, "EDF+D", ECG_ERR_UNSUPPORTED,
+                  "discontinuous");
+    memcpy(body + 192, "EDF+C", 5);
+    /* a physical range so wide that every value overflows float */
+    size_t ns = EDF_SIGS + 1, phys_min_at = 256 + ns * 104, phys_max_at = 256 + ns * 112;
+    unsigned char saved_min[8], saved_max[8];
+    memcpy(saved_min, body + phys_min_at, 8);
+    memcpy(saved_max, body + phys_max_at, 8);
+    memcpy(body + phys_min_at, "-1e300  ", 8);
+    memcpy(body + phys_max_at, "1e300   ", 8);
+    body_declined(p, engine, body, len, &opts, "EDF values past float", ECG_ERR_FORMAT,
+                  "sample 0 is infinite");
+    memcpy(body + phys_min_at, saved_min, 8);
+    memcpy(body + phys_max_at, saved_max, 8);
+    bytes_parity(p, (const char *)body, len, &opts, "EDF+ restored", true);
     free(body);
     ecg_engine_destroy(engine);
 }
@@ -1190,6 +1455,7 @@ int main(void)
         cmocka_unit_test(test_csv_bits),
         cmocka_unit_test(test_raw_bits),
         cmocka_unit_test(test_npy_bits),
+        cmocka_unit_test(test_edf_bits),
         cmocka_unit_test(test_stages_records),
         cmocka_unit_test(test_stages_random),
         cmocka_unit_test(test_stages_strips),

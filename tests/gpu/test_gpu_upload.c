@@ -30,6 +30,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <edflib.h>
+#include <math.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "ecg.h"
@@ -279,6 +282,56 @@ static void stream_and_check(struct ecg_engine *engine, const void *bytes, size_
     ecg_engine_host_free(engine, host);
 }
 
+/*
+ * The recording as an EDF+ body (EDFlib writes it to a temporary file, read back as bytes): one
+ * signal "MLII" in mV, whole 1 s records (the tail of the last second is dropped), 16-bit
+ * digital values over +-(the largest |sample|). Returns a malloc'd body; *len its size.
+ */
+static char *edf_body(const struct fixture *fx, size_t *len)
+{
+    char path[] = "/tmp/ecg-upload-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    const int fs = (int)fx->fs_hz;
+    const size_t records = fx->n / (size_t)fs;
+    double peak = 0.0;
+    for (size_t i = 0; i < records * (size_t)fs; i++)
+        peak = fmax(peak, fabs((double)fx->samples[i]));
+    peak = ceil(peak + 1.0);
+    int h = edfopen_file_writeonly(path, EDFLIB_FILETYPE_EDFPLUS, 1);
+    assert_true(h >= 0);
+    assert_int_equal(edf_set_samplefrequency(h, 0, fs), 0);
+    assert_int_equal(edf_set_digital_maximum(h, 0, 32767), 0);
+    assert_int_equal(edf_set_digital_minimum(h, 0, -32767), 0);
+    assert_int_equal(edf_set_physical_maximum(h, 0, peak), 0);
+    assert_int_equal(edf_set_physical_minimum(h, 0, -peak), 0);
+    assert_int_equal(edf_set_label(h, 0, "MLII"), 0);
+    assert_int_equal(edf_set_physical_dimension(h, 0, "mV"), 0);
+    int *digital = malloc((size_t)fs * sizeof *digital);
+    assert_non_null(digital);
+    for (size_t r = 0; r < records; r++) {
+        for (int i = 0; i < fs; i++)
+            digital[i] = (int)lrint(fx->samples[r * (size_t)fs + (size_t)i] / peak * 32767.0);
+        assert_int_equal(edfwrite_digital_samples(h, digital), 0);
+    }
+    free(digital);
+    assert_int_equal(edfclose_file(h), 0);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long size = ftell(f);
+    assert_true(size > 0);
+    rewind(f);
+    char *body = malloc((size_t)size);
+    assert_non_null(body);
+    assert_int_equal(fread(body, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    unlink(path);
+    *len = (size_t)size;
+    return body;
+}
+
 static void test_upload_csv_and_f32(void **state)
 {
     struct fixture *fx = fixture_or_skip(state);
@@ -318,6 +371,14 @@ static void test_upload_csv_and_f32(void **state)
     stream_and_check(engine, npy_body, npy_len, npy_len, &npy, ECG_FORMAT_NPY, ref_npy, "npy");
     free(npy_body);
     ecg_result_free(ref_npy);
+    /* and as an EDF+ body (rate and lead from the file) */
+    struct ecg_read_opts edf = {.format = ECG_FORMAT_EDF};
+    size_t edf_len = 0;
+    char *edf_bytes = edf_body(fx, &edf_len);
+    struct ecg_result *ref_edf = analyze_reference(engine, fx->tiles, edf_bytes, edf_len, &edf);
+    stream_and_check(engine, edf_bytes, edf_len, edf_len, &edf, ECG_FORMAT_EDF, ref_edf, "edf");
+    free(edf_bytes);
+    ecg_result_free(ref_edf);
     ecg_result_free(ref_csv);
     ecg_result_free(ref_f32);
     ecg_engine_destroy(engine);
@@ -342,8 +403,7 @@ static void test_upload_refusals(void **state)
     /* formats the device does not parse */
     char *host = ecg_engine_host_alloc(engine, big);
     assert_non_null(host);
-    static const enum ecg_format host_only[] = {ECG_FORMAT_EDF, ECG_FORMAT_JSON,
-                                                ECG_FORMAT_WFDB};
+    static const enum ecg_format host_only[] = {ECG_FORMAT_JSON, ECG_FORMAT_WFDB};
     for (size_t i = 0; i < sizeof host_only / sizeof host_only[0]; i++)
         assert_null(ecg_engine_upload_begin(engine, host, big, host_only[i]));
     /* while the same pinned buffer in a format the device parses streams */
