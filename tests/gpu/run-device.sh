@@ -56,7 +56,7 @@ if [[ " $parts " == *" sanitize "* ]]; then
         for tool in memcheck racecheck; do
             echo "== compute-sanitizer --tool $tool (quick subset)"
             ECG_GPU_QUICK=1 ECG_GPU_NO_OOM=1 CMOCKA_MESSAGE_OUTPUT=stdout \
-                timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 42 \
+                timeout 480 compute-sanitizer --tool "$tool" --error-exitcode 42 \
                 --leak-check no "$dir/test_gpu_parity" >"$out/sanitize-$tool.log" 2>&1
             rc=$?
             tail -n 25 "$out/sanitize-$tool.log"
