@@ -4,7 +4,8 @@
  *
  * Layout of the backend:
  *   cuda_backend.cu   the ops table: open/close, contexts, load, read_buf/write_buf, fetch
- *   cuda_read.cu      load_bytes: CSV parsed on the device, raw float32/float64/int16, .npy, EDF
+ *   cuda_read.cu      load_bytes: CSV parsed on the device; dispatch of the other formats
+ *   cuda_read_binary.cu  raw float32/float64/int16, .npy and EDF/BDF converted on the device
  *   cuda_upload.cu    streaming uploads: request bodies copied to the device as they arrive,
  *                     and load_upload, which parses from that copy (cuda_read.cu's parsers)
  *   cuda_resample.cu  polyphase resampler            (twin of engine/cpu/resample.c)
@@ -173,6 +174,16 @@ enum ecg_status ctx_sync(struct cuda_ctx *ctx, const char *stage, struct ecg_err
 enum ecg_status cuda_load_bytes(void *ctx, const void *buf, size_t len,
                                 const struct ecg_read_opts *opts, size_t *n, double *fs_hz,
                                 char lead[32], struct ecg_error *err);
+/* The binary formats (cuda_read_binary.cu), called by cuda_load_from: d_src is the body's device
+ * copy or NULL (upload it); ECG_ERR_UNSUPPORTED hands the body to the host reader. */
+enum ecg_status load_raw(struct cuda_ctx *ctx, const void *buf, size_t len, const char *d_src,
+                         int format, const struct ecg_read_opts *opts, size_t *n_out,
+                         struct ecg_error *err);
+enum ecg_status load_npy(struct cuda_ctx *ctx, const void *buf, size_t len, const char *d_src,
+                         const struct ecg_read_opts *opts, size_t *n_out, struct ecg_error *err);
+enum ecg_status load_edf(struct cuda_ctx *ctx, const void *buf, size_t len, const char *d_src,
+                         const struct ecg_read_opts *opts, size_t *n_out, double *fs_out,
+                         char lead[32], struct ecg_error *err);
 /* cuda_load_bytes() of buf, reading the bytes from d_bytes, a device copy of buf[0, len) on the
  * ctx's device that is complete in the ctx's stream order, instead of uploading them (d_bytes
  * NULL: upload them, which is cuda_load_bytes). The host bytes are still read (CSV header, rare

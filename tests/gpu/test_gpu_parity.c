@@ -34,6 +34,8 @@
 #include <cmocka.h>
 #include <edflib.h>
 
+#include "reader_fixtures.h"
+
 #include "backend.h"
 #include "cpu/cpu.h"
 #include "ecg.h"
@@ -1258,18 +1260,8 @@ static unsigned char *edf_build(const struct edf_case *c, int n_records, unsigne
         for (int a = 0; a < 12; a++)
             assert_int_equal(edfwrite_annotation_utf8(h, 3000LL * a + 7, -1, "beat"), 0);
     assert_int_equal(edfclose_file(h), 0);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    long size = ftell(f);
-    assert_true(size > 0);
-    rewind(f);
-    unsigned char *b = malloc((size_t)size);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
+    unsigned char *b = load_file(path, len);
     unlink(path);
-    *len = (size_t)size;
     if (c->plain)
         memcpy(b + 192, "     ", 5);
     /* out-of-range values of MLII, in records 0 and 1 and the last */

@@ -31,6 +31,8 @@
 
 #include <cmocka.h>
 #include <edflib.h>
+
+#include "reader_fixtures.h"
 #include <math.h>
 #include <unistd.h>
 
@@ -317,18 +319,8 @@ static char *edf_body(const struct fixture *fx, size_t *len)
     }
     free(digital);
     assert_int_equal(edfclose_file(h), 0);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    long size = ftell(f);
-    assert_true(size > 0);
-    rewind(f);
-    char *body = malloc((size_t)size);
-    assert_non_null(body);
-    assert_int_equal(fread(body, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
+    char *body = load_file(path, len);
     unlink(path);
-    *len = (size_t)size;
     return body;
 }
 
