@@ -855,6 +855,22 @@ static void bytes_parity(struct pair *p, const char *buf, size_t len,
     ecg_signal_free(&sig);
 }
 
+/* bytes_parity() of a body the device must convert, from a copy in the backend's pinned host
+ * memory when pinned (the DMA path, and a span from an offset of it), else from body itself. */
+static void bytes_parity_from(struct pair *p, const unsigned char *body, size_t len,
+                              const struct ecg_read_opts *opts, const char *what, bool pinned)
+{
+    void *copy = NULL;
+    if (pinned && p->gpu->host_alloc) {
+        copy = p->gpu->host_alloc(p->gpu_state, len);
+        assert_non_null(copy);
+        memcpy(copy, body, len);
+    }
+    bytes_parity(p, (const char *)(copy ? copy : body), len, opts, what, true);
+    if (copy)
+        p->gpu->host_free(p->gpu_state, copy);
+}
+
 /* Random decimal tokens of every shape the grammar allows, hard ones included. */
 static void random_token(char *out, size_t cap, unsigned *seed)
 {
@@ -1112,15 +1128,7 @@ static void test_npy_bits(void **state)
         size_t len = 0;
         unsigned char *body = npy_build(c, c->leads ? rows / 3 : rows, 500 + (unsigned)i, &len);
         struct ecg_read_opts opts = {.format = c->format, .fs_hz = 360, .lead = c->lead};
-        void *pinned = NULL;
-        if (c->pinned && p->gpu->host_alloc) {
-            pinned = p->gpu->host_alloc(p->gpu_state, len);
-            assert_non_null(pinned);
-            memcpy(pinned, body, len);
-        }
-        bytes_parity(p, (const char *)(pinned ? pinned : body), len, &opts, c->what, true);
-        if (pinned)
-            p->gpu->host_free(p->gpu_state, pinned);
+        bytes_parity_from(p, body, len, &opts, c->what, c->pinned);
         free(body);
     }
 
@@ -1339,15 +1347,7 @@ static void test_edf_bits(void **state)
         size_t len = 0;
         unsigned char *body = edf_build(c, n_records, 900 + (unsigned)i, &len);
         struct ecg_read_opts opts = {.format = c->format, .fs_hz = 123, .lead = c->lead};
-        void *pinned = NULL;
-        if (c->pinned && p->gpu->host_alloc) {
-            pinned = p->gpu->host_alloc(p->gpu_state, len);
-            assert_non_null(pinned);
-            memcpy(pinned, body, len);
-        }
-        bytes_parity(p, (const char *)(pinned ? pinned : body), len, &opts, c->what, true);
-        if (pinned)
-            p->gpu->host_free(p->gpu_state, pinned);
+        bytes_parity_from(p, body, len, &opts, c->what, c->pinned);
         free(body);
     }
 
