@@ -221,6 +221,32 @@ static struct ecg_result *analyze_reference(struct ecg_engine *engine, size_t ti
     return result;
 }
 
+/* A test's engine and the fixture's CSV and float32 bodies analysed from plain memory by it:
+ * the references streamed analyses must equal. */
+struct refs {
+    struct ecg_engine *engine;
+    struct ecg_read_opts csv, f32;
+    size_t f32_len;
+    struct ecg_result *ref_csv, *ref_f32;
+};
+
+static void refs_open(const struct fixture *fx, unsigned workers, int device, struct refs *r)
+{
+    r->engine = engine_open(fx, workers, device);
+    r->csv = (struct ecg_read_opts){.format = ECG_FORMAT_CSV, .fs_hz = fx->fs_hz};
+    r->f32 = (struct ecg_read_opts){.format = ECG_FORMAT_F32, .fs_hz = fx->fs_hz};
+    r->f32_len = fx->n * sizeof(float);
+    r->ref_csv = analyze_reference(r->engine, fx->tiles, fx->csv, fx->csv_len, &r->csv);
+    r->ref_f32 = analyze_reference(r->engine, fx->tiles, fx->samples, r->f32_len, &r->f32);
+}
+
+static void refs_close(struct refs *r)
+{
+    ecg_result_free(r->ref_csv);
+    ecg_result_free(r->ref_f32);
+    ecg_engine_destroy(r->engine);
+}
+
 /* Copies src into host (an ecg_engine_host_alloc buffer) in arrival_steps, reporting each step
  * to up (which may be NULL), starting with step index first_step. */
 static void arrive(struct ecg_upload *up, char *host, const void *src, size_t len,
@@ -327,23 +353,17 @@ static char *edf_body(const struct fixture *fx, size_t *len)
 static void test_upload_csv_and_f32(void **state)
 {
     struct fixture *fx = fixture_or_skip(state);
-    struct ecg_engine *engine = engine_open(fx, 1, 0);
-    struct ecg_read_opts csv = {.format = ECG_FORMAT_CSV, .fs_hz = fx->fs_hz};
-    struct ecg_read_opts f32 = {.format = ECG_FORMAT_F32, .fs_hz = fx->fs_hz};
+    struct refs r;
+    refs_open(fx, 1, 0, &r);
     struct ecg_read_opts autodetect = {.format = ECG_FORMAT_AUTO, .fs_hz = fx->fs_hz};
-    size_t f32_len = fx->n * sizeof(float);
     printf("# bodies: CSV %.1f MB, float32 %.1f MB\n", (double)fx->csv_len / 1e6,
-           (double)f32_len / 1e6);
-    struct ecg_result *ref_csv =
-        analyze_reference(engine, fx->tiles, fx->csv, fx->csv_len, &csv);
-    struct ecg_result *ref_f32 =
-        analyze_reference(engine, fx->tiles, fx->samples, f32_len, &f32);
-    stream_and_check(engine, fx->csv, fx->csv_len, fx->csv_len, &csv, ECG_FORMAT_CSV, ref_csv,
+           (double)r.f32_len / 1e6);
+    stream_and_check(r.engine, fx->csv, fx->csv_len, fx->csv_len, &r.csv, ECG_FORMAT_CSV, r.ref_csv,
                      "csv");
-    stream_and_check(engine, fx->samples, f32_len, f32_len, &f32, ECG_FORMAT_F32, ref_f32,
+    stream_and_check(r.engine, fx->samples, r.f32_len, r.f32_len, &r.f32, ECG_FORMAT_F32, r.ref_f32,
                      "f32");
-    stream_and_check(engine, fx->csv, fx->csv_len, fx->csv_len, &autodetect, ECG_FORMAT_AUTO,
-                     ref_csv, "auto (csv)");
+    stream_and_check(r.engine, fx->csv, fx->csv_len, fx->csv_len, &autodetect, ECG_FORMAT_AUTO,
+                     r.ref_csv, "auto (csv)");
     /* the float32 samples as a 1-D .npy (v1.0 header padded to 128 bytes): same beats */
     struct ecg_read_opts npy = {.format = ECG_FORMAT_NPY, .fs_hz = fx->fs_hz};
     char header[128];
@@ -353,27 +373,25 @@ static void test_upload_csv_and_f32(void **state)
     memcpy(header, "\x93NUMPY\x01\x00\x76\x00", 10);
     memset(header + 10 + hl, ' ', (size_t)(127 - 10 - hl));
     header[127] = '\n';
-    size_t npy_len = sizeof header + f32_len;
+    size_t npy_len = sizeof header + r.f32_len;
     char *npy_body = malloc(npy_len);
     assert_non_null(npy_body);
     memcpy(npy_body, header, sizeof header);
-    memcpy(npy_body + sizeof header, fx->samples, f32_len);
-    struct ecg_result *ref_npy = analyze_reference(engine, fx->tiles, npy_body, npy_len, &npy);
-    assert_same_result(ref_f32, ref_npy, "npy reference against f32");
-    stream_and_check(engine, npy_body, npy_len, npy_len, &npy, ECG_FORMAT_NPY, ref_npy, "npy");
+    memcpy(npy_body + sizeof header, fx->samples, r.f32_len);
+    struct ecg_result *ref_npy = analyze_reference(r.engine, fx->tiles, npy_body, npy_len, &npy);
+    assert_same_result(r.ref_f32, ref_npy, "npy reference against f32");
+    stream_and_check(r.engine, npy_body, npy_len, npy_len, &npy, ECG_FORMAT_NPY, ref_npy, "npy");
     free(npy_body);
     ecg_result_free(ref_npy);
     /* and as an EDF+ body (rate and lead from the file) */
     struct ecg_read_opts edf = {.format = ECG_FORMAT_EDF};
     size_t edf_len = 0;
     char *edf_bytes = edf_body(fx, &edf_len);
-    struct ecg_result *ref_edf = analyze_reference(engine, fx->tiles, edf_bytes, edf_len, &edf);
-    stream_and_check(engine, edf_bytes, edf_len, edf_len, &edf, ECG_FORMAT_EDF, ref_edf, "edf");
+    struct ecg_result *ref_edf = analyze_reference(r.engine, fx->tiles, edf_bytes, edf_len, &edf);
+    stream_and_check(r.engine, edf_bytes, edf_len, edf_len, &edf, ECG_FORMAT_EDF, ref_edf, "edf");
     free(edf_bytes);
     ecg_result_free(ref_edf);
-    ecg_result_free(ref_csv);
-    ecg_result_free(ref_f32);
-    ecg_engine_destroy(engine);
+    refs_close(&r);
 }
 
 /* What begin refuses, with nothing to undo; the bytes still analyse. */
@@ -524,26 +542,18 @@ static void test_upload_device_parser_declines(void **state)
 static void test_upload_chunked_capacity(void **state)
 {
     struct fixture *fx = fixture_or_skip(state);
-    struct ecg_engine *engine = engine_open(fx, 1, 0);
-    struct ecg_read_opts csv = {.format = ECG_FORMAT_CSV, .fs_hz = fx->fs_hz};
-    struct ecg_read_opts f32 = {.format = ECG_FORMAT_F32, .fs_hz = fx->fs_hz};
-    size_t f32_len = fx->n * sizeof(float);
-    struct ecg_result *ref_csv =
-        analyze_reference(engine, fx->tiles, fx->csv, fx->csv_len, &csv);
-    struct ecg_result *ref_f32 =
-        analyze_reference(engine, fx->tiles, fx->samples, f32_len, &f32);
+    struct refs r;
+    refs_open(fx, 1, 0, &r);
     /* neither length is a multiple of the 4 MiB batch: a tail is left for the analysis */
-    assert_true(fx->csv_len % (4 * MIB) != 0 && f32_len % (4 * MIB) != 0);
-    stream_and_check(engine, fx->csv, fx->csv_len, 2 * fx->csv_len, &csv, ECG_FORMAT_CSV,
-                     ref_csv, "chunked csv");
-    stream_and_check(engine, fx->samples, f32_len, 2 * f32_len, &f32, ECG_FORMAT_F32, ref_f32,
-                     "chunked f32");
+    assert_true(fx->csv_len % (4 * MIB) != 0 && r.f32_len % (4 * MIB) != 0);
+    stream_and_check(r.engine, fx->csv, fx->csv_len, 2 * fx->csv_len, &r.csv, ECG_FORMAT_CSV,
+                     r.ref_csv, "chunked csv");
+    stream_and_check(r.engine, fx->samples, r.f32_len, 2 * r.f32_len, &r.f32, ECG_FORMAT_F32,
+                     r.ref_f32, "chunked f32");
     /* a buffer just one byte larger than the body: progress never sees it full */
-    stream_and_check(engine, fx->samples, f32_len, f32_len + 1, &f32, ECG_FORMAT_F32, ref_f32,
-                     "f32 in a buffer 1 byte larger");
-    ecg_result_free(ref_csv);
-    ecg_result_free(ref_f32);
-    ecg_engine_destroy(engine);
+    stream_and_check(r.engine, fx->samples, r.f32_len, r.f32_len + 1, &r.f32, ECG_FORMAT_F32,
+                     r.ref_f32, "f32 in a buffer 1 byte larger");
+    refs_close(&r);
 }
 
 /*
@@ -611,24 +621,18 @@ static unsigned stream_growing(struct ecg_engine *engine, const void *bytes, siz
 static void test_upload_regrown(void **state)
 {
     struct fixture *fx = fixture_or_skip(state);
-    struct ecg_engine *engine = engine_open(fx, 1, 0);
-    struct ecg_read_opts csv = {.format = ECG_FORMAT_CSV, .fs_hz = fx->fs_hz};
-    struct ecg_read_opts f32 = {.format = ECG_FORMAT_F32, .fs_hz = fx->fs_hz};
-    size_t f32_len = fx->n * sizeof(float);
-    struct ecg_result *ref_csv =
-        analyze_reference(engine, fx->tiles, fx->csv, fx->csv_len, &csv);
-    struct ecg_result *ref_f32 =
-        analyze_reference(engine, fx->tiles, fx->samples, f32_len, &f32);
+    struct refs r;
+    refs_open(fx, 1, 0, &r);
     /* from 1 MiB, with the 64 KiB then 3 MiB first steps: the CSV (over 5 MB even in quick
      * mode) grows to 4 then 16 MiB at least, the float32 body (2.6 MB in quick mode) to 4 MiB */
-    assert_true(stream_growing(engine, fx->csv, fx->csv_len, &csv, ref_csv, "grown csv") >= 3);
-    assert_true(stream_growing(engine, fx->samples, f32_len, &f32, ref_f32, "grown f32") >= 2);
-    /* and the engine's next upload, in a buffer of the body's size, is unaffected */
-    stream_and_check(engine, fx->samples, f32_len, f32_len, &f32, ECG_FORMAT_F32, ref_f32,
+    assert_true(stream_growing(r.engine, fx->csv, fx->csv_len, &r.csv, r.ref_csv,
+                               "grown csv") >= 3);
+    assert_true(stream_growing(r.engine, fx->samples, r.f32_len, &r.f32, r.ref_f32,
+                               "grown f32") >= 2);
+    /* and the r.engine's next upload, in a buffer of the body's size, is unaffected */
+    stream_and_check(r.engine, fx->samples, r.f32_len, r.f32_len, &r.f32, ECG_FORMAT_F32, r.ref_f32,
                      "f32 after growth");
-    ecg_result_free(ref_csv);
-    ecg_result_free(ref_f32);
-    ecg_engine_destroy(engine);
+    refs_close(&r);
 }
 
 /* Several uploads in flight on one engine, fed interleaved, analysed in another order. */
@@ -636,26 +640,20 @@ static void test_upload_several_at_once(void **state)
 {
     struct fixture *fx = fixture_or_skip(state);
     skip_if_quick();
-    struct ecg_engine *engine = engine_open(fx, 2, 0);
-    struct ecg_read_opts csv = {.format = ECG_FORMAT_CSV, .fs_hz = fx->fs_hz};
-    struct ecg_read_opts f32 = {.format = ECG_FORMAT_F32, .fs_hz = fx->fs_hz};
-    size_t f32_len = fx->n * sizeof(float);
-    struct ecg_result *ref_csv =
-        analyze_reference(engine, fx->tiles, fx->csv, fx->csv_len, &csv);
-    struct ecg_result *ref_f32 =
-        analyze_reference(engine, fx->tiles, fx->samples, f32_len, &f32);
+    struct refs r;
+    refs_open(fx, 2, 0, &r);
     enum { N_UP = 3 };
     const void *src[N_UP] = {fx->csv, fx->samples, fx->csv};
-    size_t len[N_UP] = {fx->csv_len, f32_len, fx->csv_len};
-    const struct ecg_read_opts *opts[N_UP] = {&csv, &f32, &csv};
-    const struct ecg_result *ref[N_UP] = {ref_csv, ref_f32, ref_csv};
+    size_t len[N_UP] = {fx->csv_len, r.f32_len, fx->csv_len};
+    const struct ecg_read_opts *opts[N_UP] = {&r.csv, &r.f32, &r.csv};
+    const struct ecg_result *ref[N_UP] = {r.ref_csv, r.ref_f32, r.ref_csv};
     char *host[N_UP];
     struct ecg_upload *up[N_UP];
     size_t filled[N_UP] = {0};
     for (int i = 0; i < N_UP; i++) {
-        host[i] = ecg_engine_host_alloc(engine, len[i]);
+        host[i] = ecg_engine_host_alloc(r.engine, len[i]);
         assert_non_null(host[i]);
-        up[i] = ecg_engine_upload_begin(engine, host[i], len[i], opts[i]->format);
+        up[i] = ecg_engine_upload_begin(r.engine, host[i], len[i], opts[i]->format);
         assert_non_null(up[i]);
     }
     for (size_t s = 0;; s++) {
@@ -676,7 +674,7 @@ static void test_upload_several_at_once(void **state)
     for (int i = N_UP - 1; i >= 0; i--) {
         struct ecg_error err = {0};
         struct ecg_result *result = NULL;
-        if (ecg_engine_analyze_upload(engine, up[i], len[i], opts[i], &result, &err) != ECG_OK)
+        if (ecg_engine_analyze_upload(r.engine, up[i], len[i], opts[i], &result, &err) != ECG_OK)
             fail_msg("upload %d: %s", i, err.message);
         assert_true(ecg_upload_used_device(up[i]));
         assert_same_result(ref[i], result, "several at once");
@@ -684,11 +682,9 @@ static void test_upload_several_at_once(void **state)
     }
     for (int i = 0; i < N_UP; i++) {
         ecg_upload_free(up[i]);
-        ecg_engine_host_free(engine, host[i]);
+        ecg_engine_host_free(r.engine, host[i]);
     }
-    ecg_result_free(ref_csv);
-    ecg_result_free(ref_f32);
-    ecg_engine_destroy(engine);
+    refs_close(&r);
 }
 
 /* Four threads, each streaming and analysing bodies on an engine of two workers (every visible

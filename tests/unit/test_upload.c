@@ -24,6 +24,17 @@
 
 #define CSV_PATH ECG_TEST_DATA "/mitdb_100s.csv"
 
+/* An engine on the CPU backend, without a model. */
+static struct ecg_engine *cpu_engine(void)
+{
+    struct ecg_engine_config config = {.backend = ECG_BACKEND_CPU, .device = -1};
+    struct ecg_error err = {0};
+    struct ecg_engine *engine = ecg_engine_create(&config, &err);
+    if (!engine)
+        fail_msg("cpu engine: %s", err.message);
+    return engine;
+}
+
 static void assert_same_result(const struct ecg_result *a, const struct ecg_result *b)
 {
     assert_int_equal(a->n_beats, b->n_beats);
@@ -42,11 +53,8 @@ static void assert_same_result(const struct ecg_result *a, const struct ecg_resu
 static void test_cpu_upload_begin_returns_null(void **state)
 {
     (void)state;
-    struct ecg_engine_config config = {.backend = ECG_BACKEND_CPU, .device = -1};
     struct ecg_error err = {0};
-    struct ecg_engine *engine = ecg_engine_create(&config, &err);
-    if (!engine)
-        fail_msg("cpu engine: %s", err.message);
+    struct ecg_engine *engine = cpu_engine();
     size_t csv_len = 0;
     char *csv = load_file(CSV_PATH, &csv_len);
     /* the file, then its rows twice more (> 1 MiB, 300 s): one CSV with one header */
@@ -104,11 +112,8 @@ static void test_cpu_upload_begin_returns_null(void **state)
 static void test_cpu_upload_begin_with_capacity(void **state)
 {
     (void)state;
-    struct ecg_engine_config config = {.backend = ECG_BACKEND_CPU, .device = -1};
     struct ecg_error err = {0};
-    struct ecg_engine *engine = ecg_engine_create(&config, &err);
-    if (!engine)
-        fail_msg("cpu engine: %s", err.message);
+    struct ecg_engine *engine = cpu_engine();
     size_t len = 0;
     char *csv = load_file(CSV_PATH, &len);
     size_t cap = 3 * len;
@@ -150,11 +155,8 @@ static void test_cpu_upload_begin_with_capacity(void **state)
 static void test_null_upload(void **state)
 {
     (void)state;
-    struct ecg_engine_config config = {.backend = ECG_BACKEND_CPU, .device = -1};
     struct ecg_error err = {0};
-    struct ecg_engine *engine = ecg_engine_create(&config, &err);
-    if (!engine)
-        fail_msg("cpu engine: %s", err.message);
+    struct ecg_engine *engine = cpu_engine();
     ecg_upload_free(NULL);
     ecg_upload_progress(NULL, 123);
     assert_false(ecg_upload_used_device(NULL));
