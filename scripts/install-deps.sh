@@ -1,9 +1,25 @@
 #!/usr/bin/env bash
-# Installs the Debian packages ecgd builds, tests and benchmarks with. Idempotent: does nothing
-# when everything is present. Needs root (or sudo) only when something is missing.
+# Installs the Debian packages ecgd builds, tests and benchmarks with, and the npm test tools of
+# package.json (npm ci, into node_modules/, again only when package-lock.json changed).
+# Idempotent: does nothing when everything is present. Needs root (or sudo) only when a Debian
+# package is missing.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# npm test tools (the OpenAPI linter and validator of tests/e2e/test_openapi.sh).
+npm_tools() {
+    command -v npm >/dev/null || { echo "install-deps: npm not found: the OpenAPI test needs it" >&2; return 0; }
+    local stamp=node_modules/.ecgd-lock.sha256 want
+    want=$(sha256sum package-lock.json | cut -d' ' -f1)
+    [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && return 0
+    npm ci --no-audit --no-fund --loglevel=error >&2
+    echo "$want" >"$stamp"
+}
+npm_tools
+
 pkgs=(build-essential pkg-config libmicrohttpd-dev libcjson-dev libfftw3-dev libedf-dev
-      libcmocka-dev libcurl4-openssl-dev curl python3 python3-numpy python3-yaml wrk)
+      libcmocka-dev libcurl4-openssl-dev curl python3 python3-numpy python3-yaml wrk
+      zlib1g-dev libzstd-dev libssl-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -126,6 +126,21 @@ static bool content_type_parse(struct svc_request *req, const char *header,
     return true;
 }
 
+/* The query options of POST /v1/analyze. */
+static const char *const query_names[] = {"fs", "lead", "model", "include", "dtype"};
+
+void svc_route_details(enum svc_route route, FILE *file)
+{
+    if (route == SVC_ROUTE_DECODE)
+        fprintf(file, "  content-type application/json\n");
+    if (route != SVC_ROUTE_ANALYZE)
+        return;
+    for (size_t i = 0; i < sizeof query_names / sizeof query_names[0]; i++)
+        fprintf(file, "  query %s\n", query_names[i]);
+    for (size_t i = 0; i < sizeof media_types / sizeof media_types[0]; i++)
+        fprintf(file, "  content-type %s\n", media_types[i].media);
+}
+
 struct query_check {
     struct svc_request *req;
     bool bad;
@@ -134,12 +149,11 @@ struct query_check {
 static enum MHD_Result query_check_one(void *cls, enum MHD_ValueKind kind, const char *key,
                                        const char *value)
 {
-    static const char *const known[] = {"fs", "lead", "model", "include", "dtype"};
     struct query_check *check = cls;
     (void)kind;
     (void)value;
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (!strcmp(key, known[i]))
+    for (size_t i = 0; i < sizeof query_names / sizeof query_names[0]; i++)
+        if (!strcmp(key, query_names[i]))
             return MHD_YES;
     svc_answer_error(check->req, MHD_HTTP_BAD_REQUEST, "unknown_parameter",
                      "unknown query parameter \"%.40s\" (expected fs, lead, model, include or "

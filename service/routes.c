@@ -74,8 +74,17 @@ enum svc_route svc_route_match(const char *path, char *name, size_t name_size)
     return route;
 }
 
-void svc_routes_print(FILE *file)
+void svc_routes_print(FILE *file, svc_route_details_fn details)
 {
-    for (int route = 0; route < SVC_ROUTE_UNKNOWN; route++)
-        fprintf(file, "%s %s\n", route_defs[route].method, route_defs[route].pattern);
+    for (int route = 0; route < SVC_ROUTE_UNKNOWN; route++) {
+        const char *allow = route_defs[route].allow;
+        while (*allow) {
+            size_t len = strcspn(allow, ", ");
+            fprintf(file, "%.*s %s\n", (int)len, allow, route_defs[route].pattern);
+            allow += len;
+            allow += strspn(allow, ", ");
+        }
+        if (details)
+            details((enum svc_route)route, file);
+    }
 }

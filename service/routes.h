@@ -46,7 +46,15 @@ const struct svc_route_def *svc_route_def(enum svc_route route);
  */
 enum svc_route svc_route_match(const char *path, char *name, size_t name_size);
 
-/* Prints "METHOD PATH" lines of every route, for `ecgd serve --list-routes`. */
-void svc_routes_print(FILE *file);
+/* Prints a route's details as indented "  KIND VALUE" lines (see svc_routes_print). */
+typedef void (*svc_route_details_fn)(enum svc_route route, FILE *file);
+
+/*
+ * Prints every route for `ecgd serve --list-routes`: one "METHOD PATH" line per method it
+ * accepts (HEAD included), each followed by the lines details (may be NULL) prints for it:
+ * "  query NAME", "  content-type TYPE", "  content-encoding CODING", "  accept TYPE". The
+ * OpenAPI test compares this with the document, both ways.
+ */
+void svc_routes_print(FILE *file, svc_route_details_fn details);
 
 #endif /* SVC_ROUTES_H */

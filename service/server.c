@@ -599,7 +599,7 @@ int ecg_service_main(int argc, char **argv)
         free(srv);
         return 0;
     case SVC_CONFIG_LIST_ROUTES:
-        svc_routes_print(stdout);
+        svc_routes_print(stdout, svc_route_details);
         free(srv);
         return 0;
     case SVC_CONFIG_EXIT_USAGE:

@@ -155,6 +155,9 @@ void svc_route_get(struct svc_request *req);
 bool svc_analyze_prepare(struct svc_request *req);
 /* The job: reads and analyses the body, sets the answer (on a worker thread). */
 void svc_analyze_run(struct svc_request *req);
+/* Prints the query options, content types and codings a route takes, for --list-routes
+ * (svc_route_details_fn). */
+void svc_route_details(enum svc_route route, FILE *file);
 
 /* ---- route_models.c */
 void svc_models_list(struct svc_request *req);

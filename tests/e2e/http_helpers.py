@@ -157,7 +157,7 @@ def openapi(doc_path, routes_path):
                 documented.add((method.upper(), path))
     served = set()
     for line in open(routes_path):
-        if line.strip():
+        if line.strip() and not line[0].isspace():  # indented lines: a route's details
             method, path = line.split()
             served.add((method, path))
     missing = served - documented
