@@ -57,6 +57,20 @@ static const struct opt_def opts[] = {
     {"--token", "ECGD_TOKEN", OPT_STR, FIELD(token), 0, 0, "TOKEN",
      "require 'Authorization: Bearer TOKEN' on /v1/ routes (default: none; prefer the "
      "variable, a flag shows in ps)"},
+    {"--admin-port", "ECGD_ADMIN_PORT", OPT_INT, FIELD(admin_port), -1, 65535, "N",
+     "second listener for /healthz, /readyz, /v2/health/... and /metrics with its own small "
+     "connection budget, so probes are never starved (-1 = none, 0 = any free port; default -1)"},
+    {"--header-timeout-s", "ECGD_HEADER_TIMEOUT_S", OPT_UINT, FIELD(header_timeout_s), 1, 3600,
+     "S", "the request line and headers must arrive within this (default 10)"},
+    {"--min-upload-kib-s", "ECGD_MIN_UPLOAD_KIB_S", OPT_UINT, FIELD(min_upload_kib_s), 0,
+     1u << 20, "KIB", "bodies arriving slower than this on average are cut with 408, after "
+     "--header-timeout-s of grace (0 = no minimum; default 4)"},
+    {"--max-conns-per-ip", "ECGD_MAX_CONNS_PER_IP", OPT_UINT, FIELD(max_conns_per_ip), 0,
+     1u << 20, "N", "connections one client address may hold (0 = no limit; default 64)"},
+    {"--memory-budget-mb", "ECGD_MEMORY_BUDGET_MB", OPT_MB, FIELD(memory_budget_bytes), 0,
+     1u << 24, "MB", "memory the requests may reserve together; a request whose worst case "
+     "does not fit gets 503 + Retry-After (0 = 3/4 of the cgroup memory.max, else of RAM; "
+     "default 0)"},
 };
 
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -77,6 +91,10 @@ static void config_defaults(struct svc_config *cfg)
     cfg->timeout_s = SVC_DEFAULT_TIMEOUT_S;
     cfg->queue_depth = SVC_DEFAULT_QUEUE_DEPTH;
     cfg->drain_s = SVC_DEFAULT_DRAIN_S;
+    cfg->admin_port = -1;
+    cfg->header_timeout_s = SVC_DEFAULT_HEADER_TIMEOUT_S;
+    cfg->min_upload_kib_s = SVC_DEFAULT_MIN_UPLOAD_KIB_S;
+    cfg->max_conns_per_ip = SVC_DEFAULT_MAX_CONNS_PER_IP;
 }
 
 /* Parses a whole decimal integer within [min, max]; false on anything else. */
@@ -158,7 +176,9 @@ static void print_help(FILE *out)
             "        POST /v1/models/{name}/decode, GET /v1/info, GET /healthz, GET /readyz,\n"
             "        GET /v2/health/live, GET /v2/health/ready, GET /metrics, GET /openapi.json\n"
             "signals: SIGTERM or SIGINT stop accepting, finish in-flight requests (up to\n"
-            "        --drain-s), then exit 0. Access logs are JSON lines on stderr.\n");
+            "        --drain-s), then exit 0. SIGHUP rescans the model directory (where the\n"
+            "        registry supports it; logged either way); SIGUSR1 and SIGUSR2 are logged\n"
+            "        and ignored. Access logs are JSON lines on stderr.\n");
 }
 
 static const struct opt_def *opt_find(const char *flag, size_t flag_len)
@@ -266,7 +286,11 @@ void svc_config_write_json(const struct svc_config *cfg, struct ecg_buf *out)
     put_string(out, cfg->model);
     ecg_buf_printf(out,
                    ",\"workers\":%u,\"io_threads\":%u,\"max_body_bytes\":%zu,\"timeout_s\":%u,"
-                   "\"queue_depth\":%u,\"drain_s\":%u,\"token\":%s}",
+                   "\"queue_depth\":%u,\"drain_s\":%u,\"token\":%s,\"admin_port\":%d,"
+                   "\"header_timeout_s\":%u,\"min_upload_kib_s\":%u,\"max_conns_per_ip\":%u,"
+                   "\"memory_budget_bytes\":%zu}",
                    cfg->workers, cfg->io_threads, cfg->max_body_bytes, cfg->timeout_s,
-                   cfg->queue_depth, cfg->drain_s, cfg->token[0] ? "\"(set)\"" : "null");
+                   cfg->queue_depth, cfg->drain_s, cfg->token[0] ? "\"(set)\"" : "null",
+                   cfg->admin_port, cfg->header_timeout_s, cfg->min_upload_kib_s,
+                   cfg->max_conns_per_ip, cfg->memory_budget_bytes);
 }

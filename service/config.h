@@ -23,6 +23,9 @@
 #define SVC_DEFAULT_QUEUE_DEPTH 64u
 #define SVC_DEFAULT_DRAIN_S 25u
 #define SVC_MAX_WORKERS 256u
+#define SVC_DEFAULT_HEADER_TIMEOUT_S 10u
+#define SVC_DEFAULT_MIN_UPLOAD_KIB_S 4u
+#define SVC_DEFAULT_MAX_CONNS_PER_IP 64u
 
 struct svc_config {
     char bind[64];                 /* numeric IPv4 or IPv6 address to listen on */
@@ -38,6 +41,11 @@ struct svc_config {
     unsigned queue_depth;          /* analyses allowed to wait beyond the busy workers */
     unsigned drain_s;              /* longest wait for in-flight requests at shutdown */
     char token[256];               /* bearer token for /v1/ routes; "" = none */
+    int admin_port;                /* probes and metrics listener; -1 = none, 0 = any free port */
+    unsigned header_timeout_s;     /* request line and headers must arrive within this */
+    unsigned min_upload_kib_s;     /* slower bodies are cut (after header_timeout_s of grace) */
+    unsigned max_conns_per_ip;     /* connections one client address may hold; 0 = no limit */
+    size_t memory_budget_bytes;    /* 0 = from the cgroup limit, else from physical memory */
 };
 
 enum svc_config_action {
