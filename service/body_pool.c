@@ -157,3 +157,17 @@ void svc_body_pool_fini(struct svc_body_pool *pool)
     pool->idle_bytes = 0;
     pthread_mutex_destroy(&pool->mutex);
 }
+
+void svc_body_pool_trim(struct svc_body_pool *pool)
+{
+    char *drop[SVC_BODY_POOL_SLOTS];
+    unsigned n_drop = 0;
+    pthread_mutex_lock(&pool->mutex);
+    for (unsigned i = 0; i < pool->n_idle; i++)
+        drop[n_drop++] = pool->idle[i].ptr;
+    pool->n_idle = 0;
+    pool->idle_bytes = 0;
+    pthread_mutex_unlock(&pool->mutex);
+    for (unsigned i = 0; i < n_drop; i++)
+        pool_free(pool, drop[i]);
+}

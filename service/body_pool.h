@@ -67,6 +67,9 @@ void svc_body_pool_put(struct svc_body_pool *pool, char *ptr, size_t cap);
 /* Bytes held by idle buffers now. */
 size_t svc_body_pool_idle_bytes(struct svc_body_pool *pool);
 
+/* Frees every idle buffer now (the memory budget needs the room); buffers out stay valid. */
+void svc_body_pool_trim(struct svc_body_pool *pool);
+
 /* Frees every idle buffer. Buffers still out must not be put back afterwards. */
 void svc_body_pool_fini(struct svc_body_pool *pool);
 

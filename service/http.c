@@ -2,6 +2,8 @@
  * http.c - answers: the status mapping, JSON error bodies, sending, and the token check.
  */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +51,7 @@ static void answer_reset(struct svc_request *req)
     req->allow = NULL;
     req->retry_after_s = 0;
     req->www_authenticate = false;
+    /* close_connection stays: it is about the connection, not the answer */
 }
 
 void svc_answer_error(struct svc_request *req, unsigned http_status, const char *code,
@@ -132,7 +135,7 @@ enum MHD_Result svc_answer_send(struct svc_request *req)
     if (req->www_authenticate)
         MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                 "Bearer realm=\"ecgd\"");
-    if (atomic_load(&req->srv->draining))
+    if (req->close_connection || atomic_load(&req->srv->draining))
         MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
     req->bytes_out = len;
     enum MHD_Result queued = MHD_queue_response(req->conn, req->status, response);
@@ -165,4 +168,86 @@ bool svc_token_ok(const struct svc_server *srv, struct MHD_Connection *conn)
         diff |= (unsigned char)(g ^ (unsigned char)expected[i]);
     }
     return diff == 0;
+}
+
+bool svc_parse_decimal(const char *text, double *out)
+{
+    const char *p = text;
+    size_t digits = strspn(p, "0123456789");
+    if (!digits)
+        return false;
+    p += digits;
+    if (*p == '.') {
+        size_t fraction = strspn(p + 1, "0123456789");
+        if (!fraction)
+            return false;
+        p += 1 + fraction;
+    }
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        size_t exponent = strspn(p, "0123456789");
+        if (!exponent)
+            return false;
+        p += exponent;
+    }
+    if (*p)
+        return false;
+    errno = 0;
+    double value = strtod(text, NULL);
+    if (errno || !isfinite(value))
+        return false;
+    *out = value;
+    return true;
+}
+
+static int compare_keys(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first repeated key of one object (sorted, so n log n however many keys), or NULL. */
+static const char *object_duplicate_key(const cJSON *object, bool *no_memory)
+{
+    size_t n = 0;
+    for (const cJSON *a = object->child; a; a = a->next)
+        n++;
+    if (n < 2)
+        return NULL;
+    const char **keys = malloc(n * sizeof *keys);
+    if (!keys) {
+        *no_memory = true;
+        return NULL;
+    }
+    size_t i = 0;
+    for (const cJSON *a = object->child; a; a = a->next)
+        keys[i++] = a->string ? a->string : "";
+    qsort(keys, n, sizeof *keys, compare_keys);
+    const char *found = NULL;
+    for (i = 1; i < n && !found; i++)
+        if (!strcmp(keys[i - 1], keys[i]))
+            found = keys[i];
+    free(keys);
+    return found;
+}
+
+const char *svc_json_duplicate_key(const cJSON *item)
+{
+    bool no_memory = false;
+    for (; item; item = item->next) {
+        if (cJSON_IsObject(item)) {
+            const char *found = object_duplicate_key(item, &no_memory);
+            if (found)
+                return found;
+            if (no_memory)
+                return "(out of memory while checking keys)";
+        }
+        if (item->child) {
+            const char *found = svc_json_duplicate_key(item->child);
+            if (found)
+                return found;
+        }
+    }
+    return NULL;
 }

@@ -3,6 +3,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -101,4 +102,73 @@ void svc_log(const char *level, const char *event, const char *fmt, ...)
     ecg_buf_puts(&line, ",\"message\":");
     svc_json_string(&line, message);
     svc_log_end(&line);
+}
+
+void svc_log_limiter_init(struct svc_log_limiter *limiter)
+{
+    memset(limiter, 0, sizeof *limiter);
+    pthread_mutex_init(&limiter->mutex, NULL);
+}
+
+void svc_log_limiter_fini(struct svc_log_limiter *limiter)
+{
+    pthread_mutex_destroy(&limiter->mutex);
+}
+
+/* True when one more line fits this second; *dropped = lines dropped before it (then reset). */
+static bool limiter_take(struct svc_log_limiter *limiter, uint64_t *dropped)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    pthread_mutex_lock(&limiter->mutex);
+    if (now.tv_sec != limiter->window_s) {
+        limiter->window_s = now.tv_sec;
+        limiter->in_window = 0;
+    }
+    bool allowed = limiter->in_window < SVC_LOG_NOISE_PER_S;
+    *dropped = 0;
+    if (allowed) {
+        limiter->in_window++;
+        *dropped = limiter->suppressed;
+        limiter->suppressed = 0;
+    } else {
+        limiter->suppressed++;
+        limiter->suppressed_total++;
+    }
+    pthread_mutex_unlock(&limiter->mutex);
+    return allowed;
+}
+
+void svc_log_noise_line(struct svc_log_limiter *limiter, struct ecg_buf *line)
+{
+    uint64_t dropped = 0;
+    if (!limiter_take(limiter, &dropped)) {
+        ecg_buf_fini(line);
+        return;
+    }
+    if (dropped)
+        ecg_buf_printf(line, ",\"suppressed_before\":%llu", (unsigned long long)dropped);
+    svc_log_end(line);
+}
+
+void svc_log_noise(struct svc_log_limiter *limiter, const char *event, const char *fmt, ...)
+{
+    char message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    struct ecg_buf line = {0};
+    svc_log_begin(&line, "warn", event);
+    ecg_buf_puts(&line, ",\"message\":");
+    svc_json_string(&line, message);
+    svc_log_noise_line(limiter, &line);
+}
+
+uint64_t svc_log_suppressed(struct svc_log_limiter *limiter)
+{
+    pthread_mutex_lock(&limiter->mutex);
+    uint64_t total = limiter->suppressed_total;
+    pthread_mutex_unlock(&limiter->mutex);
+    return total;
 }

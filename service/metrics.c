@@ -15,6 +15,11 @@ static const unsigned status_slots[SVC_N_STATUS_SLOTS - 1] = {
     0, 200, 400, 401, 404, 405, 408, 413, 415, 422, 429, 500, 503, 204, 304,
 };
 
+static const char *const conn_event_names[SVC_CONN_EVENT_COUNT] = {
+    "header_timeout", "slow_upload", "client_gone", "shutdown", "incomplete_headers",
+    "libmicrohttpd",
+};
+
 static const char *const stage_names[SVC_STAGE_COUNT] = {
     "read", "resample", "filter", "detect", "embed", "encode", "total",
 };
@@ -23,6 +28,12 @@ void svc_metrics_init(struct svc_metrics *metrics)
 {
     memset(metrics, 0, sizeof *metrics);
     pthread_mutex_init(&metrics->mutex, NULL);
+}
+
+void svc_metrics_conn_event(struct svc_metrics *metrics, enum svc_conn_event event)
+{
+    if ((unsigned)event < SVC_CONN_EVENT_COUNT)
+        atomic_fetch_add(&metrics->conn_events[event], 1);
 }
 
 void svc_metrics_fini(struct svc_metrics *metrics)
@@ -219,6 +230,34 @@ void svc_metrics_render(struct svc_metrics *metrics, const struct svc_metrics_ga
                    "ecgd_body_pool_idle_bytes %zu\n",
                    (unsigned long long)gauges->body_reused,
                    (unsigned long long)gauges->body_allocated, gauges->body_idle_bytes);
+    ecg_buf_puts(out, "# HELP ecgd_connection_events_total Connections cut or ended by what "
+                      "clients did: deadlines, slow or abandoned uploads, shutdown, errors.\n"
+                      "# TYPE ecgd_connection_events_total counter\n");
+    for (size_t i = 0; i < SVC_CONN_EVENT_COUNT; i++)
+        ecg_buf_printf(out, "ecgd_connection_events_total{event=\"%s\"} %llu\n",
+                       conn_event_names[i],
+                       (unsigned long long)atomic_load(&metrics->conn_events[i]));
+    ecg_buf_printf(out,
+                   "# HELP ecgd_log_lines_suppressed_total Connection-level log lines dropped by "
+                   "the log rate limit.\n"
+                   "# TYPE ecgd_log_lines_suppressed_total counter\n"
+                   "ecgd_log_lines_suppressed_total %llu\n"
+                   "# HELP ecgd_connections Connections open on the listeners.\n"
+                   "# TYPE ecgd_connections gauge\n"
+                   "ecgd_connections %ld\n"
+                   "# HELP ecgd_memory_budget_bytes Memory the requests may reserve together.\n"
+                   "# TYPE ecgd_memory_budget_bytes gauge\n"
+                   "ecgd_memory_budget_bytes %zu\n"
+                   "# HELP ecgd_memory_reserved_bytes Memory reserved by requests now.\n"
+                   "# TYPE ecgd_memory_reserved_bytes gauge\n"
+                   "ecgd_memory_reserved_bytes %zu\n"
+                   "# HELP ecgd_memory_refused_total Requests refused (503) because their worst "
+                   "case did not fit the memory budget.\n"
+                   "# TYPE ecgd_memory_refused_total counter\n"
+                   "ecgd_memory_refused_total %llu\n",
+                   (unsigned long long)gauges->log_suppressed, gauges->connections,
+                   gauges->memory_budget_bytes, gauges->memory_reserved_bytes,
+                   (unsigned long long)gauges->memory_refused);
     ecg_buf_puts(out, "# HELP ecgd_build_info Version, backend and device of this server.\n"
                       "# TYPE ecgd_build_info gauge\n"
                       "ecgd_build_info{version=\"" ECG_VERSION "\",backend=\"");

@@ -12,6 +12,7 @@
 #define SVC_METRICS_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "ecg.h"
@@ -29,6 +30,17 @@ enum svc_stage {
     SVC_STAGE_ENCODE,
     SVC_STAGE_TOTAL,
     SVC_STAGE_COUNT
+};
+
+/* Connection-level events: what hostile or broken clients cause (ecgd_connection_events_total). */
+enum svc_conn_event {
+    SVC_CONN_EVENT_HEADER_TIMEOUT = 0,   /* headers not complete by --header-timeout-s: 408 */
+    SVC_CONN_EVENT_SLOW_UPLOAD,          /* body slower than --min-upload-kib-s: 408 */
+    SVC_CONN_EVENT_CLIENT_GONE,          /* client closed mid-body: closed at once */
+    SVC_CONN_EVENT_SHUTDOWN,             /* cut when the drain ended */
+    SVC_CONN_EVENT_INCOMPLETE_HEADERS,   /* a request line, then the connection ended */
+    SVC_CONN_EVENT_LIBMICROHTTPD,        /* libmicrohttpd reported a connection error */
+    SVC_CONN_EVENT_COUNT
 };
 
 struct svc_counters {
@@ -49,6 +61,7 @@ struct svc_counters {
 struct svc_metrics {
     pthread_mutex_t mutex;
     struct svc_counters c;
+    atomic_uint_fast64_t conn_events[SVC_CONN_EVENT_COUNT]; /* lock-free: the reaper counts */
 };
 
 /* Values read at render time from the server object. */
@@ -61,6 +74,11 @@ struct svc_metrics_gauges {
     uint64_t body_reused;    /* request-body buffers served from the pool */
     uint64_t body_allocated; /* request-body buffers newly allocated */
     size_t body_idle_bytes;  /* memory of idle body buffers kept for reuse */
+    uint64_t log_suppressed;       /* noise lines dropped by the log rate limit */
+    size_t memory_budget_bytes;
+    size_t memory_reserved_bytes;
+    uint64_t memory_refused;       /* reservations refused (503 memory_busy) */
+    long connections;              /* connections open on the listeners */
     const char *backend;     /* "" until the engine exists */
     const char *device;
 };
@@ -79,6 +97,9 @@ void svc_metrics_analysis(struct svc_metrics *metrics, const struct ecg_timing *
 /* Records one analysis that parsed its body from the copy streamed to the device while the body
  * arrived (ecg_upload_used_device). */
 void svc_metrics_upload_streamed(struct svc_metrics *metrics);
+
+/* Counts one connection-level event. */
+void svc_metrics_conn_event(struct svc_metrics *metrics, enum svc_conn_event event);
 
 /* Renders the Prometheus text exposition format (version 0.0.4) into out. */
 void svc_metrics_render(struct svc_metrics *metrics, const struct svc_metrics_gauges *gauges,

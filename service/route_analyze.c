@@ -208,12 +208,11 @@ bool svc_analyze_prepare(struct svc_request *req)
 
     const char *fs = query(req, "fs");
     if (fs) {
-        char *end = NULL;
-        errno = 0;
-        double fs_hz = strtod(fs, &end);
-        if (!*fs || end == fs || *end || errno || !isfinite(fs_hz) || !(fs_hz > 0)) {
+        double fs_hz = 0;
+        if (!svc_parse_decimal(fs, &fs_hz) || !(fs_hz > 0)) {
             svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_fs",
-                             "fs: expected a positive sampling rate in Hz, got \"%.40s\"", fs);
+                             "fs: expected a positive decimal sampling rate in Hz, got \"%.40s\"",
+                             fs);
             return false;
         }
         req->opts.fs_hz = fs_hz;

@@ -208,6 +208,20 @@ void svc_decode_run(struct svc_request *req)
                          "byte %zu: expected a JSON object", at);
         goto out;
     }
+    /* One meaning: nothing after the document, no key given twice. */
+    for (const char *t = parse_end; t < req->body + req->body_len; t++)
+        if (*t != ' ' && *t != '\t' && *t != '\r' && *t != '\n') {
+            svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_json",
+                             "byte %zu: unexpected text after the JSON document",
+                             (size_t)(t - req->body));
+            goto out;
+        }
+    const char *repeated = svc_json_duplicate_key(root);
+    if (repeated) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_json",
+                         "key \"%.40s\" appears more than once in one object", repeated);
+        goto out;
+    }
     struct ecg_model_info info;
     ecg_model_get_info(req->model->model, &info);
     size_t n = 0;

@@ -94,6 +94,11 @@ static void route_metrics(struct svc_request *req)
         .body_allocated = atomic_load(&srv->bodies.allocated),
         .body_idle_bytes = svc_body_pool_idle_bytes(&srv->bodies),
         .ready = ready && !atomic_load(&srv->draining),
+        .log_suppressed = svc_log_suppressed(&srv->noise),
+        .memory_budget_bytes = srv->memory.budget_bytes,
+        .memory_reserved_bytes = atomic_load(&srv->memory.reserved_bytes),
+        .memory_refused = atomic_load(&srv->memory.refused),
+        .connections = svc_connections_count(srv),
         .backend = ready ? srv->backend : "",
         .device = ready ? srv->device : "",
     };

@@ -2,56 +2,74 @@
  * server.h - the server object and the per-request state shared by the service's files.
  *
  * One struct svc_server holds everything mutable the service has (configuration, the HTTP
- * daemon, the models and engines, the worker pool, metrics, counters); there are no other
- * globals. One struct svc_request lives from a request's headers to libmicrohttpd's completion
- * callback; its body is received into one buffer taken from the server's body pool
- * (body_pool.h): sized from Content-Length when the client declares one, so a known-length
- * upload is copied exactly once (libmicrohttpd's read buffer -> the body) and never grown; grown
- * by doubling only for chunked uploads. The buffer goes back to the pool once the job is done (or
- * the request refused), so steady traffic receives into memory that is already mapped (and, with
- * the CUDA backend, pinned: the engine DMAs it without a staging copy). The pool keeps at most
- * twice --max-body-mb (and at most 1 GiB) of idle buffers. An analysis body is also streamed to
- * the device while it arrives (ecg_engine_upload_begin: the CUDA backend copies it in 4 MiB steps
- * as the chunks come in), so the analysis finds it there: a declared length from the first
- * chunk, a chunked body once its buffer is 1 MiB or larger, begun again on each growth (the old
- * upload freed first). The host buffer stays authoritative, and an upload is always freed before
- * the buffer it reads goes back to the pool.
+ * listeners and their connections, the models and engines, the worker pool, the memory budget,
+ * metrics, counters); there are no other globals. One struct svc_request lives from a request's
+ * request line to libmicrohttpd's completion callback; its body is received into one buffer
+ * taken from the server's body pool (body_pool.h): sized from Content-Length when the client
+ * declares one (after its worst case is reserved in the memory budget, memory.h), so a
+ * known-length upload is copied exactly once and never grown; grown by doubling only for chunked
+ * uploads. The buffer goes back to the pool once the job is done (or the request refused). The
+ * pool keeps at most twice --max-body-mb (and at most 1 GiB) of idle buffers. An analysis body
+ * is also streamed to the device while it arrives (request.c).
  *
- * Request flow: the access handler (server.c) routes and checks a request as soon as its headers
- * arrive (token, method, Content-Length, Content-Type, query, admission), answering errors
- * before any body byte is read. The body is appended as it arrives, with the size limit checked
- * on every chunk. GET routes are answered directly on the HTTP thread (they are cheap); POST
- * routes become a job for the worker pool while the connection is suspended, and the job leaves
- * its answer in the request for the HTTP thread to send when the connection resumes.
+ * Files, each depending only on those after it:
+ *   server.c       startup, signals, drain and shutdown
+ *   connections.c  listeners, libmicrohttpd callbacks, connection deadlines (connections.h)
+ *   admission.c    framing, token, route, limits, memory and admission slots (admission.h)
+ *   route_*.c      the routes: GET answers on the HTTP thread, POST jobs on the worker pool
+ *   request.c, http.c, memory.c, body_pool.c, jobs.c, metrics.c, log.c: shared services
+ *
+ * Request flow: the URI callback creates the request and checks the raw target; when the headers
+ * arrive admission.c checks them, answering errors before any body byte is read. The body is
+ * appended as it arrives (request.c), with the size limit checked on every chunk. When it is
+ * complete, GET routes are answered on the HTTP thread; POST routes take an admission slot and
+ * become a job for the worker pool while the connection is suspended, and the job leaves its
+ * answer in the request for the HTTP thread to send when the connection resumes.
  *
  * Threading: a request is touched by one thread at a time (its HTTP thread, or while suspended
  * its worker). Server fields are either immutable after start or atomics; metrics, the
- * registry and the body pool have their own mutexes.
+ * registry, the connection list and the body pool have their own mutexes.
  */
 #ifndef SVC_SERVER_H
 #define SVC_SERVER_H
 
+#include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
 #include "body_pool.h"
 #include "config.h"
+#include "connections.h"
 #include "ecg.h"
 #include "jobs.h"
+#include "log.h"
+#include "memory.h"
 #include "metrics.h"
 #include "registry.h"
 #include "routes.h"
 
+/* One listening daemon; its address is the libmicrohttpd callbacks' closure. */
+struct svc_listener {
+    struct svc_server *srv;
+    struct MHD_Daemon *daemon;
+    bool admin;                   /* --admin-port: probes and metrics only */
+};
+
 struct svc_server {
     struct svc_config cfg;
-    struct MHD_Daemon *daemon;
+    struct svc_listener main;
+    struct svc_listener admin;    /* daemon NULL without --admin-port */
+    struct svc_conns conns;
+    struct svc_memory memory;
+    struct svc_log_limiter noise; /* connection-level log lines, rate-limited */
     struct svc_metrics metrics;
     struct svc_registry registry;
     struct svc_jobs jobs;
     struct svc_body_pool bodies;  /* request-body buffers, reused across requests */
     atomic_bool ready;            /* engine and default model loaded (release/acquire) */
     atomic_bool draining;         /* SIGTERM received */
+    atomic_bool closing;          /* drain over: bodies still arriving are refused */
     atomic_long in_flight;        /* requests between headers and completion */
     atomic_long admitted;         /* POST work requests holding an admission slot */
     atomic_uint_fast64_t next_id;
@@ -78,6 +96,11 @@ struct svc_request {
     char method[12];
     char path[256];           /* for the access log (truncated) */
     char id[64];
+    bool admin;               /* arrived on the admin listener */
+    bool started;             /* headers seen (svc_request_headers) */
+    const char *uri_problem;  /* why the raw request target is refused; NULL = fine */
+    struct svc_conn *tracked; /* its connection (connections.c); NULL when untracked */
+    size_t reserved_bytes;    /* held in the memory budget */
     double t_start;
     uint64_t bytes_in;
     uint64_t bytes_out;
@@ -112,14 +135,49 @@ struct svc_request {
     const char *allow;        /* Allow header (405) */
     unsigned retry_after_s;   /* Retry-After header when > 0 */
     bool www_authenticate;    /* 401 */
+    bool close_connection;    /* Connection: close (framing not trusted, or a body left unread) */
     bool answer_pending;      /* a refusal decided from the headers, sent at the final call */
 };
 
-/* ---- server.c */
+/* ---- request.c: the request object and its body */
+
+/* Monotonic seconds. */
+double svc_now_s(void);
+
+/* A new request (counted in flight) on conn; NULL when out of memory. */
+struct svc_request *svc_request_create(struct svc_server *srv, struct MHD_Connection *conn,
+                                       bool admin);
+
+/* The headers are in: method, path, route and id. */
+void svc_request_headers(struct svc_request *req, const char *url, const char *method);
+
+/* Worst-case memory of this request with a body of body_bytes (memory.h). */
+size_t svc_request_estimate(const struct svc_request *req, size_t body_bytes);
+
+/*
+ * Begins streaming req->body (of which the first cap bytes may be filled) to the device when the
+ * request is an analysis whose model's engine is up (creating one here would stall this HTTP
+ * thread) and its backend streams this body; otherwise leaves req->upload NULL. Any earlier
+ * upload must have been freed. Never blocks on the device.
+ */
+void svc_request_upload_begin(struct svc_request *req, size_t cap);
+
+/* Frees req's streaming upload, if any: waits for its copies, which read req->body. */
+void svc_request_upload_free(struct svc_request *req);
+
+/* Appends an upload chunk to the body, checking the limit and the budget as the data streams. */
+enum MHD_Result svc_request_body(struct svc_request *req, const char *data, size_t size);
+
+/* Writes an error answer on the socket mid-body (once per connection), then drains briefly. */
+enum MHD_Result svc_request_refuse_stream(struct svc_request *req, unsigned status,
+                                          const char *code, const char *message);
 
 /* Frees req's streaming upload (waiting for its copies, which read the body) and hands req's
  * body buffer back to the server's pool (no-op without one); body stays empty. */
 void svc_request_release_body(struct svc_request *req);
+
+/* Releases everything the request holds (slot, reservation, body, answer) and frees it. */
+void svc_request_free(struct svc_request *req);
 
 /* ---- http.c: answers */
 
@@ -144,6 +202,13 @@ enum MHD_Result svc_answer_send(struct svc_request *req);
 
 /* True when the request carries the configured bearer token (constant-time comparison). */
 bool svc_token_ok(const struct svc_server *srv, struct MHD_Connection *conn);
+
+/* Parses a whole plain decimal number ("360", "0.5", "1e3"): no sign, no hex, no spaces, no
+ * "inf" or "nan". False on anything else. */
+bool svc_parse_decimal(const char *text, double *out);
+
+/* The first key that appears twice in one object anywhere in the document, or NULL. */
+const char *svc_json_duplicate_key(const cJSON *item);
 
 /* ---- route_status.c, route_models.c: GET routes, answered on the HTTP thread */
 void svc_route_get(struct svc_request *req);

@@ -121,6 +121,11 @@ def fixtures(data_dir, out):
     # A body that is slow to send (graceful shutdown, overload): about 150 KB.
     with open(os.path.join(out, "slow.csv"), "w") as f:
         f.write("\n".join("%.6f" % v for v in full[:20000]) + "\n")
+    # A body that takes a worker a while (overload): the excerpt tiled to 6 M float32 samples.
+    import array
+    tiled = array.array("f", full) * (6_000_000 // len(full) + 1)
+    with open(os.path.join(out, "busy.f32"), "wb") as f:
+        f.write(tiled[:6_000_000].tobytes())
 
 
 def same(a, b):

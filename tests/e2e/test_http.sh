@@ -546,17 +546,31 @@ else
 fi
 
 # ------------------------------------------------------------------ overload
-# One worker, no queue: a second analysis while the first uploads slowly gets 503 + Retry-After.
+# One worker, no queue. A slow upload holds no admission slot (slots are taken when a body is
+# complete): an analysis sent meanwhile is answered 200. A second complete analysis while a long
+# one runs gets 503 + Retry-After.
 log_busy=$tmp/busy.log
 if start_server "$log_busy" -- "${MODEL_ARGS[@]}" --workers 1 --queue-depth 0 && wait_ready "$PORT"; then
     curl -s --max-time 60 -o "$tmp/slow1" -w '%{http_code}' --limit-rate 100k -H "Content-Type: text/csv" \
         --data-binary "@$fx/slow.csv" "http://127.0.0.1:$PORT/v1/analyze?fs=250" >"$tmp/slow1.code" &
     slow=$!
     wait_in_flight 2
+    check "overload: a slow upload holds no slot (another analysis gets 200)" \
+        test "$(req POST "$A?fs=250" "${CSV[@]}" --data-binary "@$fx/par00.csv")" = 200
+    wait "$slow"
+    check "overload: the slow upload completes with 200" test "$(cat "$tmp/slow1.code")" = 200
+    curl -s --max-time 120 -o "$tmp/busy1" -w '%{http_code}' -H "Content-Type: application/octet-stream" \
+        --data-binary "@$fx/busy.f32" "http://127.0.0.1:$PORT/v1/analyze?fs=250&include=summary" \
+        >"$tmp/busy1.code" &
+    busy=$!
+    for _ in $(seq 1 400); do
+        curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics" | grep -q '^ecgd_analysis_running 1$' && break
+        sleep 0.05
+    done
     expect_error "overload: workers + queue depth exceeded" 503 overloaded POST "$A?fs=250" "${CSV[@]}" --data-binary "@$fx/par00.csv"
     check "overload: Retry-After given" test -n "$(header Retry-After)"
-    wait "$slow"
-    check "overload: the admitted request still completes with 200" test "$(cat "$tmp/slow1.code")" = 200
+    wait "$busy"
+    check "overload: the admitted request still completes with 200" test "$(cat "$tmp/busy1.code")" = 200
     check "overload: capacity comes back" test "$(req POST "$A?fs=250" "${CSV[@]}" --data-binary "@$fx/par00.csv")" = 200
     stop_server "$SERVER_PID" >/dev/null
 else

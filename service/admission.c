@@ -1,0 +1,407 @@
+/*
+ * admission.c - the checks between a request's headers and its job. See admission.h.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "admission.h"
+#include "connections.h"
+#include "server.h"
+
+/* Small JSON routes (decode) take at most this much body. */
+#define SVC_SMALL_BODY_BYTES (8u << 20)
+/* More query options than this are refused (every route knows at most five). */
+#define SVC_MAX_QUERY_OPTIONS 16
+
+void svc_admission_check_uri(struct svc_request *req, const char *raw_uri)
+{
+    const unsigned char *p = (const unsigned char *)raw_uri;
+    if (*p != '/') {
+        req->uri_problem = "the request target must start with '/'";
+        return;
+    }
+    for (; *p; p++) {
+        unsigned value = *p;
+        if (*p == '%') {
+            if (!isxdigit(p[1]) || !isxdigit(p[2])) {
+                req->uri_problem = "a '%' in the request target is not followed by two hex digits";
+                return;
+            }
+            char hex[3] = {(char)p[1], (char)p[2], 0};
+            value = (unsigned)strtoul(hex, NULL, 16);
+            p += 2;
+        }
+        if (value < 0x20 || value == 0x7f) {
+            req->uri_problem = "the request target holds a control character (raw or "
+                               "percent-encoded, %00 included)";
+            return;
+        }
+    }
+}
+
+bool svc_request_has_body(const struct svc_request *req)
+{
+    const char *length = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *encoding = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+                                                       MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    return encoding || (length && strcmp(length, "0") != 0);
+}
+
+/*
+ * Sends a refusal decided from the headers alone. With a body still to come, the answer goes out
+ * now with Connection: close (libmicrohttpd then reads no more of the body); without one it goes
+ * out at the request's final call, which keeps the connection alive.
+ */
+static enum MHD_Result answer_refusal(struct svc_request *req)
+{
+    if (svc_request_has_body(req)) {
+        req->close_connection = true;
+        return svc_answer_send(req);
+    }
+    req->answer_pending = true;
+    return MHD_YES;
+}
+
+#define REFUSE(req, ...) (svc_answer_error((req), __VA_ARGS__), answer_refusal(req))
+
+/* Refuses with Connection: close whatever the body: the request's framing is not trusted. */
+static enum MHD_Result refuse_framing(struct svc_request *req)
+{
+    req->close_connection = true;
+    return svc_answer_send(req);
+}
+
+static bool route_is_get(enum svc_route route)
+{
+    return !strcmp(svc_route_def(route)->method, "GET");
+}
+
+struct header_count {
+    unsigned content_length, transfer_encoding, host;
+    const char *bad_name;   /* a header name that is not a token ("Content-Length :") */
+};
+
+static bool is_token(const char *text);
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    struct header_count *count = cls;
+    (void)kind;
+    (void)value;
+    if (!is_token(key) && !count->bad_name)
+        count->bad_name = key;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_HOST))
+        count->host++;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH))
+        count->content_length++;
+    else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+        count->transfer_encoding++;
+    return MHD_YES;
+}
+
+/* RFC 9110 token characters (a method). */
+static bool is_token(const char *text)
+{
+    if (!*text)
+        return false;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        if (!isalnum(*p) && !strchr("!#$%&'*+-.^_`|~", *p))
+            return false;
+    return true;
+}
+
+/* One meaning for the message's framing (RFC 9112 6.3); false with the answer set. */
+static bool framing_ok(struct svc_request *req, const char *version,
+                       unsigned long long *declared, bool *has_length)
+{
+    struct header_count count = {0, 0, 0, NULL};
+    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, count_header, &count);
+    const char *length = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *encoding = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+                                                       MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    *has_length = false;
+    *declared = 0;
+    if (count.bad_name) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_header",
+                         "header name \"%.40s\" is not an HTTP token (no spaces before ':')",
+                         count.bad_name);
+        return false;
+    }
+    if (count.host > 1 || (!count.host && version && !strcmp(version, "HTTP/1.1"))) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_host",
+                         "an HTTP/1.1 request carries exactly one Host header (%u here)",
+                         count.host);
+        return false;
+    }
+    if (count.content_length > 1) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "conflicting_content_length",
+                         "%u Content-Length headers: a message has at most one",
+                         count.content_length);
+        return false;
+    }
+    if (count.content_length && count.transfer_encoding) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "content_length_with_transfer_encoding",
+                         "Content-Length and Transfer-Encoding together: send one of them");
+        return false;
+    }
+    if (count.transfer_encoding) {
+        if (count.transfer_encoding > 1 || strcasecmp(encoding, "chunked")) {
+            svc_answer_error(req, MHD_HTTP_NOT_IMPLEMENTED, "unsupported_transfer_encoding",
+                             "Transfer-Encoding \"%.40s\": only chunked is supported",
+                             count.transfer_encoding > 1 ? "(repeated)" : encoding);
+            return false;
+        }
+        return true;
+    }
+    if (length) {
+        size_t digits = strspn(length, "0123456789");
+        errno = 0;
+        char *end = NULL;
+        unsigned long long value = strtoull(length, &end, 10);
+        if (!digits || length[digits] || digits > 19 || errno || *end) {
+            svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_content_length",
+                             "Content-Length \"%.24s\": expected one decimal number", length);
+            return false;
+        }
+        *declared = value;
+        *has_length = true;
+    }
+    return true;
+}
+
+struct query_scan {
+    const char *keys[SVC_MAX_QUERY_OPTIONS];
+    unsigned n;
+    const char *repeated;
+    bool too_many;
+};
+
+static enum MHD_Result scan_query(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    struct query_scan *scan = cls;
+    (void)kind;
+    (void)value;
+    for (unsigned i = 0; i < scan->n; i++)
+        if (!strcmp(scan->keys[i], key)) {
+            scan->repeated = key;
+            return MHD_NO;
+        }
+    if (scan->n == SVC_MAX_QUERY_OPTIONS) {
+        scan->too_many = true;
+        return MHD_NO;
+    }
+    scan->keys[scan->n++] = key;
+    return MHD_YES;
+}
+
+/* The route may be reached on this listener: the admin port serves probes and metrics only. */
+static bool route_on_listener(const struct svc_request *req)
+{
+    if (!req->admin)
+        return true;
+    switch (req->route) {
+    case SVC_ROUTE_HEALTHZ:
+    case SVC_ROUTE_READYZ:
+    case SVC_ROUTE_LIVE:
+    case SVC_ROUTE_READY:
+    case SVC_ROUTE_METRICS:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool path_needs_token(const struct svc_request *req)
+{
+    return !strncmp(req->path, "/v1/", 4) || !strcmp(req->path, "/v1") ||
+           svc_route_def(req->route)->needs_token;
+}
+
+enum MHD_Result svc_admission_headers(struct svc_request *req, const char *version)
+{
+    struct svc_server *srv = req->srv;
+    const struct svc_route_def *def = svc_route_def(req->route);
+    if (req->uri_problem) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_uri", "%s", req->uri_problem);
+        return refuse_framing(req);
+    }
+    if (!is_token(req->method)) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_method",
+                         "the request method is not an HTTP token");
+        return refuse_framing(req);
+    }
+    unsigned long long declared = 0;
+    bool has_length = false;
+    if (!framing_ok(req, version, &declared, &has_length))
+        return refuse_framing(req);
+
+    /* The token first: without it, which paths exist and what they accept is not told. */
+    if (path_needs_token(req) && !svc_token_ok(srv, req->conn)) {
+        svc_answer_error(req, MHD_HTTP_UNAUTHORIZED, "unauthorized",
+                         "missing or wrong bearer token (Authorization: Bearer ...)");
+        req->www_authenticate = true;
+        return answer_refusal(req);
+    }
+    if (req->route == SVC_ROUTE_UNKNOWN || !route_on_listener(req))
+        return REFUSE(req, MHD_HTTP_NOT_FOUND, "not_found", "no route %s %.200s%s", req->method,
+                      req->path, req->admin ? " on the admin port" : "");
+    bool is_get = route_is_get(req->route);
+    bool method_ok = is_get ? !strcmp(req->method, "GET") || !strcmp(req->method, "HEAD")
+                            : !strcmp(req->method, def->method);
+    if (!method_ok) {
+        svc_answer_error(req, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
+                         "%s does not accept %s (allowed: %s)", def->pattern, req->method,
+                         def->allow);
+        req->allow = def->allow;
+        return answer_refusal(req);
+    }
+    struct query_scan scan = {.n = 0};
+    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, scan_query, &scan);
+    if (scan.repeated)
+        return REFUSE(req, MHD_HTTP_BAD_REQUEST, "repeated_parameter",
+                      "query parameter \"%.40s\" is given more than once", scan.repeated);
+    if (scan.too_many)
+        return REFUSE(req, MHD_HTTP_BAD_REQUEST, "too_many_parameters",
+                      "more than %d query parameters", SVC_MAX_QUERY_OPTIONS);
+
+    /* GET routes take no body; decode takes a small one. */
+    if (is_get)
+        req->body_limit = 0;
+    else if (req->route == SVC_ROUTE_DECODE && req->body_limit > SVC_SMALL_BODY_BYTES)
+        req->body_limit = SVC_SMALL_BODY_BYTES;
+    if (declared > req->body_limit)
+        return REFUSE(req, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+                      is_get ? "%s takes no body (Content-Length %llu)"
+                             : "%s: Content-Length %llu exceeds the limit of %zu bytes",
+                      def->pattern, declared, req->body_limit);
+
+    bool needs_models = req->route == SVC_ROUTE_ANALYZE || req->route == SVC_ROUTE_MODELS ||
+                        req->route == SVC_ROUTE_MODEL || req->route == SVC_ROUTE_DECODE;
+    if (needs_models && !atomic_load(&srv->ready)) {
+        svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
+                         "the engine and models are still loading");
+        req->retry_after_s = 5;
+        return answer_refusal(req);
+    }
+    if (is_get)
+        return MHD_YES;
+
+    bool prepared = req->route == SVC_ROUTE_ANALYZE ? svc_analyze_prepare(req)
+                                                    : svc_decode_prepare(req);
+    if (!prepared)
+        return answer_refusal(req);
+    req->opts.max_samples = svc_memory_max_samples(&srv->memory);
+
+    /* A declared length: its worst case is reserved and its whole buffer taken now, so the
+     * upload is copied once, never grown. */
+    if (has_length && declared) {
+        size_t estimate = svc_request_estimate(req, (size_t)declared);
+        if (!svc_memory_reserve_up_to(&srv->memory, &req->reserved_bytes, estimate)) {
+            svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "memory_busy",
+                             "a body of %llu bytes may need %zu bytes, more than the memory "
+                             "budget has free now (%zu bytes); retry later", declared, estimate,
+                             srv->memory.budget_bytes);
+            req->retry_after_s = 1;
+            return answer_refusal(req);
+        }
+        req->body = svc_body_pool_get(&srv->bodies, (size_t)declared, 0, &req->body_cap);
+        if (!req->body) {
+            svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                             "no memory for a body of %llu bytes", declared);
+            req->retry_after_s = 1;
+            return answer_refusal(req);
+        }
+        /* Streamed to the device as it arrives; the body is exactly this long. */
+        svc_request_upload_begin(req, (size_t)declared);
+    }
+    return MHD_YES;
+}
+
+/* The worker pool's entry: runs the route's job, then hands the connection back to
+ * libmicrohttpd. The request must not be touched after the resume. */
+static void request_job(struct svc_job *job, bool cancelled)
+{
+    struct svc_request *req = (struct svc_request *)job;
+    if (cancelled) {
+        svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting_down",
+                         "the server is shutting down; retry on another instance");
+        req->retry_after_s = 1;
+    } else if (req->route == SVC_ROUTE_ANALYZE) {
+        svc_analyze_run(req);
+    } else {
+        svc_decode_run(req);
+    }
+    svc_request_release_body(req);
+    req->job_done = true;
+    MHD_resume_connection(req->conn);
+}
+
+static enum MHD_Result answer_unavailable(struct svc_request *req, const char *code,
+                                          const char *message)
+{
+    svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, code, "%s", message);
+    req->retry_after_s = 1;
+    return svc_answer_send(req);
+}
+
+enum MHD_Result svc_admission_complete(struct svc_request *req)
+{
+    struct svc_server *srv = req->srv;
+    if (req->phase == SVC_PHASE_WORKING) {
+        if (!req->job_done)
+            return MHD_YES; /* not ours to answer yet */
+        return svc_answer_send(req);
+    }
+    if (req->answer_pending)
+        return svc_answer_send(req);
+    if (req->body_too_large) {
+        svc_answer_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+                         req->body_limit ? "the body exceeds the limit of %zu bytes"
+                                         : "this route takes no body (limit %zu bytes)",
+                         req->body_limit);
+        req->close_connection = true;
+        return svc_answer_send(req);
+    }
+    if (route_is_get(req->route)) {
+        svc_route_get(req);
+        return svc_answer_send(req);
+    }
+    if (req->body_no_memory)
+        return answer_unavailable(req, "memory_busy",
+                                  "no memory in the budget to hold the body; retry later");
+    /* Admission: at most workers + queue_depth analyses between a complete body and answer. */
+    long admitted = atomic_fetch_add(&srv->admitted, 1) + 1;
+    req->admitted = true;
+    long capacity = (long)srv->cfg.workers + (long)srv->cfg.queue_depth;
+    if (admitted > capacity) {
+        svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "overloaded",
+                         "%ld analyses in progress, the limit is %ld (workers + queue depth); "
+                         "retry later", admitted - 1, capacity);
+        req->retry_after_s = 1;
+        return svc_answer_send(req);
+    }
+    /* The analysis of exactly this body, at its worst case. */
+    size_t estimate = svc_request_estimate(req, req->body_len);
+    if (!svc_memory_reserve_up_to(&srv->memory, &req->reserved_bytes, estimate))
+        return answer_unavailable(req, "memory_busy",
+                                  "the analysis does not fit in the memory budget now; retry "
+                                  "later");
+    req->phase = SVC_PHASE_WORKING;
+    req->job.run = request_job;
+    MHD_suspend_connection(req->conn);
+    if (!svc_jobs_submit(&srv->jobs, &req->job)) {
+        MHD_resume_connection(req->conn);
+        req->phase = SVC_PHASE_RECEIVING;
+        return answer_unavailable(req, "shutting_down",
+                                  "the server is shutting down; retry on another instance");
+    }
+    return MHD_YES;
+}

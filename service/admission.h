@@ -1,0 +1,38 @@
+/*
+ * admission.h - what a request must pass before work starts on it, in order: one unambiguous
+ * meaning (strict framing and URI, no repeated query option), the token, the route and method,
+ * the body limit, the route's own checks, the memory budget (reserved from the declared size
+ * when the headers arrive), and once the body is complete an admission slot (at most workers +
+ * queue depth analyses between a complete body and their answer) before the job goes to the
+ * worker pool.
+ *
+ * Layering: connections.c calls these; these call the routes (route_*.c); the routes call
+ * neither.
+ *
+ * Threading: called on the request's HTTP thread.
+ */
+#ifndef SVC_ADMISSION_H
+#define SVC_ADMISSION_H
+
+#include <microhttpd.h>
+#include <stdbool.h>
+
+struct svc_request;
+
+/* Remembers what is wrong with the request target as the client sent it (before
+ * libmicrohttpd decodes it): control characters, raw or percent-encoded (%00 ends a C string,
+ * so "/healthz%00.json" would read as "/healthz"), bad escapes, no leading '/'. */
+void svc_admission_check_uri(struct svc_request *req, const char *raw_uri);
+
+/* The headers are in: checks everything that can be decided from them. A refusal is answered
+ * (at once with Connection: close when a body is announced). */
+enum MHD_Result svc_admission_headers(struct svc_request *req, const char *version);
+
+/* The body is complete (or there is none): answers GET routes and body errors, or admits the
+ * request and hands it to the worker pool. Also the call that sends a finished job's answer. */
+enum MHD_Result svc_admission_complete(struct svc_request *req);
+
+/* True when the request announces a body (a Content-Length above 0, or a Transfer-Encoding). */
+bool svc_request_has_body(const struct svc_request *req);
+
+#endif /* SVC_ADMISSION_H */
