@@ -183,7 +183,8 @@ void ecg_sha256_hex(const void *data, size_t len, char hex[65]);
 /* ---------------------------------------------------------------- the network (vae.c) */
 
 /*
- * The network in double precision on one beat at a time. Weights are given as doubles in the
+ * The network in double precision on one beat at a time (the trainer's, and the reference of
+ * the float32 inference path of engine/cpu/vae_f32.h). Weights are given as doubles in the
  * order of the layout (callers convert the model's floats once). Work areas are plain arrays of
  * doubles sized by ecg_vae_work_len; a work area is used by one thread at a time.
  */
@@ -213,8 +214,9 @@ double ecg_vae_train_beat(const struct ecg_vae_arch *arch, const struct ecg_vae_
 /*
  * Per-beat score parts: recon = log(mean squared error of decoder(mu) + 1e-6) for each kept
  * beat (NaN otherwise), mu (k x Z, NaN rows for beats not kept), and prem (the RR prematurity,
- * defined for every beat). Used by cpu_vae_score and by the trainer's calibration. Returns
- * ECG_ERR_NOMEM if work areas cannot be allocated.
+ * defined for every beat), in double precision. Used by the trainer's calibration, and as the
+ * oracle of the float32 path the CPU backend serves with (cpu_vae_score, engine/cpu/vae_f32.c).
+ * Returns ECG_ERR_NOMEM if work areas cannot be allocated.
  */
 enum ecg_status ecg_vae_score_parts(const struct ecg_model *model, const float *emb,
                                     const uint8_t *kept, const float *rr_ms, size_t k,

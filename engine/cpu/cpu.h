@@ -128,13 +128,46 @@ enum ecg_status cpu_embed(const struct ecg_plan *plan, const float *y, size_t n_
                           struct ecg_error *err) ECG_WUR;
 
 /*
- * VAE encoding and scoring of k beats (emb: k x beat_len). For kept beats writes the latent mean
+ * VAE encoding and scoring of k beats (emb: k x beat_len), in float32 SIMD (vae_f32.h), within
+ * ~1e-6 of the double reference of models/model.h. For kept beats writes the latent mean
  * (k x latent_dim), the score and the outlier flag; beats not kept get NaN and 0. rr_ms is the
- * per-beat RR interval (NaN for the first beat) for the rhythm part of the score.
+ * per-beat RR interval (NaN for the first beat) for the rhythm part of the score. Allocates its
+ * work area per call: cpu_vae_score_with reuses one.
  */
 enum ecg_status cpu_vae_score(const struct ecg_model *model, const float *emb,
                               const uint8_t *kept, const float *rr_ms, size_t k, float *latent,
                               float *score, uint8_t *outlier, struct ecg_error *err) ECG_WUR;
+
+/* Which kernels the float32 VAE runs: AUTO picks AVX2 + FMA where the CPU has them. */
+enum cpu_vae_isa { CPU_VAE_ISA_AUTO = 0, CPU_VAE_ISA_GENERIC, CPU_VAE_ISA_AVX2 };
+bool cpu_vae_isa_available(enum cpu_vae_isa isa);
+/* The kernels AUTO stands for on this CPU; other values are returned as they are. */
+enum cpu_vae_isa cpu_vae_isa_resolve(enum cpu_vae_isa isa);
+
+/* A work area that grows to the largest request and is reused: start it zeroed, end it with
+ * cpu_vae_scratch_fini (NULL and a zeroed one are fine). One thread at a time. */
+struct cpu_vae_scratch {
+    void *mem;
+    size_t cap_bytes;
+};
+void cpu_vae_scratch_fini(struct cpu_vae_scratch *s);
+
+/*
+ * cpu_vae_score with a reusable work area (no allocation once it is large enough) and a chosen
+ * ISA (one that cpu_vae_isa_available reports). recon (k doubles, may be NULL) receives each
+ * beat's reconstruction term log(MSE + 1e-6), NaN for beats not kept. The outputs may be NULL.
+ */
+enum ecg_status cpu_vae_score_with(const struct ecg_model *model, const float *emb,
+                                   const uint8_t *kept, const float *rr_ms, size_t k,
+                                   enum cpu_vae_isa isa, struct cpu_vae_scratch *scratch,
+                                   float *latent, double *recon, float *score, uint8_t *outlier,
+                                   struct ecg_error *err) ECG_WUR;
+
+/* The float32 decoder on n latent points (n x latent_dim) -> out (n x beat_len): the work of
+ * ecg_model_decode, with a chosen ISA. ECG_ERR_ARG "bad_latent" on a non-finite coordinate. */
+enum ecg_status cpu_vae_decode_with(const struct ecg_model *model, const float *latent, size_t n,
+                                    enum cpu_vae_isa isa, float *out,
+                                    struct ecg_error *err) ECG_WUR;
 
 #ifdef __cplusplus
 }

@@ -2,8 +2,10 @@
  * cpu_backend.c - the CPU backend's table of operations: the reference pipeline in plain C.
  *
  * A context holds the request's arrays on the host; each stage calls the pure function of
- * cpu.h on them. Buffers grow to the largest request a context has seen and are reused, so a
- * steady stream of requests allocates nothing but the beat tables.
+ * cpu.h on them. Buffers (signal, beat tables, embedding, scores, the VAE's work area) grow to
+ * the largest request a context has seen and are reused, so a steady stream of requests
+ * allocates nothing here; only the detector's peak lists are allocated per request (cpu_detect
+ * returns them).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -32,7 +34,9 @@ struct cpu_ctx {
     uint32_t beat_len;
     float *latent, *score;
     uint8_t *outlier;
-    bool encoded;
+    size_t cap_k, cap_emb, cap_latent; /* entries the beat arrays above have room for */
+    struct cpu_vae_scratch vae;
+    bool embedded, encoded; /* emb and the scores hold this request's beats */
 };
 
 static enum ecg_status cpu_open(const struct ecg_engine_config *config, void **state,
@@ -61,25 +65,59 @@ static const char *cpu_device(void *state)
     return "cpu";
 }
 
-static void free_beats(struct cpu_ctx *c)
+/* Forgets the request's beats: the detector's peak lists are freed, the tables kept. */
+static void reset_beats(struct cpu_ctx *c)
 {
     free(c->peaks_a);
     free(c->peaks_in);
-    free(c->onset);
-    free(c->end);
-    free(c->rr_ms);
-    free(c->kept);
-    free(c->emb);
-    free(c->latent);
-    free(c->score);
-    free(c->outlier);
-    c->peaks_a = c->peaks_in = c->onset = c->end = NULL;
-    c->rr_ms = c->emb = c->latent = c->score = NULL;
-    c->kept = c->outlier = NULL;
+    c->peaks_a = c->peaks_in = NULL;
     c->k = 0;
-    c->encoded = false;
+    c->embedded = c->encoded = false;
 }
 
+/* Grows *p to n elements of elem bytes (at least one), keeping it when large enough. */
+static enum ecg_status grow_array(void **p, size_t *cap, size_t n, size_t elem,
+                                  struct ecg_error *err)
+{
+    if (n == 0)
+        n = 1;
+    if (n <= *cap)
+        return ECG_OK;
+    n += n / 4; /* strips of a similar length do not grow it every time */
+    void *q = realloc(*p, n * elem);
+    if (!q)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "beat table for %zu beats", n);
+    *p = q;
+    *cap = n;
+    return ECG_OK;
+}
+
+/* Room for k beats in every per-beat table (cap_k counts the smallest of them). */
+static enum ecg_status reserve_beats(struct cpu_ctx *c, size_t k, struct ecg_error *err)
+{
+    if (k <= c->cap_k && c->cap_k > 0)
+        return ECG_OK;
+    size_t cap = c->cap_k, want = k;
+    enum ecg_status st = grow_array((void **)&c->onset, &cap, want, sizeof *c->onset, err);
+    cap = c->cap_k;
+    if (st == ECG_OK)
+        st = grow_array((void **)&c->end, &cap, want, sizeof *c->end, err);
+    cap = c->cap_k;
+    if (st == ECG_OK)
+        st = grow_array((void **)&c->rr_ms, &cap, want, sizeof *c->rr_ms, err);
+    cap = c->cap_k;
+    if (st == ECG_OK)
+        st = grow_array((void **)&c->kept, &cap, want, 1, err);
+    cap = c->cap_k;
+    if (st == ECG_OK)
+        st = grow_array((void **)&c->score, &cap, want, sizeof *c->score, err);
+    cap = c->cap_k;
+    if (st == ECG_OK)
+        st = grow_array((void **)&c->outlier, &cap, want, 1, err);
+    if (st == ECG_OK)
+        c->cap_k = cap;
+    return st;
+}
 static enum ecg_status cpu_ctx_create(void *state, void **ctx, struct ecg_error *err)
 {
     struct cpu_ctx *c = calloc(1, sizeof *c);
@@ -95,7 +133,16 @@ static void cpu_ctx_destroy(void *ctx)
     struct cpu_ctx *c = ctx;
     if (!c)
         return;
-    free_beats(c);
+    reset_beats(c);
+    free(c->onset);
+    free(c->end);
+    free(c->rr_ms);
+    free(c->kept);
+    free(c->emb);
+    free(c->latent);
+    free(c->score);
+    free(c->outlier);
+    cpu_vae_scratch_fini(&c->vae);
     free(c->x);
     free(c->y);
     free(c->f);
@@ -117,7 +164,7 @@ static enum ecg_status grow(float **buf, size_t *cap, size_t n, struct ecg_error
 static enum ecg_status cpu_load(void *ctx, const float *samples, size_t n, struct ecg_error *err)
 {
     struct cpu_ctx *c = ctx;
-    free_beats(c);
+    reset_beats(c);
     c->n_in = c->n_a = 0;
     enum ecg_status status = grow(&c->x, &c->cap_in, n, err);
     if (status != ECG_OK)
@@ -153,7 +200,7 @@ static enum ecg_status cpu_detect_stage(void *ctx, const struct ecg_plan *plan, 
                                         struct ecg_error *err)
 {
     struct cpu_ctx *c = ctx;
-    free_beats(c);
+    reset_beats(c);
     enum ecg_status status = cpu_detect(plan, c->x, c->n_in, c->y, c->f, c->n_a, &c->peaks_a,
                                         &c->peaks_in, &c->k, err);
     *n_beats = status == ECG_OK ? c->k : 0;
@@ -164,18 +211,18 @@ static enum ecg_status cpu_embed_stage(void *ctx, const struct ecg_plan *plan,
                                        struct ecg_error *err)
 {
     struct cpu_ctx *c = ctx;
-    size_t k = c->k, m = k ? k : 1;
+    size_t k = c->k;
     c->beat_len = plan->beat_len;
-    c->onset = malloc(m * sizeof *c->onset);
-    c->end = malloc(m * sizeof *c->end);
-    c->rr_ms = malloc(m * sizeof *c->rr_ms);
-    c->kept = malloc(m);
-    c->emb = malloc(m * plan->beat_len * sizeof *c->emb);
-    if (!c->onset || !c->end || !c->rr_ms || !c->kept || !c->emb)
-        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "beat table for %zu beats", k);
+    enum ecg_status st = reserve_beats(c, k, err);
+    if (st == ECG_OK)
+        st = grow_array((void **)&c->emb, &c->cap_emb, k * plan->beat_len, sizeof *c->emb, err);
+    if (st != ECG_OK)
+        return st;
     cpu_segment(plan, c->peaks_a, c->peaks_in, k, c->n_a, c->n_in, c->onset, c->end, c->rr_ms,
                 c->kept);
-    return cpu_embed(plan, c->y, c->n_a, c->peaks_a, c->kept, k, c->emb, err);
+    st = cpu_embed(plan, c->y, c->n_a, c->peaks_a, c->kept, k, c->emb, err);
+    c->embedded = st == ECG_OK;
+    return st;
 }
 
 static enum ecg_status cpu_encode_stage(void *ctx, const struct ecg_plan *plan,
@@ -183,16 +230,15 @@ static enum ecg_status cpu_encode_stage(void *ctx, const struct ecg_plan *plan,
 {
     struct cpu_ctx *c = ctx;
     const struct cpu_state *s = c->state;
-    size_t m = c->k ? c->k : 1;
     if (!s->model)
         return ecg_fail(err, ECG_ERR_INTERNAL, "internal", "encode called without a model");
-    c->latent = malloc(m * s->latent_dim * sizeof *c->latent);
-    c->score = malloc(m * sizeof *c->score);
-    c->outlier = malloc(m);
-    if (!c->latent || !c->score || !c->outlier)
-        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "scores for %zu beats", c->k);
-    enum ecg_status status = cpu_vae_score(s->model, c->emb, c->kept, c->rr_ms, c->k, c->latent,
-                                           c->score, c->outlier, err);
+    enum ecg_status status =
+        grow_array((void **)&c->latent, &c->cap_latent, c->k * s->latent_dim, sizeof *c->latent,
+                   err);
+    if (status != ECG_OK)
+        return status;
+    status = cpu_vae_score_with(s->model, c->emb, c->kept, c->rr_ms, c->k, CPU_VAE_ISA_AUTO,
+                                &c->vae, c->latent, NULL, c->score, c->outlier, err);
     c->encoded = status == ECG_OK;
     return status;
 }
@@ -227,7 +273,7 @@ static void *stage_array(struct cpu_ctx *c, enum ecg_stage_buf which, size_t *el
     case ECG_BUF_RESAMPLED: *elem = sizeof(float); *n = c->n_a; return c->y;
     case ECG_BUF_FILTERED: *elem = sizeof(float); *n = c->n_a; return c->f;
     case ECG_BUF_PEAKS: *elem = sizeof(int64_t); *n = c->k; return c->peaks_in;
-    case ECG_BUF_EMBED: *elem = sizeof(float); *n = c->emb ? c->k * c->beat_len : 0; return c->emb;
+    case ECG_BUF_EMBED: *elem = sizeof(float); *n = c->embedded ? c->k * c->beat_len : 0; return c->emb;
     case ECG_BUF_LATENT:
         *elem = sizeof(float);
         *n = c->encoded ? c->k * c->state->latent_dim : 0;

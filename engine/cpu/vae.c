@@ -5,7 +5,8 @@
  * computed in double precision, one beat at a time, in a caller-provided work area, so that
  * training and scoring are deterministic, thread-safe (one work area per thread) and match a
  * float64 PyTorch implementation of the same network to ~1e-12 (tests/unit/test_vae.c).
- * The CUDA backend mirrors the forward pass and the score in float.
+ * It serves the trainer and its calibration, and is the oracle of the float32 SIMD inference
+ * path (vae_f32.c), which the CPU backend serves with and the CUDA backend is tested against.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -411,7 +412,14 @@ double ecg_rr_local_median(const float *rr_ms, size_t k, size_t i, uint32_t wind
             near[n++] = rr_ms[j];
     if (n == 0)
         return NAN;
-    qsort(near, n, sizeof *near, cmp_double);
+    /* at most 128 values, called for every beat: an insertion sort beats qsort's calls */
+    for (size_t a = 1; a < n; a++) {
+        double v = near[a];
+        size_t b = a;
+        for (; b > 0 && near[b - 1] > v; b--)
+            near[b] = near[b - 1];
+        near[b] = v;
+    }
     return n % 2 ? near[n / 2] : 0.5 * (near[n / 2 - 1] + near[n / 2]);
 }
 
@@ -504,64 +512,9 @@ out:
     return st;
 }
 
-enum ecg_status cpu_vae_score(const struct ecg_model *model, const float *emb,
-                              const uint8_t *kept, const float *rr_ms, size_t k, float *latent,
-                              float *score, uint8_t *outlier, struct ecg_error *err)
-{
-    if (!model || (k > 0 && (!emb || !kept)))
-        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cpu_vae_score: missing input");
-    if (k == 0)
-        return ECG_OK;
-    double *parts = malloc(3 * k * sizeof *parts);
-    if (!parts)
-        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cannot allocate %zu scores", k);
-    enum ecg_status st = ecg_vae_score_parts(model, emb, kept, rr_ms, k, latent, parts,
-                                             parts + k, err);
-    if (st == ECG_OK) {
-        double level = ecg_recon_level(parts, k, parts + 2 * k); /* NaN rows: not kept */
-        for (size_t i = 0; i < k; i++) {
-            double s =
-                kept[i] ? ecg_score_combine(&model->calib, parts[i], level, parts[k + i]) : NAN;
-            if (score)
-                score[i] = (float)s;
-            if (outlier)
-                outlier[i] = kept[i] && s > model->calib.threshold;
-        }
-    }
-    free(parts);
-    return st;
-}
-
 enum ecg_status ecg_model_decode(const struct ecg_model *model, const float *latent, size_t n,
                                  float *out, struct ecg_error *err)
 {
-    if (!model || (n > 0 && (!latent || !out)))
-        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "ecg_model_decode: missing input");
-    const struct ecg_vae_arch *arch = &model->arch;
-    size_t l_len = arch->beat_len, z_dim = arch->latent_dim;
-    enum ecg_status st = ECG_OK;
-    double *w = weights_double(model);
-    double *work = malloc((ecg_vae_work_len(arch) + l_len + z_dim) * sizeof *work);
-    if (!w || !work) {
-        st = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cannot allocate VAE work areas");
-        goto out;
-    }
-    double *r = work + ecg_vae_work_len(arch), *z = r + l_len;
-    for (size_t i = 0; i < n; i++) {
-        for (size_t k = 0; k < z_dim; k++) {
-            if (!isfinite(latent[i * z_dim + k])) {
-                st = ecg_fail(err, ECG_ERR_ARG, "bad_latent", "latent point %zu: value %zu is %g",
-                              i, k, (double)latent[i * z_dim + k]);
-                goto out;
-            }
-            z[k] = latent[i * z_dim + k];
-        }
-        ecg_vae_decode(arch, &model->layout, w, z, r, work);
-        for (size_t t = 0; t < l_len; t++)
-            out[i * l_len + t] = (float)r[t];
-    }
-out:
-    free(w);
-    free(work);
-    return st;
+    /* the float32 decoder of the score (vae_f32.c), so a decoded point is what scoring sees */
+    return cpu_vae_decode_with(model, latent, n, CPU_VAE_ISA_AUTO, out, err);
 }

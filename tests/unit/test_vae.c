@@ -1,6 +1,8 @@
 /*
  * test_vae.c - the LightVAE network (engine/cpu/vae.c) against PyTorch, against finite
- * differences, and the outlier score's parts.
+ * differences, and the outlier score's parts; the float32 SIMD inference path the CPU backend
+ * serves with (engine/cpu/vae_f32.c, each ISA the CPU has) against that double reference, on
+ * the fixture, on random networks of another shape, and on all 22 shared MIT-BIH records.
  *
  * tests/data/vae_fixture.bin was written by tests/gpu/make_vae_fixture.py (PyTorch 2.11, float64
  * on the CPU): weights, a batch of 8 beats, eps, and PyTorch's mu, logvar, reconstructions,
@@ -19,8 +21,11 @@
 
 #include "cpu/cpu.h"
 #include "model.h"
+#include "plan.h"
 
 #define REL_TOL 1e-5
+/* float32 inference against the double reference: latents, reconstruction terms and scores */
+#define F32_REL_TOL 1e-4
 
 struct fixture {
     struct ecg_vae_arch arch;
@@ -395,6 +400,365 @@ static void test_rr_prematurity(void **state)
     assert_true(isnan(ecg_recon_level(vals + 1, 1, scratch)));
 }
 
+/* ---------------------------------------------------------------- float32 against double */
+
+/* The double reference of cpu_vae_score: ecg_vae_score_parts, the level, ecg_score_combine. */
+struct scored {
+    float *latent, *score;
+    double *recon;
+    uint8_t *outlier;
+};
+
+static void scored_alloc(struct scored *r, size_t k, size_t z_dim)
+{
+    r->latent = malloc((k ? k : 1) * z_dim * sizeof *r->latent);
+    r->score = malloc((k ? k : 1) * sizeof *r->score);
+    r->recon = malloc((k ? k : 1) * sizeof *r->recon);
+    r->outlier = malloc(k ? k : 1);
+    assert_true(r->latent && r->score && r->recon && r->outlier);
+}
+
+static void scored_free(struct scored *r)
+{
+    free(r->latent);
+    free(r->score);
+    free(r->recon);
+    free(r->outlier);
+}
+
+static void score_double(const struct ecg_model *m, const float *emb, const uint8_t *kept,
+                         const float *rr, size_t k, struct scored *out)
+{
+    struct ecg_error err = {0};
+    double *parts = malloc(3 * k * sizeof *parts);
+    assert_non_null(parts);
+    assert_int_equal(ecg_vae_score_parts(m, emb, kept, rr, k, out->latent, parts, parts + k, &err),
+                     ECG_OK);
+    double level = ecg_recon_level(parts, k, parts + 2 * k);
+    for (size_t i = 0; i < k; i++) {
+        double sc = kept[i] ? ecg_score_combine(&m->calib, parts[i], level, parts[k + i]) : NAN;
+        out->recon[i] = parts[i];
+        out->score[i] = (float)sc;
+        out->outlier[i] = kept[i] && sc > m->calib.threshold;
+    }
+    free(parts);
+}
+
+/* The worst differences of float32 to double seen by a test. */
+struct f32_worst {
+    double latent, recon, score; /* relative: |f - d| / max(|d|, floor) */
+    double latent_pure;          /* relative without a floor (latents only) */
+    size_t beats, flags, outliers;
+};
+
+/* Compares f (float32 path) to d (double) on k beats: values within F32_REL_TOL relative (to
+ * the value, floored at 1e-2 for latents and 1 for scores, which are z-scores), NaN exactly
+ * where d has NaN, identical outlier flags. */
+static void compare_f32(const char *what, const struct scored *f, const struct scored *d,
+                        const uint8_t *kept, size_t k, size_t z_dim, struct f32_worst *w)
+{
+    for (size_t i = 0; i < k; i++) {
+        if (!kept[i]) {
+            assert_true(isnan(f->score[i]) && isnan(f->recon[i]) && f->outlier[i] == 0);
+            for (size_t z = 0; z < z_dim; z++)
+                assert_true(isnan(f->latent[i * z_dim + z]));
+            continue;
+        }
+        for (size_t z = 0; z < z_dim; z++) {
+            double a = f->latent[i * z_dim + z], b = d->latent[i * z_dim + z];
+            double rel = fabs(a - b) / fmax(fabs(b), 1e-2);
+            if (!(rel <= F32_REL_TOL))
+                fail_msg("%s: beat %zu latent %zu: float32 %.9g, double %.9g", what, i, z, a, b);
+            w->latent = fmax(w->latent, rel);
+            if (fabs(b) > 0)
+                w->latent_pure = fmax(w->latent_pure, fabs(a - b) / fabs(b));
+        }
+        double rel = fabs(f->recon[i] - d->recon[i]) / fmax(fabs(d->recon[i]), 1e-2);
+        if (!(rel <= F32_REL_TOL))
+            fail_msg("%s: beat %zu recon: float32 %.12g, double %.12g", what, i, f->recon[i],
+                     d->recon[i]);
+        w->recon = fmax(w->recon, rel);
+        rel = fabs((double)f->score[i] - d->score[i]) / fmax(fabs(d->score[i]), 1.0);
+        if (!(rel <= F32_REL_TOL))
+            fail_msg("%s: beat %zu score: float32 %.9g, double %.9g", what, i, f->score[i],
+                     d->score[i]);
+        w->score = fmax(w->score, rel);
+        if (f->outlier[i] != d->outlier[i])
+            fail_msg("%s: beat %zu outlier flag: float32 %d, double %d (score %.9g, %.9g)", what,
+                     i, f->outlier[i], d->outlier[i], f->score[i], d->score[i]);
+        w->flags++;
+        w->outliers += d->outlier[i];
+        w->beats++;
+    }
+}
+
+/* Every ISA this CPU can run, AUTO first. */
+static size_t isas(enum cpu_vae_isa out[3])
+{
+    size_t n = 0;
+    out[n++] = CPU_VAE_ISA_AUTO;
+    out[n++] = CPU_VAE_ISA_GENERIC;
+    if (cpu_vae_isa_available(CPU_VAE_ISA_AVX2))
+        out[n++] = CPU_VAE_ISA_AVX2;
+    return n;
+}
+
+/* Scores with the float32 path (one scratch reused over the calls) and checks it against the
+ * double reference. */
+static void check_f32(const char *what, const struct ecg_model *m, const float *emb,
+                      const uint8_t *kept, const float *rr, size_t k, struct f32_worst *w)
+{
+    size_t z_dim = m->arch.latent_dim;
+    struct scored d, f;
+    scored_alloc(&d, k, z_dim);
+    scored_alloc(&f, k, z_dim);
+    score_double(m, emb, kept, rr, k, &d);
+    enum cpu_vae_isa list[3];
+    size_t n_isa = isas(list);
+    struct cpu_vae_scratch scratch = {0};
+    struct ecg_error err = {0};
+    for (size_t a = 0; a < n_isa; a++) {
+        assert_int_equal(cpu_vae_score_with(m, emb, kept, rr, k, list[a], &scratch, f.latent,
+                                            f.recon, f.score, f.outlier, &err),
+                         ECG_OK);
+        compare_f32(what, &f, &d, kept, k, z_dim, w);
+    }
+    cpu_vae_scratch_fini(&scratch);
+    scored_free(&d);
+    scored_free(&f);
+}
+
+/* The fixture's network and beats: float32 within 1e-4 of double (in fact ~1e-6), on every ISA;
+ * cpu_vae_score (AUTO, its own work area) gives the same as cpu_vae_score_with. */
+static void test_f32_fixture(void **state)
+{
+    (void)state;
+    struct fixture fx;
+    fixture_load(&fx);
+    struct ecg_params params = ecg_params_default();
+    struct ecg_error err = {0};
+    struct ecg_model *m = ecg_model_create(&fx.arch, &params, &err);
+    assert_non_null(m);
+    for (size_t i = 0; i < fx.n_weights; i++)
+        m->weights[i] = (float)fx.weights[i];
+    size_t b = fx.batch, l = fx.arch.beat_len, z = fx.arch.latent_dim;
+    float *emb = malloc(b * l * sizeof *emb);
+    float rr[8] = {NAN, 800, 790, 810, 805, 560, 800, 800};
+    uint8_t kept[8] = {1, 1, 1, 0, 1, 1, 1, 1};
+    assert_non_null(emb);
+    for (size_t i = 0; i < b * l; i++)
+        emb[i] = (float)fx.x[i];
+    struct f32_worst w = {0};
+    check_f32("fixture", m, emb, kept, rr, b, &w);
+    assert_int_equal(w.beats, 7 * 3 - (cpu_vae_isa_available(CPU_VAE_ISA_AVX2) ? 0 : 7));
+
+    struct scored f, g;
+    scored_alloc(&f, b, z);
+    scored_alloc(&g, b, z);
+    struct cpu_vae_scratch scratch = {0};
+    assert_int_equal(cpu_vae_score(m, emb, kept, rr, b, f.latent, f.score, f.outlier, &err),
+                     ECG_OK);
+    assert_int_equal(cpu_vae_score_with(m, emb, kept, rr, b, CPU_VAE_ISA_AUTO, &scratch,
+                                        g.latent, NULL, g.score, g.outlier, &err),
+                     ECG_OK);
+    assert_memory_equal(f.latent, g.latent, b * z * sizeof *f.latent);
+    assert_memory_equal(f.score, g.score, b * sizeof *f.score);
+    assert_memory_equal(f.outlier, g.outlier, b);
+    print_message("float32 vs double on the fixture: latent %.2g, recon %.2g, score %.2g "
+                  "(relative)\n", w.latent, w.recon, w.score);
+    cpu_vae_scratch_fini(&scratch);
+    cpu_vae_scratch_fini(NULL);
+    scored_free(&f);
+    scored_free(&g);
+    free(emb);
+    ecg_model_free(m);
+    fixture_free(&fx);
+}
+
+/*
+ * Random networks of another shape (L = 64, Z = 3, odd widths: the unpaired input row of the
+ * convolutions), random beats of which some are not kept, k not a multiple of the 8 lanes.
+ * Then the lanes' independence: each beat scored alone, or in a request of another size, gets
+ * bit for bit the same latent and reconstruction term as in the whole request.
+ */
+static void test_f32_other_shape(void **state)
+{
+    (void)state;
+    struct ecg_vae_arch arch = {.beat_len = 64, .latent_dim = 3, .enc = {3, 5, 7},
+                                .dec = {5, 3, 3}};
+    struct ecg_params params = ecg_params_default();
+    params.beat_len = arch.beat_len;
+    struct ecg_error err = {0};
+    struct ecg_model *m = ecg_model_create(&arch, &params, &err);
+    assert_non_null(m);
+    const size_t k = 21, l = arch.beat_len, z_dim = arch.latent_dim;
+    float *emb = malloc(k * l * sizeof *emb), rr[21];
+    uint8_t kept[21];
+    assert_non_null(emb);
+    struct f32_worst w = {0};
+    rng_state = 99;
+    for (int trial = 0; trial < 4; trial++) {
+        for (size_t i = 0; i < m->layout.n_weights; i++)
+            m->weights[i] = (float)((rng_uniform() - 0.5) * 0.8);
+        for (int a = 0; a < 3; a++)
+            m->weights[m->layout.enc_alpha[a]] = (float)(0.5 + rng_uniform());
+        for (int a = 0; a < 2; a++)
+            m->weights[m->layout.dec_alpha[a]] = (float)(0.5 + rng_uniform());
+        for (size_t i = 0; i < k; i++) {
+            kept[i] = rng_uniform() > 0.2;
+            rr[i] = (float)(600 + 400 * rng_uniform());
+            for (size_t t = 0; t < l; t++)
+                emb[i * l + t] =
+                    (float)(3.0 * sin(0.2 * (double)t + (double)i) + rng_uniform() - 0.5);
+        }
+        check_f32("other shape", m, emb, kept, rr, k, &w);
+    }
+    assert_true(w.beats > 40);
+
+    struct scored all, one;
+    scored_alloc(&all, k, z_dim);
+    scored_alloc(&one, k, z_dim);
+    struct cpu_vae_scratch scratch = {0};
+    assert_int_equal(cpu_vae_score_with(m, emb, kept, rr, k, CPU_VAE_ISA_AUTO, &scratch,
+                                        all.latent, all.recon, NULL, NULL, &err),
+                     ECG_OK);
+    for (size_t i = 0; i < k; i++) {
+        assert_int_equal(cpu_vae_score_with(m, emb + i * l, kept + i, rr + i, 1, CPU_VAE_ISA_AUTO,
+                                            &scratch, one.latent, one.recon, NULL, NULL, &err),
+                         ECG_OK);
+        if (!kept[i])
+            continue;
+        assert_memory_equal(one.latent, all.latent + i * z_dim, z_dim * sizeof *one.latent);
+        assert_memory_equal(one.recon, all.recon + i, sizeof *one.recon);
+    }
+    /* the last 13 beats as a request of their own: other groups, same values */
+    assert_int_equal(cpu_vae_score_with(m, emb + 8 * l, kept + 8, rr + 8, k - 8, CPU_VAE_ISA_AUTO,
+                                        &scratch, one.latent, one.recon, NULL, NULL, &err),
+                     ECG_OK);
+    for (size_t i = 8; i < k; i++)
+        if (kept[i])
+            assert_memory_equal(one.recon + (i - 8), all.recon + i, sizeof *one.recon);
+    /* an empty request writes nothing and succeeds; missing inputs are refused */
+    assert_int_equal(cpu_vae_score_with(m, emb, kept, rr, 0, CPU_VAE_ISA_AUTO, &scratch, NULL,
+                                        NULL, NULL, NULL, &err),
+                     ECG_OK);
+    assert_int_equal(cpu_vae_score_with(m, NULL, kept, rr, 3, CPU_VAE_ISA_AUTO, &scratch, NULL,
+                                        NULL, NULL, NULL, &err),
+                     ECG_ERR_ARG);
+    print_message("float32 vs double, other shape: latent %.2g, recon %.2g, score %.2g\n",
+                  w.latent, w.recon, w.score);
+    cpu_vae_scratch_fini(&scratch);
+    scored_free(&all);
+    scored_free(&one);
+    free(emb);
+    ecg_model_free(m);
+}
+
+/* The float32 decoder against the double one, on every ISA, on a grid of latent points. */
+static void test_f32_decode(void **state)
+{
+    (void)state;
+    struct ecg_error err = {0};
+    struct ecg_model *m = ecg_model_load("models/default.ecgm", &err);
+    assert_non_null(m);
+    const size_t n = 11, l = m->arch.beat_len, z_dim = m->arch.latent_dim;
+    float *latent = malloc(n * z_dim * sizeof *latent), *out = malloc(n * l * sizeof *out);
+    double *work = malloc(ecg_vae_work_len(&m->arch) * sizeof *work);
+    double *w = malloc(m->layout.n_weights * sizeof *w), zd[64], ref[4096];
+    assert_true(latent && out && work && w && z_dim <= 64 && l <= 4096);
+    for (size_t i = 0; i < m->layout.n_weights; i++)
+        w[i] = m->weights[i];
+    for (size_t i = 0; i < n * z_dim; i++)
+        latent[i] = (float)(-3.0 + 6.0 * (double)((i * 7) % 23) / 22.0);
+    enum cpu_vae_isa list[3];
+    size_t n_isa = isas(list);
+    double worst = 0;
+    for (size_t a = 0; a < n_isa; a++) {
+        assert_int_equal(cpu_vae_decode_with(m, latent, n, list[a], out, &err), ECG_OK);
+        for (size_t i = 0; i < n; i++) {
+            double scale = 0;
+            for (size_t z = 0; z < z_dim; z++)
+                zd[z] = latent[i * z_dim + z];
+            ecg_vae_decode(&m->arch, &m->layout, w, zd, ref, work);
+            for (size_t t = 0; t < l; t++)
+                scale = fmax(scale, fabs(ref[t]));
+            for (size_t t = 0; t < l; t++) {
+                double d = fabs(out[i * l + t] - ref[t]) / scale;
+                assert_true(d <= F32_REL_TOL);
+                worst = fmax(worst, d);
+            }
+        }
+    }
+    print_message("float32 vs double decoder: %.2g of the beat's peak\n", worst);
+    free(latent);
+    free(out);
+    free(work);
+    free(w);
+    ecg_model_free(m);
+}
+
+static const char *const mitdb_records[] = {
+    "101", "106", "108", "109", "112", "114", "115", "116", "118", "119", "122",
+    "124", "201", "203", "205", "207", "208", "209", "215", "220", "223", "230"};
+
+/*
+ * The shipped model on all 22 shared MIT-BIH records (30 minutes each), beats from the CPU
+ * pipeline: float32 latents and scores within 1e-4 of double, and the same outlier flags.
+ */
+static void test_f32_mitdb(void **state)
+{
+    (void)state;
+    struct ecg_error err = {0};
+    struct ecg_model *m = ecg_model_load("models/default.ecgm", &err);
+    assert_non_null(m);
+    struct f32_worst w = {0};
+    size_t n_rec = sizeof mitdb_records / sizeof mitdb_records[0];
+    for (size_t r = 0; r < n_rec; r++) {
+        char path[256];
+        struct ecg_signal sig = {0};
+        struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB};
+        snprintf(path, sizeof path, "%s/mitdb/%s", ECG_SHARED_DATA, mitdb_records[r]);
+        assert_int_equal(ecg_read_file(path, &opts, &sig, &err), ECG_OK);
+        struct ecg_plan plan;
+        assert_int_equal(ecg_plan_init(&plan, &m->params, sig.fs_hz, &err), ECG_OK);
+        size_t n_a = ecg_plan_resampled_len(&plan, sig.n), k = 0;
+        float *y = malloc(n_a * sizeof *y), *f = malloc(n_a * sizeof *f);
+        int64_t *peaks_a = NULL, *peaks_in = NULL;
+        assert_true(y && f);
+        assert_int_equal(cpu_resample(&plan, sig.samples, sig.n, y, &err), ECG_OK);
+        assert_int_equal(cpu_filter(&plan, y, n_a, f, &err), ECG_OK);
+        assert_int_equal(cpu_detect(&plan, sig.samples, sig.n, y, f, n_a, &peaks_a, &peaks_in,
+                                    &k, &err),
+                         ECG_OK);
+        assert_true(k > 1000);
+        int64_t *onset = malloc(k * sizeof *onset), *end = malloc(k * sizeof *end);
+        float *rr = malloc(k * sizeof *rr), *emb = malloc(k * plan.beat_len * sizeof *emb);
+        uint8_t *kept = malloc(k);
+        assert_true(onset && end && rr && emb && kept);
+        cpu_segment(&plan, peaks_a, peaks_in, k, n_a, sig.n, onset, end, rr, kept);
+        assert_int_equal(cpu_embed(&plan, y, n_a, peaks_a, kept, k, emb, &err), ECG_OK);
+        check_f32(mitdb_records[r], m, emb, kept, rr, k, &w);
+        free(onset);
+        free(end);
+        free(rr);
+        free(emb);
+        free(kept);
+        free(peaks_a);
+        free(peaks_in);
+        free(y);
+        free(f);
+        ecg_plan_fini(&plan);
+        ecg_signal_free(&sig);
+    }
+    print_message("float32 vs double on %zu records: %zu beat scorings, %zu outlier flags "
+                  "identical (%zu outliers); worst relative difference: latent %.2g (%.2g "
+                  "without a floor), recon %.2g, score %.2g\n",
+                  n_rec, w.beats, w.flags, w.outliers, w.latent, w.latent_pure, w.recon, w.score);
+    assert_true(w.beats > 22 * 1000 * 2);
+    assert_true(w.outliers > 0);
+    ecg_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -402,6 +766,10 @@ int main(void)
         cmocka_unit_test(test_fixture_float_path),
         cmocka_unit_test(test_finite_differences),
         cmocka_unit_test(test_rr_prematurity),
+        cmocka_unit_test(test_f32_fixture),
+        cmocka_unit_test(test_f32_other_shape),
+        cmocka_unit_test(test_f32_decode),
+        cmocka_unit_test(test_f32_mitdb),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
