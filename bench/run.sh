@@ -7,10 +7,15 @@ echo "# ecgd benchmarks: $(date -u +%Y-%m-%d) commit $(git rev-parse --short HEA
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 for b in "$build"/bench/*; do
     [ -x "$b" ] || continue
+    [ "$(basename "$b")" = http_sink ] && continue   # a server: bench_strips.sh drives it
     echo; echo "## $(basename "$b")"
     "$b"
 done
 if [ -x bench/bench_http.sh ]; then
     echo; echo "## bench_http.sh"
     ECGD="$build/ecgd" bench/bench_http.sh
+fi
+if [ -x bench/bench_strips.sh ]; then
+    echo; echo "## bench_strips.sh (1 s to 30 min recordings, as ratios to the HTTP sink)"
+    bench/bench_strips.sh "$build"
 fi

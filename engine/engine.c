@@ -35,6 +35,10 @@ struct ecg_engine {
     unsigned n_ctx;
     void **ctx;
     bool *busy;
+    /* Each context's last plan, reused while requests keep the same input rate (designing the
+     * resampler's filter costs more than a short strip's analysis at some rates). Used only
+     * by the thread holding the context. */
+    struct ecg_plan *plans;
 };
 
 /* A streaming upload: the host bytes (authoritative) and the backend's copy of them. */
@@ -126,7 +130,8 @@ struct ecg_engine *ecg_engine_create(const struct ecg_engine_config *config, str
     engine->n_ctx = config->workers ? config->workers : 1;
     engine->ctx = calloc(engine->n_ctx, sizeof *engine->ctx);
     engine->busy = calloc(engine->n_ctx, sizeof *engine->busy);
-    if (!engine->ctx || !engine->busy) {
+    engine->plans = calloc(engine->n_ctx, sizeof *engine->plans);
+    if (!engine->ctx || !engine->busy || !engine->plans) {
         ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "worker contexts");
         goto fail;
     }
@@ -152,6 +157,10 @@ void ecg_engine_destroy(struct ecg_engine *engine)
     }
     if (engine->ops && engine->state)
         engine->ops->close(engine->state);
+    if (engine->plans)
+        for (unsigned i = 0; i < engine->n_ctx; i++)
+            ecg_plan_fini(&engine->plans[i]);
+    free(engine->plans);
     free(engine->ctx);
     free(engine->busy);
     pthread_cond_destroy(&engine->released);
@@ -220,46 +229,60 @@ static void release_ctx(struct ecg_engine *engine, unsigned slot)
     pthread_mutex_unlock(&engine->lock);
 }
 
+/* A result and its arrays are one allocation (a request makes one, not nine). */
 void ecg_result_free(struct ecg_result *result)
 {
-    if (!result)
-        return;
-    free(result->r_peak);
-    free(result->onset);
-    free(result->end);
-    free(result->rr_ms);
-    free(result->kept);
-    free(result->latent);
-    free(result->score);
-    free(result->outlier);
     free(result);
+}
+
+/* Rounds n bytes up to a multiple of 8, for the arrays that follow each other in the block. */
+static size_t align8(size_t n)
+{
+    return (n + 7) / 8 * 8;
 }
 
 static struct ecg_result *result_alloc(size_t k, uint32_t latent_dim, bool with_model)
 {
-    struct ecg_result *r = calloc(1, sizeof *r);
-    if (!r)
+    size_t m = k ? k : 1; /* every array non-NULL */
+    size_t i64 = align8(m * sizeof(int64_t)), f32 = align8(m * sizeof(float)), u8 = align8(m);
+    size_t bytes = align8(sizeof(struct ecg_result)) + 3 * i64 + f32 + u8;
+    if (with_model)
+        bytes += align8(m * latent_dim * sizeof(float)) + f32 + u8;
+    char *block = calloc(1, bytes);
+    if (!block)
         return NULL;
-    size_t m = k ? k : 1; /* never malloc(0): NULL must mean failure */
+    struct ecg_result *r = (struct ecg_result *)block;
+    char *p = block + align8(sizeof *r);
     r->n_beats = k;
-    r->r_peak = malloc(m * sizeof *r->r_peak);
-    r->onset = malloc(m * sizeof *r->onset);
-    r->end = malloc(m * sizeof *r->end);
-    r->rr_ms = malloc(m * sizeof *r->rr_ms);
-    r->kept = malloc(m * sizeof *r->kept);
-    bool ok = r->r_peak && r->onset && r->end && r->rr_ms && r->kept;
+    r->r_peak = (int64_t *)p, p += i64;
+    r->onset = (int64_t *)p, p += i64;
+    r->end = (int64_t *)p, p += i64;
+    r->rr_ms = (float *)p, p += f32;
+    r->kept = (uint8_t *)p, p += u8;
     if (with_model) {
         r->latent_dim = latent_dim;
-        r->latent = malloc(m * latent_dim * sizeof *r->latent);
-        r->score = malloc(m * sizeof *r->score);
-        r->outlier = malloc(m * sizeof *r->outlier);
-        ok = ok && r->latent && r->score && r->outlier;
-    }
-    if (!ok) {
-        ecg_result_free(r);
-        return NULL;
+        r->latent = (float *)p, p += align8(m * latent_dim * sizeof(float));
+        r->score = (float *)p, p += f32;
+        r->outlier = (uint8_t *)p;
     }
     return r;
+}
+
+/* The plan for fs_hz in the context's slot: the one kept from the previous request when the
+ * rate is the same, else a new one (the old one is freed). */
+static enum ecg_status slot_plan(struct ecg_engine *engine, unsigned slot, double fs_hz,
+                                 struct ecg_plan **plan, struct ecg_error *err)
+{
+    struct ecg_plan *p = &engine->plans[slot];
+    *plan = p;
+    if (p->fs_in_hz == fs_hz && p->fs_a_hz > 0)
+        return ECG_OK;
+    ecg_plan_fini(p);
+    memset(p, 0, sizeof *p);
+    enum ecg_status status = ecg_plan_init(p, &engine->params, fs_hz, err);
+    if (status != ECG_OK)
+        memset(p, 0, sizeof *p);
+    return status;
 }
 
 /* The shared body of the analyze entry points: input is a decoded signal, or raw bytes (bytes and
@@ -315,7 +338,7 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
                                struct ecg_result **out, float **embedding, struct ecg_error *err)
 {
     const struct ecg_backend_ops *ops = engine->ops;
-    struct ecg_plan plan = {0};
+    struct ecg_plan *plan = NULL;
     struct ecg_result *result = NULL;
     struct ecg_timing timing = {0};
     float *emb = NULL;
@@ -342,7 +365,7 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
     } while (0)
 
     STAGE(read_ms, load_input(engine, ctx, in, &n_in, &fs_hz, lead, err));
-    status = ecg_plan_init(&plan, &engine->params, fs_hz, err);
+    status = slot_plan(engine, slot, fs_hz, &plan, err);
     if (status != ECG_OK)
         goto out;
     if ((double)n_in / fs_hz < ECG_MIN_DURATION_S) {
@@ -351,12 +374,12 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
                           "needed", (double)n_in / fs_hz, n_in, fs_hz, ECG_MIN_DURATION_S);
         goto out;
     }
-    STAGE(resample_ms, ops->resample(ctx, &plan, err));
-    STAGE(filter_ms, ops->filter(ctx, &plan, err));
-    STAGE(detect_ms, ops->detect(ctx, &plan, &n_beats, err));
-    STAGE(embed_ms, ops->embed(ctx, &plan, err));
+    STAGE(resample_ms, ops->resample(ctx, plan, err));
+    STAGE(filter_ms, ops->filter(ctx, plan, err));
+    STAGE(detect_ms, ops->detect(ctx, plan, &n_beats, err));
+    STAGE(embed_ms, ops->embed(ctx, plan, err));
     if (engine->model)
-        STAGE(encode_ms, ops->encode(ctx, &plan, err));
+        STAGE(encode_ms, ops->encode(ctx, plan, err));
 #undef STAGE
 
     result = result_alloc(n_beats, engine->latent_dim, engine->model != NULL);
@@ -368,7 +391,7 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
     if (status != ECG_OK)
         goto out;
     if (embedding) {
-        size_t count = n_beats * plan.beat_len, got = 0;
+        size_t count = n_beats * plan->beat_len, got = 0;
         emb = malloc((count ? count : 1) * sizeof *emb);
         if (!emb) {
             status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "embedding");
@@ -396,7 +419,6 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
     }
 out:
     release_ctx(engine, slot);
-    ecg_plan_fini(&plan);
     ecg_result_free(result);
     free(emb);
     return status;

@@ -8,10 +8,10 @@ set -euo pipefail
 dir=.gpu-run
 bundle=../shared/tools/bundle-libs
 make -j2 all build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory \
-    build/tests/gpu/test_gpu_upload build/bench/bench_gpu
+    build/tests/gpu/test_gpu_upload build/bench/bench_gpu build/bench/http_sink
 mkdir -p "$dir"
 for bin in build/ecgd build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory \
-           build/tests/gpu/test_gpu_upload build/bench/bench_gpu; do
+           build/tests/gpu/test_gpu_upload build/bench/bench_gpu build/bench/http_sink; do
     "$bundle" "$bin" "$dir" >/dev/null
 done
 # wrk drives bench_http.sh's 64-client runs on the device

@@ -8,8 +8,11 @@
 # DIR (default .gpu-run) holds the binaries (test_gpu_parity, bench_gpu, ecgd) and data/ (a
 # copy of the shared mitdb records). parts: any of "tests http sanitize bench strips" (default
 # all): "http" runs the service's HTTP suite (tests/e2e/test_http.sh) against a CUDA-backed
-# server; "strips" runs bench/bench_http.sh's 64-client runs (10- and 80-second ECG strips, wrk
-# bundled in DIR) against a CUDA-backed and then a CPU-backed server on the same machine.
+# server; "strips" runs bench/bench_strips.sh (wrk and http_sink bundled in DIR): for 2 s (the
+# shortest recording analysed), 10 s, 80 s, 30 min and 20 h recordings as CSV and float32, the
+# HTTP sink, a CUDA-backed and a CPU-backed server on the same machine in one run, every figure
+# also as a ratio to the sink (STRIP_SIZES, STRIP_DURATION (default 5s per cell), BIG_CONNS,
+# WRK_THREADS override).
 # Logs and tables go to $OUT when it is set, else to DIR/out.
 set -u
 dir=${1:-.gpu-run}
@@ -98,13 +101,17 @@ if [[ " $parts " == *" bench "* ]] && [ -x "$dir/bench_gpu" ]; then
     bash bench/gpu.sh "$dir" 2>&1 | tee "$out/bench.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
-if [[ " $parts " == *" strips "* ]] && [ -x "$dir/ecgd" ] && [ -x "$dir/wrk" ]; then
-    for backend in cuda cpu; do
-        echo "== 64 clients, ECG strips, $backend backend"
-        PATH="$dir:$PATH" ECGD=$dir/ecgd BACKEND=$backend STRIPS=c64 DURATION=10s \
-            BIG_SAMPLES=100000 ROUNDS=1 ECG_SHARED_DATA=$dir/data \
-            bash bench/bench_http.sh 2>&1 | tee "$out/strips-$backend.log" | grep -E '^# ecgd|_c64'
-    done
+if [[ " $parts " == *" strips "* ]] && [ -x "$dir/ecgd" ] && [ -x "$dir/wrk" ] &&
+    [ -x "$dir/http_sink" ]; then
+    # One run, one table: each length and format against the HTTP sink, then the CUDA and the
+    # CPU backend (bench/bench_strips.sh); 64 clients up to 80 s, BIG_CONNS beyond.
+    echo "== strips: 2 s, 10 s, 80 s, 30 min, 20 h; CSV and float32; sink, CUDA, CPU"
+    PATH="$dir:$PATH" ECGD=$dir/ecgd SINK=$dir/http_sink BACKENDS="cuda cpu" \
+        SIZES="${STRIP_SIZES:-2 10 80 1800 72000}" CONNS=64 BIG_CONNS=${BIG_CONNS:-4} \
+        DURATION=${STRIP_DURATION:-5s} WRK_THREADS=${WRK_THREADS:-4} ECG_SHARED_DATA=$dir/data \
+        timeout 570 bash bench/bench_strips.sh 2>&1 | tee "$out/strips.log" |
+        grep -E '^# |^\|'
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 echo "== done, status $status"
 exit $status

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# bench_strips.sh - analyses of recordings from 1 s to 20 h over HTTP, each cell measured as a
+# ratio to an HTTP sink in the same run: for every recording length and body format, wrk posts
+# the same body with the same clients first to bench/http_sink.c (libmicrohttpd with ecgd's
+# thread pool: reads the body, answers a fixed small JSON), then to ecgd on each backend.
+# The sink is measured again right before each backend's cell, so a drifting machine load hits
+# both sides of a ratio alike.
+#
+# Prints "RESULT name=strip ..." per cell (rps, p50/p99, the sink's, ratio = ecgd / sink) and a
+# closing markdown table (the scaling table: requests/s, p50/p99 and samples/s by length).
+#
+# Usage: bench/bench_strips.sh [BUILD_DIR]      (from the repository root; default build)
+# Environment:
+#   ECGD, SINK      binaries (default BUILD/ecgd, BUILD/bench/http_sink)
+#   BACKENDS        backends in order (default "cpu"; "cuda cpu" on a GPU host)
+#   SIZES           recording lengths in seconds (default "2 10 80 1800"; 72000 = 20 h). 2 s
+#                   is the shortest the service analyses (ECG_MIN_DURATION_S): 1 s gets 422
+#   FORMATS         body formats, csv and/or f32 (default "csv f32")
+#   CONNS           concurrent clients for recordings up to 80 s (default 64)
+#   BIG_CONNS       clients for longer recordings (default 4: each holds the whole body)
+#   DURATION        wrk duration per cell (default 10s); WRK_THREADS (default 2)
+#   WORKERS         ecgd --workers (default: CPUs); the sink gets ecgd's --io-threads
+#   MODEL           .ecgm file or none (default models/default.ecgm)
+#   ECG_SHARED_DATA (default ../shared/data): the UCR ECG excerpt (250 Hz) tiled to each length
+set -u
+BUILD=${1:-build}
+ECGD=${ECGD:-$BUILD/ecgd}
+SINK=${SINK:-$BUILD/bench/http_sink}
+BACKENDS=${BACKENDS:-cpu}
+SIZES=${SIZES:-"2 10 80 1800"}
+FORMATS=${FORMATS:-"csv f32"}
+CONNS=${CONNS:-64}
+BIG_CONNS=${BIG_CONNS:-4}
+DURATION=${DURATION:-10s}
+WRK_THREADS=${WRK_THREADS:-2}
+MODEL=${MODEL:-models/default.ecgm}
+export ECG_SHARED_DATA=${ECG_SHARED_DATA:-../shared/data}
+cpus=$(nproc)
+WORKERS=${WORKERS:-$cpus}
+IO_THREADS=$WORKERS
+[ "$IO_THREADS" -lt 2 ] && IO_THREADS=2   # ecgd's own default for --io-threads
+LUA=bench/http_bench.lua
+
+for tool in wrk curl python3; do
+    command -v "$tool" >/dev/null || { echo "bench_strips: $tool is not installed" >&2; exit 1; }
+done
+for bin in "$ECGD" "$SINK"; do
+    [ -x "$bin" ] || { echo "bench_strips: $bin is not built (make bench)" >&2; exit 1; }
+done
+model_args=(--model none)
+[ "$MODEL" != none ] && [ -f "$MODEL" ] && model_args=(--model "$MODEL")
+
+tmp=$(mktemp -d)
+server_pid=
+sink_pid=
+cleanup() {
+    [ -n "$server_pid" ] && kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+    [ -n "$sink_pid" ] && kill -TERM "$sink_pid" 2>/dev/null && wait "$sink_pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# Fixtures: the UCR excerpt tiled to each length, as CSV ("%g" per line) and float32.
+python3 - "$ECG_SHARED_DATA/ucr/ecg50T.txt" "$tmp" $SIZES <<'PYTHON' || exit 1
+import array, sys
+ucr = [float(line) for line in open(sys.argv[1]) if line.strip()]
+text = ["%g\n" % v for v in ucr]
+for size in sys.argv[3:]:
+    n = int(float(size) * 250)
+    full, rest = divmod(n, len(ucr))
+    with open("%s/s%s.csv" % (sys.argv[2], size), "w") as f:
+        block = "".join(text)
+        for _ in range(full):
+            f.write(block)
+        f.write("".join(text[:rest]))
+    a = array.array("f", ucr) * full + array.array("f", ucr[:rest])
+    open("%s/s%s.f32" % (sys.argv[2], size), "wb").write(a.tobytes())
+PYTHON
+
+"$SINK" --threads "$IO_THREADS" --port-file "$tmp/sink.port" 2>"$tmp/sink.log" &
+sink_pid=$!
+for _ in $(seq 1 100); do [ -s "$tmp/sink.port" ] && break; sleep 0.05; done
+[ -s "$tmp/sink.port" ] || { echo "bench_strips: the sink did not start" >&2; cat "$tmp/sink.log" >&2; exit 1; }
+sink=http://127.0.0.1:$(cat "$tmp/sink.port")
+
+# wrk_cell URL FILE TYPE CONNS -> "rps p50_ms p99_ms requests non2xx socket_errors"
+wrk_cell() {
+    BENCH_NAME=cell wrk -t "$WRK_THREADS" -c "$4" -d "$DURATION" --timeout 120s -s "$LUA" "$1" \
+        -- cell POST "$2" "$3" 2>/dev/null | grep '^RESULT' |
+        sed -E 's/.*rps=([^ ]+) p50_ms=([^ ]+) p99_ms=([^ ]+) requests=([^ ]+) non2xx=([^ ]+) socket_errors=([^ ]+).*/\1 \2 \3 \4 \5 \6/'
+}
+
+start_ecgd() { # start_ecgd BACKEND: sets server_pid and base
+    : >"$tmp/server.log"
+    "$ECGD" serve --bind 127.0.0.1 --port 0 --backend "$1" --workers "$WORKERS" \
+        --io-threads "$IO_THREADS" --max-body-mb 2048 --queue-depth 1024 --timeout-s 300 \
+        --max-conns-per-ip 0 "${model_args[@]}" 2>"$tmp/server.log" &
+    server_pid=$!
+    local port=
+    for _ in $(seq 1 600); do
+        port=$(grep -m1 '"event":"listening"' "$tmp/server.log" 2>/dev/null |
+               grep -o '"port":[0-9]*' | head -1 | cut -d: -f2)
+        [ -n "$port" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ] && break
+        sleep 0.1
+    done
+    [ -n "$port" ] || { echo "bench_strips: ecgd did not start" >&2; cat "$tmp/server.log" >&2; exit 1; }
+    base=http://127.0.0.1:$port
+    echo "# ecgd $(curl -s "$base/v1/info" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["version"], "backend", d["backend"], "on", d["device"])'), $WORKERS workers, $IO_THREADS io threads, $cpus CPUs, model ${model_args[1]}"
+}
+
+rows=$tmp/rows
+: >"$rows"
+echo "# bench_strips: $(date -u +%Y-%m-%dT%H:%MZ) commit $(git rev-parse --short HEAD 2>/dev/null), $cpus CPUs, wrk -t $WRK_THREADS, $DURATION per cell"
+for backend in $BACKENDS; do
+    start_ecgd "$backend"
+    for size in $SIZES; do
+        conns=$CONNS
+        [ "$(python3 -c "print(int(float('$size') > 80))")" = 1 ] && conns=$BIG_CONNS
+        for fmt in $FORMATS; do
+            file=$tmp/s$size.$fmt
+            type=text/csv
+            [ "$fmt" = f32 ] && type=application/octet-stream
+            url="$base/v1/analyze?fs=250"
+            # one request first: the answer must be an analysis, and it warms the worker
+            code=$(curl -s -o "$tmp/answer" -w '%{http_code}' -H 'Expect:' -H "Content-Type: $type" \
+                   --data-binary @"$file" "$url")
+            [ "$code" = 200 ] || { echo "bench_strips: $backend $size s $fmt answered $code: $(head -c 300 "$tmp/answer")" >&2; exit 1; }
+            read -r s_rps s_p50 s_p99 s_n s_bad s_err <<<"$(wrk_cell "$sink/v1/analyze?fs=250" "$file" "$type" "$conns")"
+            read -r e_rps e_p50 e_p99 e_n e_bad e_err <<<"$(wrk_cell "$url" "$file" "$type" "$conns")"
+            line="backend=$backend size_s=$size format=$fmt conns=$conns bytes=$(stat -c %s "$file") rps=${e_rps:-0} p50_ms=${e_p50:-0} p99_ms=${e_p99:-0} requests=${e_n:-0} non2xx=${e_bad:-?} socket_errors=${e_err:-?} sink_rps=${s_rps:-0} sink_p50_ms=${s_p50:-0} sink_p99_ms=${s_p99:-0}"
+            ratio=$(python3 -c "import sys; s=float(sys.argv[2]); print('%.3f' % (float(sys.argv[1]) / s if s > 0 else 0))" "${e_rps:-0}" "${s_rps:-0}")
+            echo "RESULT name=strip $line ratio=$ratio"
+            echo "$line ratio=$ratio" >>"$rows"
+        done
+    done
+    kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+    server_pid=
+done
+
+python3 - "$rows" <<'PYTHON'
+import sys
+rows = [dict(kv.split("=", 1) for kv in line.split()) for line in open(sys.argv[1])]
+def length(s):
+    s = float(s)
+    return "%g h" % (s / 3600) if s >= 3600 else "%g min" % (s / 60) if s >= 600 else "%g s" % s
+print()
+print("| backend | recording | body | clients | req/s | p50 ms | p99 ms | sink req/s | ratio to sink | M samples/s |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for r in rows:
+    rps = float(r["rps"])
+    print("| %s | %s | %s | %s | %.0f | %.2f | %.2f | %.0f | %.3f | %.2f |%s" % (
+        r["backend"], length(r["size_s"]), r["format"], r["conns"], rps, float(r["p50_ms"]),
+        float(r["p99_ms"]), float(r["sink_rps"]), float(r["ratio"]),
+        rps * float(r["size_s"]) * 250 / 1e6,
+        "" if r["non2xx"] == "0" and r["socket_errors"] == "0" else
+        " **%s non-2xx, %s socket errors**" % (r["non2xx"], r["socket_errors"])))
+PYTHON
