@@ -304,6 +304,11 @@ enum MHD_Result svc_admission_headers(struct svc_request *req, const char *versi
      * upload is copied once, never grown. */
     if (has_length && declared) {
         size_t estimate = svc_request_estimate(req, (size_t)declared);
+        if (estimate > srv->memory.budget_bytes)
+            return REFUSE(req, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+                          "a body of %llu bytes may need up to %zu bytes to analyse, more than "
+                          "the whole memory budget (%zu bytes)", declared, estimate,
+                          srv->memory.budget_bytes);
         if (!svc_memory_reserve_up_to(&srv->memory, &req->reserved_bytes, estimate)) {
             svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "memory_busy",
                              "a body of %llu bytes may need %zu bytes, more than the memory "

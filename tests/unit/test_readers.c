@@ -224,6 +224,42 @@ static void test_json_forms(void **state)
     assert_int_equal(read_mem(fs_hz, strlen(fs_hz), ECG_FORMAT_JSON, 0, NULL, &sig, &err), ECG_OK);
     assert_true(sig.fs_hz == 250.5);
     ecg_signal_free(&sig);
+    /* Samples x leads: a column by index (the first by default) or by a name in "leads";
+     * other keys, of any type, are skipped. */
+    const char *rows = "{\"fs\": 250, \"leads\": [\"MLII\", \"V5\"], \"note\": {\"a\": [1, "
+                       "{\"b\": null}]}, \"signal\": [[1, -1], [2, -2.5], [3, 1e-2]]}";
+    assert_int_equal(read_mem(rows, strlen(rows), ECG_FORMAT_JSON, 0, NULL, &sig, &err), ECG_OK);
+    assert_int_equal(sig.n, 3);
+    assert_true(sig.samples[0] == 1 && sig.samples[2] == 3);
+    assert_string_equal(sig.lead, "MLII");
+    ecg_signal_free(&sig);
+    assert_int_equal(read_mem(rows, strlen(rows), ECG_FORMAT_JSON, 0, "V5", &sig, &err), ECG_OK);
+    assert_true(sig.samples[0] == -1 && sig.samples[1] == -2.5f && sig.samples[2] == 0.01f);
+    assert_string_equal(sig.lead, "V5");
+    ecg_signal_free(&sig);
+    assert_int_equal(read_mem(rows, strlen(rows), ECG_FORMAT_JSON, 0, "1", &sig, &err), ECG_OK);
+    assert_true(sig.samples[1] == -2.5f);
+    ecg_signal_free(&sig);
+    assert_int_equal(read_mem(rows, strlen(rows), ECG_FORMAT_JSON, 0, "V2", &sig, &err),
+                     ECG_ERR_NOT_FOUND);
+    assert_int_equal(read_mem(rows, strlen(rows), ECG_FORMAT_JSON, 0, "2", &sig, &err),
+                     ECG_ERR_NOT_FOUND);
+    /* Every number converts exactly as strtod-then-float (the rounding cJSON gave). */
+    char big[64 * 40 + 64];
+    size_t at = (size_t)snprintf(big, sizeof big, "{\"fs\": 360, \"signal\": [");
+    double want[64];
+    unsigned seed = 12345;
+    for (int i = 0; i < 64; i++) {
+        seed = seed * 1103515245u + 12345u;
+        want[i] = ((double)(seed >> 8) / 16777216.0 - 0.5) * pow(10.0, (int)(seed % 9) - 4);
+        at += (size_t)snprintf(big + at, sizeof big - at, "%s%.17g", i ? ", " : "", want[i]);
+    }
+    snprintf(big + at, sizeof big - at, "]}");
+    assert_int_equal(read_mem(big, strlen(big), ECG_FORMAT_JSON, 0, NULL, &sig, &err), ECG_OK);
+    assert_int_equal(sig.n, 64);
+    for (int i = 0; i < 64; i++)
+        assert_true(sig.samples[i] == (float)want[i]);
+    ecg_signal_free(&sig);
 }
 
 static void test_edf_forms(void **state)
