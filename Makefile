@@ -3,6 +3,7 @@
 #   make test            unit, end-to-end and (where a GPU exists) GPU tests
 #   make run             start the service on the bundled model
 #   make bench           stage benchmarks on a 20M-sample recording
+#   make soak            the hostile-client suite's long mode (tests/hostile, minutes)
 # Switches: CUDA=0|1  SANITIZE=address,undefined  DEBUG=1  WERROR=1
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
@@ -110,10 +111,16 @@ bench: deps
 	@$(MAKE) --no-print-directory $(BENCH_BIN) $(BUILD)/ecgd
 	@bench/run.sh $(BUILD)
 
+# The hostile-client suite's long mode: more disconnects, shutdown drains of 0, 1 and 25 s
+# looped 20 times, and the figures bench/RESULTS.md quotes (bench/soak.sh).
+soak: deps
+	@$(MAKE) --no-print-directory $(BUILD)/ecgd
+	@ulimit -n 12000 2>/dev/null; python3 tests/hostile/hostile.py --ecgd $(BUILD)/ecgd --soak
+
 fuzz:
 	@$(MAKE) -C tests/fuzz
 
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all deps test tests run bench clean fuzz
+.PHONY: all deps test tests run bench clean fuzz soak

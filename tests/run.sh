@@ -26,7 +26,7 @@ for bin in "$build"/tests/unit/test_* "$build"/tests/gpu/test_*; do
     [ "$rc" -ne 0 ] && failures+=("$name")
 done
 
-for script in tests/e2e/test_*.sh; do
+for script in tests/e2e/test_*.sh tests/hostile/test_*.sh; do
     [ -x "$script" ] || continue
     echo "== $script"
     ECGD="$build/ecgd" "$script" >"$log" 2>&1

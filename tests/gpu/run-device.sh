@@ -7,7 +7,8 @@
 #   LD_LIBRARY_PATH=.gpu-run/lib bash tests/gpu/run-device.sh [DIR] [parts]
 # DIR (default .gpu-run) holds the binaries (test_gpu_parity, bench_gpu, ecgd) and data/ (a
 # copy of the shared mitdb records). parts: any of "tests http sanitize bench strips" (default
-# all): "http" runs the service's HTTP suite (tests/e2e/test_http.sh) against a CUDA-backed
+# all): "hostile" runs the hostile-client suite (tests/hostile/hostile.py, quick mode) against a
+# CUDA-backed server; "http" runs the service's HTTP suite (tests/e2e/test_http.sh) against a CUDA-backed
 # server; "strips" runs bench/bench_strips.sh (wrk and http_sink bundled in DIR): for 2 s (the
 # shortest recording analysed), 10 s, 80 s, 30 min and 20 h recordings as CSV and float32, the
 # HTTP sink, a CUDA-backed and a CPU-backed server on the same machine in one run, every figure
@@ -16,7 +17,7 @@
 # Logs and tables go to $OUT when it is set, else to DIR/out.
 set -u
 dir=${1:-.gpu-run}
-parts=${2:-"tests http sanitize bench strips"}
+parts=${2:-"tests http hostile sanitize bench strips"}
 out=${OUT:-$dir/out}
 mkdir -p "$out"
 export ECG_GPU_DATA=$dir/data
@@ -51,6 +52,16 @@ if [[ " $parts " == *" http "* ]] && [ -x "$dir/ecgd" ] && command -v curl >/dev
     rc=$?
     grep -E '^not ok' "$out/http.log" | head -20
     echo "http: $(grep -c '^ok' "$out/http.log") ok, $(grep -c '^not ok' "$out/http.log") not ok, exit $rc"
+    [ "$rc" -eq 0 ] || status=1
+fi
+
+if [[ " $parts " == *" hostile "* ]] && [ -x "$dir/ecgd" ]; then
+    echo "== hostile-client suite against a CUDA-backed server"
+    ECGD=$dir/ecgd ECGD_TEST_BACKEND=cuda ECG_SHARED_DATA=$dir/data timeout 600 \
+        bash tests/hostile/test_hostile.sh >"$out/hostile.log" 2>&1
+    rc=$?
+    grep -E '^not ok|^skip' "$out/hostile.log" | head -20
+    echo "hostile: $(grep -c '^ok' "$out/hostile.log") ok, $(grep -c '^not ok' "$out/hostile.log") not ok, exit $rc"
     [ "$rc" -eq 0 ] || status=1
 fi
 

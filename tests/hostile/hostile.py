@@ -1,0 +1,668 @@
+#!/usr/bin/env python3
+"""Hostile clients against the real `ecgd serve` on 127.0.0.1 (python3 standard library only).
+
+  hostile.py --ecgd build/ecgd [--soak] [--backend cpu|cuda] [--data ../shared/data]
+
+Starts its own servers (a free port each), attacks them, and prints `ok N - ...`,
+`not ok N - ...` or `skip N - ... (reason)` per check; exits 1 on any failure. Quick mode
+(make test) uses bounded counts and takes about a minute; --soak (make soak) runs the long
+cases and prints the figures bench/RESULTS.md quotes.
+
+Covers: strict framing (duplicate or conflicting Content-Length, CL with TE, unknown
+Transfer-Encoding, garbage request lines, bad header names, missing Host), one meaning per
+request (repeated options, %00 and control characters, non-decimal numbers, trailing text and
+duplicate keys in JSON bodies), body limits on GET routes, the token before 404/405, signals,
+slowloris and trickling uploads from one address while another is served (main and admin
+port), slow uploads cut, FIN and RST mid-upload noticed at once, the memory budget (503 or 413
+before the body is read), peak memory of a big JSON body, log flooding, and shutdown with
+uploads in flight (every client gets an answer or a 503, none a silent close).
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+N = 0
+FAILED = 0
+
+
+def ok(desc):
+    global N
+    N += 1
+    print("ok %d - %s" % (N, desc), flush=True)
+
+
+def not_ok(desc, detail=""):
+    global N, FAILED
+    N += 1
+    FAILED += 1
+    print("not ok %d - %s" % (N, desc), flush=True)
+    if detail:
+        for line in str(detail).splitlines()[:6]:
+            print("#   " + line[:300], flush=True)
+
+
+def skip(desc, why):
+    global N
+    N += 1
+    print("skip %d - %s (%s)" % (N, desc, why), flush=True)
+
+
+def check(desc, cond, detail=""):
+    (ok if cond else lambda d: not_ok(d, detail))(desc)
+    return cond
+
+
+# ------------------------------------------------------------------ the server
+
+class Server:
+    def __init__(self, ecgd, backend, args, env=None):
+        self.log = tempfile.NamedTemporaryFile(prefix="ecgd-hostile-", suffix=".log", delete=False)
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        cmd = [ecgd, "serve", "--bind", "127.0.0.1", "--port", "0", "--admin-port", "0",
+               "--backend", backend] + args
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=full_env)
+        self.port = self.admin_port = None
+        deadline = time.time() + 60
+        while time.time() < deadline and self.port is None:
+            text = self.text()
+            m = re.search(r'"event":"listening".*?"port":(\d+),"admin_port":(\d+)', text)
+            if m:
+                self.port, self.admin_port = int(m.group(1)), int(m.group(2))
+            elif self.proc.poll() is not None:
+                break
+            else:
+                time.sleep(0.05)
+        while time.time() < deadline and '"event":"ready"' not in self.text():
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+
+    def text(self):
+        with open(self.log.name, "r", errors="replace") as f:
+            return f.read()
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def hwm_kb(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        return 0
+
+    def metric(self, name, port=None):
+        status, _, body = request("GET", "/metrics", port=port or self.admin_port)
+        for line in body.decode(errors="replace").splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+        return None
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        os.unlink(self.log.name)
+        return self.proc.returncode
+
+
+# ------------------------------------------------------------------ raw HTTP
+
+def connect(port, source="127.0.0.1", timeout=10):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((source, 0))
+    s.settimeout(timeout)
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def read_all(s, timeout=10):
+    """Everything until the server closes (or timeout): bytes, and how it ended."""
+    s.settimeout(timeout)
+    data = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return data, "eof"
+            data += chunk
+    except socket.timeout:
+        return data, "timeout"
+    except (ConnectionResetError, BrokenPipeError):
+        return data, "reset"
+
+
+def parse_responses(data):
+    """The responses in data, as (status, headers dict, body) tuples."""
+    out = []
+    while data.startswith(b"HTTP/"):
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        if not sep:
+            break
+        lines = head.decode(errors="replace").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        length = int(headers.get("content-length", "0"))
+        out.append((status, headers, rest[:length]))
+        data = rest[length:]
+    return out
+
+
+def raw(port, data, source="127.0.0.1", timeout=10):
+    s = connect(port, source, timeout)
+    try:
+        s.sendall(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    got, how = read_all(s, timeout)
+    s.close()
+    return parse_responses(got), how, got
+
+
+def request(method, path, port, body=b"", headers=None, source="127.0.0.1", timeout=30):
+    head = "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" % (method, path)
+    for k, v in (headers or {}).items():
+        head += "%s: %s\r\n" % (k, v)
+    if body or method == "POST":
+        head += "Content-Length: %d\r\n" % len(body)
+    responses, _, _ = raw(port, head.encode() + b"\r\n" + body, source, timeout)
+    if not responses:
+        return 0, {}, b""
+    return responses[0]
+
+
+def error_code(body):
+    try:
+        return json.loads(body)["error"]["code"]
+    except Exception:
+        return None
+
+
+def expect(desc, got, status, code=None):
+    st, headers, body = got
+    cond = st == status and (code is None or error_code(body) == code)
+    check("%s (%d%s)" % (desc, status, " " + code if code else ""), cond,
+          "got %s %s" % (st, body[:200]))
+    return cond
+
+
+# ------------------------------------------------------------------ fixtures
+
+def ucr_values(data):
+    path = os.path.join(data, "ucr", "ecg50T.txt")
+    with open(path) as f:
+        return [float(line) for line in f if line.strip()]
+
+
+def csv_body(values, n):
+    reps = n // len(values) + 1
+    return ("\n".join("%g" % v for v in (values * reps)[:n]) + "\n").encode()
+
+
+def mit_digital(data, n):
+    raw_bytes = open(os.path.join(data, "mitdb", "101.dat"), "rb").read()
+    out = []
+    for i in range(0, len(raw_bytes) - 2, 3):
+        v = raw_bytes[i] | ((raw_bytes[i + 1] & 0x0F) << 8)
+        out.append(v - 4096 if v > 2047 else v)
+    reps = n // len(out) + 1
+    return (out * reps)[:n]
+
+
+# ------------------------------------------------------------------ checks
+
+def framing(srv):
+    p = srv.port
+    cl2 = (b"POST /v1/analyze?fs=360 HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\n"
+           b"Content-Length: 5\r\nContent-Length: 40\r\n\r\n1\n2\n3GET /healthz HTTP/1.1\r\n"
+           b"Host: x\r\n\r\n")
+    responses, how, _ = raw(p, cl2)
+    check("conflicting Content-Length: one 400, nothing else on the connection, closed",
+          len(responses) == 1 and responses[0][0] == 400 and how in ("eof", "reset") and
+          error_code(responses[0][2]) == "conflicting_content_length", (responses, how))
+    same = (b"POST /v1/analyze?fs=360 HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\n"
+            b"Content-Length: 5\r\nContent-Length: 5\r\n\r\n1\n2\n3")
+    responses, how, _ = raw(p, same)
+    check("repeated equal Content-Length: 400 and close",
+          len(responses) == 1 and responses[0][0] == 400 and how != "timeout", (responses, how))
+    cases = [
+        ("Content-Length with Transfer-Encoding", 400, "content_length_with_transfer_encoding",
+         b"POST /v1/analyze?fs=360 HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\n"
+         b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+        ("unknown Transfer-Encoding", 501, "unsupported_transfer_encoding",
+         b"POST /v1/analyze?fs=360 HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\n"
+         b"Transfer-Encoding: gzip\r\n\r\nabc"),
+        ("Transfer-Encoding gzip, chunked", 501, "unsupported_transfer_encoding",
+         b"POST /v1/analyze?fs=360 HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\n"
+         b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"),
+        ("space before the colon of a header", 400, "bad_header",
+         b"POST /v1/analyze?fs=360 HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\n"
+         b"Content-Length : 5\r\n\r\n1\n2\n3"),
+        ("Content-Length not a number", 400, None,
+         b"POST /v1/analyze?fs=360 HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\n1\n2\n3"),
+        ("Content-Length list", 400, None,
+         b"POST /v1/analyze?fs=360 HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\n\r\n1\n2\n3"),
+        ("HTTP/1.1 without Host", 400, "bad_host", b"GET /healthz HTTP/1.1\r\n\r\n"),
+        ("two Host headers", 400, "bad_host",
+         b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+        ("garbage request line", 400, None, b"HELLO THERE\r\n\r\n"),
+        ("control bytes as the method", 400, "bad_method",
+         b"\x01\x02\x03 /healthz HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("absolute-form target", 400, "bad_uri", b"GET http://x/healthz HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("header line without a colon", 400, None,
+         b"GET /healthz HTTP/1.1\r\nHost: x\r\nGarbage line\r\n\r\n"),
+    ]
+    for desc, status, code, data in cases:
+        responses, how, got = raw(p, data)
+        cond = (len(responses) == 1 and responses[0][0] == status and how != "timeout" and
+                (code is None or error_code(responses[0][2]) == code))
+        check("%s: one %d%s and close" % (desc, status, " " + code if code else ""), cond,
+              (got[:300], how))
+
+
+def meaning(srv, values):
+    p = srv.port
+    csv = csv_body(values, 3000)
+    hdr = {"Content-Type": "text/csv"}
+    expect("repeated query option fs", request("POST", "/v1/analyze?fs=360&fs=250", p, csv, hdr),
+           400, "repeated_parameter")
+    expect("%00 in a query value", request("POST", "/v1/analyze?fs=360%00junk", p, csv, hdr), 400,
+           "bad_uri")
+    expect("%00 in the path", request("GET", "/healthz%00.json", p), 400, "bad_uri")
+    expect("%0a in the path", request("GET", "/healthz%0a", p), 400, "bad_uri")
+    expect("a bad percent escape", request("GET", "/healthz%zz", p), 400, "bad_uri")
+    expect("fs=0x168", request("POST", "/v1/analyze?fs=0x168", p, csv, hdr), 400, "bad_fs")
+    expect("fs=inf", request("POST", "/v1/analyze?fs=inf", p, csv, hdr), 400, "bad_fs")
+    expect("fs=+360", request("POST", "/v1/analyze?fs=%2B360", p, csv, hdr), 400, "bad_fs")
+    expect("fs=360 answered", request("POST", "/v1/analyze?fs=360", p, csv, hdr), 200)
+    js = {"Content-Type": "application/json"}
+    sig = ", ".join("%g" % v for v in values[:3000])
+    expect("JSON trailing garbage",
+           request("POST", "/v1/analyze", p, ('{"fs": 360, "signal": [%s]} x' % sig).encode(), js),
+           400, "bad_json")
+    expect("JSON duplicate key",
+           request("POST", "/v1/analyze", p,
+                   ('{"fs": 360, "signal": [%s], "fs": 250}' % sig).encode(), js),
+           400, "bad_json")
+    expect("JSON samples x leads, lead by name",
+           request("POST", "/v1/analyze?lead=V5", p,
+                   ('{"fs": 360, "leads": ["MLII", "V5"], "signal": [%s]}' %
+                    ", ".join("[0, %g]" % v for v in values[:3000])).encode(), js), 200)
+    if srv.models:
+        expect("decode: trailing garbage",
+               request("POST", "/v1/models/default/decode", p, b'{"latent": [[0, 0]]} x', js),
+               400, "bad_json")
+        expect("decode: duplicate key",
+               request("POST", "/v1/models/default/decode", p,
+                       b'{"latent": [[0, 0]], "latent": [[1, 1]]}', js), 400, "bad_json")
+
+
+def get_bodies(srv):
+    p = srv.port
+    expect("GET with a declared body", request("GET", "/healthz", p, b"abcde"), 413,
+           "body_too_large")
+    s = connect(p)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    sent = 0
+    chunk = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
+    try:
+        while sent < (200 << 20):
+            s.sendall(chunk)
+            sent += len(chunk)
+    except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        pass
+    got, how = read_all(s, 5)
+    s.close()
+    responses = parse_responses(got)
+    check("endless chunked body to GET /healthz: 413 and cut well before 200 MB",
+          sent < (200 << 20) and responses and responses[0][0] == 413, (sent, got[:200], how))
+
+
+def token(ecgd, backend, base):
+    srv = Server(ecgd, backend, base, env={"ECGD_TOKEN": "s3cret"})
+    p = srv.port
+    expect("token: unknown /v1/ path is 401, not 404", request("GET", "/v1/nothing", p), 401,
+           "unauthorized")
+    expect("token: wrong method on /v1/models is 401, not 405",
+           request("POST", "/v1/models", p, b"{}"), 401, "unauthorized")
+    expect("token: with it, the unknown path is 404",
+           request("GET", "/v1/nothing", p, headers={"Authorization": "Bearer s3cret"}), 404,
+           "not_found")
+    expect("token: probes need none", request("GET", "/healthz", p), 200)
+    srv.stop()
+
+
+def signals(srv):
+    for sig, name in ((signal.SIGHUP, "SIGHUP"), (signal.SIGUSR1, "SIGUSR1"),
+                      (signal.SIGUSR2, "SIGUSR2")):
+        srv.proc.send_signal(sig)
+        time.sleep(0.3)
+        st = request("GET", "/healthz", srv.port)[0]
+        check("%s leaves the server running and answering" % name, srv.alive() and st == 200)
+    check("signals are logged", '"event":"reload"' in srv.text() and
+          "SIGUSR1 ignored" in srv.text())
+
+
+def timed_get(port, path, source):
+    t0 = time.time()
+    st = request("GET", path, port, source=source, timeout=10)[0]
+    return st, time.time() - t0
+
+
+def slowloris(srv, values, n_headers, n_trickle, attackers):
+    """n_headers slow header connections and n_trickle trickling uploads from the attacker
+    addresses; returns the sockets (kept open by the caller while it probes)."""
+    socks = []
+    refused = 0
+    for i in range(n_headers):
+        src = attackers[i % len(attackers)]
+        try:
+            s = connect(srv.port, src, timeout=5)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: ")
+            socks.append(s)
+        except OSError:
+            refused += 1
+    for i in range(n_trickle):
+        src = attackers[i % len(attackers)]
+        try:
+            s = connect(srv.port, src, timeout=5)
+            s.sendall(b"POST /v1/analyze?fs=250 HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\n"
+                      b"Content-Length: 100000\r\n\r\n1")
+            socks.append(s)
+        except OSError:
+            refused += 1
+    return socks, refused
+
+
+def must_show_2(srv, values):
+    csv = csv_body(values, 3000)
+    socks, refused = slowloris(srv, values, 4200, 200, ["127.0.0.1"])
+    st, dt = timed_get(srv.port, "/healthz", "127.0.0.2")
+    check("under 4,200 slow headers + 200 trickling uploads from 127.0.0.1: /healthz from "
+          "127.0.0.2 in < 1 s (%.3f s)" % dt, st == 200 and dt < 1.0, (st, dt))
+    st, dt = timed_get(srv.admin_port, "/readyz", "127.0.0.2")
+    check("same: /readyz on the admin port in < 1 s (%.3f s)" % dt, st == 200 and dt < 1.0)
+    got = request("POST", "/v1/analyze?fs=250", srv.port, csv, {"Content-Type": "text/csv"},
+                  source="127.0.0.2")
+    expect("same: an analysis from 127.0.0.2 is answered", got, 200)
+    held = srv.metric("ecgd_connections")
+    check("127.0.0.1 holds at most --max-conns-per-ip connections (%s)" % held,
+          held is not None and held <= 64 + 4, held)
+    for s in socks:
+        s.close()
+    return True
+
+
+def spread_uploads(srv, values):
+    """200 trickling uploads from 4 addresses (within the per-address limit) take no admission
+    slot: an analysis is still answered; then the slow ones are cut by the rate floor."""
+    csv = csv_body(values, 3000)
+    socks, _ = slowloris(srv, values, 0, 200, ["127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"])
+    got = request("POST", "/v1/analyze?fs=250", srv.port, csv, {"Content-Type": "text/csv"},
+                  source="127.0.0.2")
+    expect("200 trickling uploads from 4 addresses hold no admission slot: analysis", got, 200)
+    time.sleep(srv.header_timeout + 1.5)
+    cut = 0
+    for s in socks:
+        data, how = read_all(s, 0.5)
+        if b" 408 " in data[:20] or how in ("eof", "reset"):
+            cut += 1
+        s.close()
+    check("trickling uploads cut by the minimum upload rate (%d of 200, 408)" % cut, cut == 200)
+    slow = srv.metric('ecgd_connection_events_total{event="slow_upload"}')
+    check("ecgd_connection_events_total{event=\"slow_upload\"} counts them (%s)" % slow,
+          slow is not None and slow >= 200)
+
+
+def header_deadline(srv):
+    s = connect(srv.port)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    t0 = time.time()
+    data, how = read_all(s, srv.header_timeout + 5)
+    dt = time.time() - t0
+    s.close()
+    check("headers not complete in --header-timeout-s: 408 and closed (after %.1f s)" % dt,
+          b" 408 " in data[:20] and how != "timeout", (data[:100], how))
+
+
+def disconnects(srv, count):
+    """count FIN and count RST mid-upload: no request (slot, buffer) held past ~1 s."""
+    base = srv.metric("ecgd_http_requests_in_flight")
+    worst = 0.0
+    for kind in ("fin", "rst"):
+        for i in range(count):
+            s = connect(srv.port)
+            declared = 20 << 20
+            s.sendall(("POST /v1/analyze?fs=250 HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\n"
+                       "Content-Length: %d\r\n\r\n" % declared).encode())
+            s.sendall(b"1\n" * ((5 << 20) // 2))
+            time.sleep(0.05)
+            if kind == "rst":
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                s.close()
+            else:
+                s.shutdown(socket.SHUT_WR)
+            t0 = time.time()
+            gone = False
+            while time.time() - t0 < 3:
+                if srv.metric("ecgd_http_requests_in_flight") <= base:
+                    gone = True
+                    break
+                time.sleep(0.02)
+            worst = max(worst, time.time() - t0)
+            if kind == "fin":
+                s.close()
+            if not gone:
+                break
+        check("%d %s disconnects mid-upload (5 of 20 MB sent): each request freed, worst "
+              "%.2f s" % (count, kind.upper(), worst), gone and worst < 1.5, worst)
+    return worst
+
+
+def memory_budget(ecgd, backend, base, values):
+    srv = Server(ecgd, backend, base + ["--memory-budget-mb", "64"])
+    hdr = {"Content-Type": "text/csv"}
+    s = connect(srv.port)
+    s.sendall(b"POST /v1/analyze?fs=250 HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\n"
+              b"Content-Length: 200000000\r\n\r\n")
+    data, how = read_all(s, 5)
+    s.close()
+    responses = parse_responses(data)
+    check("a body whose worst case exceeds the whole budget: 413 before the body",
+          responses and responses[0][0] == 413, data[:200])
+    # Two uploads whose worst cases fit one at a time: the second waits for room (503).
+    first = connect(srv.port)
+    first.sendall(b"POST /v1/analyze?fs=250 HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\n"
+                  b"Content-Length: 4000000\r\n\r\n1\n")
+    time.sleep(0.2)
+    got = request("POST", "/v1/analyze?fs=250", srv.port, b"1\n" * 1000000, hdr)
+    expect("a second body that does not fit beside the first: 503 memory_busy", got, 503,
+           "memory_busy")
+    check("... with Retry-After", "retry-after" in got[1])
+    first.close()
+    time.sleep(0.5)
+    expect("room comes back when the first goes",
+           request("POST", "/v1/analyze?fs=250", srv.port, csv_body(values, 3000), hdr), 200)
+    srv.stop()
+
+
+def json_memory(ecgd, backend, base, data, mb):
+    digital = mit_digital(data, mb * 1000000 // 4)
+    body = ('{"fs": 360, "signal": [' + ", ".join(map(str, digital)))[: mb * 1000000 - 2]
+    body = body[: body.rfind(",")] + "]}"
+    body = body.encode()
+    srv = Server(ecgd, backend, base)
+    before = srv.hwm_kb()
+    got = request("POST", "/v1/analyze?include=summary", srv.port, body,
+                  {"Content-Type": "application/json"}, timeout=300)
+    after = srv.hwm_kb()
+    ratio = (after - before) * 1024.0 / len(body)
+    expect("a %d MB JSON body of integer samples is analysed" % mb, got, 200)
+    check("its peak RSS rise is at most 4x the body: %.0f MB, %.2fx" %
+          ((after - before) / 1024.0, ratio), ratio <= 4.0)
+    srv.stop()
+    return ratio
+
+
+def log_flood(srv):
+    lines_before = srv.text().count("\n")
+    base = srv.metric("ecgd_http_requests_in_flight")
+    socks = []
+    for i in range(300):
+        try:
+            s = connect(srv.port, "127.0.0.7")
+            s.sendall(b"GET /healthz HTTP/1.1\r\n")
+            socks.append(s)
+        except OSError:
+            pass
+    time.sleep(0.5)
+    for s in socks:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.close()
+    time.sleep(1.5)
+    lines = srv.text().count("\n") - lines_before
+    check("300 aborted connections write at most ~10 log lines a second (%d lines)" % lines,
+          0 < lines <= 40, lines)
+    check("and leave no request behind (in flight %s, before %s)" %
+          (srv.metric("ecgd_http_requests_in_flight"), base),
+          srv.metric("ecgd_http_requests_in_flight") <= base)
+    suppressed = srv.metric("ecgd_log_lines_suppressed_total")
+    check("suppressed lines are counted (%s)" % suppressed, suppressed is not None and
+          suppressed > 0)
+
+
+def shutdown_round(ecgd, backend, base, values, drain_s, uploads):
+    srv = Server(ecgd, backend, base + ["--drain-s", str(drain_s), "--workers", "2"])
+    body = csv_body(values, 20000)
+    results = [None] * uploads
+
+    def client(i):
+        try:
+            s = connect(srv.port, timeout=60)
+            s.sendall(("POST /v1/analyze?fs=250&include=summary HTTP/1.1\r\nHost: x\r\n"
+                       "Content-Type: text/csv\r\nContent-Length: %d\r\n\r\n" % len(body)).encode())
+            sent = 0
+            step = 4096
+            while sent < len(body):
+                s.sendall(body[sent:sent + step])
+                sent += step
+                time.sleep(0.002 * (i % 8))
+            data, how = read_all(s, 60)
+        except (BrokenPipeError, ConnectionResetError) as e:
+            try:
+                data, how = read_all(s, 5)
+            except OSError:
+                data, how = b"", "reset"
+        except OSError as e:
+            data, how = b"", "error %s" % e
+        responses = parse_responses(data)
+        results[i] = responses[0][0] if responses else ("silent", how)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(uploads)]
+    for t in threads:
+        t.start()
+    time.sleep(0.4)
+    srv.proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(120)
+    rc = srv.stop()
+    bad = [r for r in results if r not in (200, 503)]
+    return bad, results.count(200), results.count(503), rc
+
+
+def shutdown(ecgd, backend, base, values, drains, loops, uploads):
+    for drain_s in drains:
+        lost = 0
+        answered = refused = 0
+        bad_rc = 0
+        for _ in range(loops):
+            bad, n200, n503, rc = shutdown_round(ecgd, backend, base, values, drain_s, uploads)
+            lost += len(bad)
+            answered += n200
+            refused += n503
+            bad_rc += rc != 0
+        check("shutdown, drain %d s, %d uploads in flight, %d rounds: every client got 200 or "
+              "503 (%d answers, %d 503, %d lost), exit 0" %
+              (drain_s, uploads, loops, answered, refused, lost), lost == 0 and bad_rc == 0,
+              bad if lost else "")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ecgd", default=os.environ.get("ECGD", "build/ecgd"))
+    ap.add_argument("--backend", default=os.environ.get("ECGD_TEST_BACKEND", "cpu"))
+    ap.add_argument("--data", default=os.environ.get("ECG_SHARED_DATA", "../shared/data"))
+    ap.add_argument("--soak", action="store_true")
+    args = ap.parse_args()
+    if not os.path.exists(os.path.join(args.data, "ucr", "ecg50T.txt")):
+        skip("hostile suite", "shared data not found at %s" % args.data)
+        return 0
+    values = ucr_values(args.data)
+    model = os.environ.get("ECGD_TEST_MODEL", "models/default.ecgm")
+    tmp = tempfile.mkdtemp(prefix="ecgd-hostile-")
+    base = ["--model", "none"]
+    if os.path.exists(model):
+        os.makedirs(os.path.join(tmp, "models"))
+        os.symlink(os.path.abspath(model), os.path.join(tmp, "models", "default.ecgm"))
+        base = ["--model-dir", os.path.join(tmp, "models"), "--model", "default"]
+    header_timeout = 2
+    base_hostile = base + ["--header-timeout-s", str(header_timeout), "--min-upload-kib-s", "1",
+                           "--workers", "2"]
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 12000
+    if soft < want and hard >= want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        soft = want
+
+    srv = Server(args.ecgd, args.backend, base_hostile)
+    srv.header_timeout = header_timeout
+    srv.models = os.path.exists(model)
+    if not check("server starts with an admin port", srv.port and srv.admin_port, srv.text()[-500:]):
+        return 1
+    framing(srv)
+    meaning(srv, values)
+    get_bodies(srv)
+    signals(srv)
+    if soft >= 4200 + 500:
+        must_show_2(srv, values)
+    else:
+        skip("4,200 slow header connections", "file descriptor limit %d < 4,700 and cannot be "
+             "raised" % soft)
+    spread_uploads(srv, values)
+    header_deadline(srv)
+    disconnects(srv, 50 if args.soak else 5)
+    log_flood(srv)
+    check("the server survived every attack", srv.alive())
+    srv.stop()
+    token(args.ecgd, args.backend, base)
+    memory_budget(args.ecgd, args.backend, base, values)
+    json_memory(args.ecgd, args.backend, base, args.data, 50)
+    if args.soak:
+        shutdown(args.ecgd, args.backend, base, values, [0, 1, 25], 20, 64)
+    else:
+        shutdown(args.ecgd, args.backend, base, values, [0, 1], 2, 64)
+    print("# %d checks, %d failed" % (N, FAILED))
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
