@@ -106,8 +106,12 @@ check("k8s: liveness probe is a liveness route (never the model)",
       live.get("httpGet", {}).get("path") in LIVE & get_paths, live)
 check("k8s: readiness probe is a readiness route",
       ready.get("httpGet", {}).get("path") in READY & get_paths, ready)
-check("k8s: probes hit the server's port",
-      probe_port(live) == cfg["port"] and probe_port(ready) == cfg["port"])
+check("k8s: probes hit the admin listener (ECGD_ADMIN_PORT %s), which clients of the main port "
+      "cannot starve" % cfg.get("admin_port"),
+      cfg.get("admin_port", -1) > 0 and probe_port(live) == cfg["admin_port"] and
+      probe_port(ready) == cfg["admin_port"] and cfg["admin_port"] != cfg["port"])
+check("k8s: container port 'admin' is the admin listener",
+      ports.get("admin") == cfg.get("admin_port"), ports)
 startup = c.get("startupProbe")
 check("k8s: startup probe (if any) is a liveness route",
       startup is None or startup["httpGet"]["path"] in LIVE & get_paths)
@@ -138,9 +142,9 @@ check("k8s: terminationGracePeriodSeconds (%d) >= preStop (%d) + drain (%d) + 2"
 check("k8s: runs as non-root", pod.get("securityContext", {}).get("runAsNonRoot") is True and
       pod["securityContext"].get("runAsUser", 0) != 0)
 ann = dep["spec"]["template"]["metadata"].get("annotations", {})
-check("k8s: Prometheus scrape annotations point at /metrics on the server's port",
+check("k8s: Prometheus scrape annotations point at /metrics on the admin port",
       ann.get("prometheus.io/path") in get_paths and ann.get("prometheus.io/path") == "/metrics" and
-      int(ann.get("prometheus.io/port", 0)) == cfg["port"])
+      int(ann.get("prometheus.io/port", 0)) == cfg["admin_port"])
 svc = docs["Service"]
 labels = dep["spec"]["template"]["metadata"]["labels"]
 check("k8s: Service selects the Deployment's pods",
@@ -224,7 +228,8 @@ check("systemd: SIGTERM, non-root user",
 # ---------------------------------------------------------------- the probes answer
 # A server started with the Deployment's environment (port and model made local) answers every
 # path the manifests name.
-run_env = {"PATH": os.environ["PATH"], **env, "ECGD_PORT": "0", "ECGD_BIND": "127.0.0.1",
+run_env = {"PATH": os.environ["PATH"], **env, "ECGD_PORT": "0", "ECGD_ADMIN_PORT": "0",
+           "ECGD_BIND": "127.0.0.1",
            "ECGD_BACKEND": "cpu", "ECGD_MODEL": "none", "ECGD_MODEL_DIR": "models",
            "ECGD_WORKERS": "1"}
 log_path = os.path.join(tmp, "server.log")
@@ -233,7 +238,7 @@ port = None
 for _ in range(100):
     for line in open(log_path):
         if '"event":"listening"' in line:
-            port = json.loads(line)["port"]
+            port = json.loads(line)["admin_port"]
     if port or server.poll() is not None:
         break
     time.sleep(0.05)
@@ -256,7 +261,8 @@ try:
 except subprocess.TimeoutExpired:
     server.kill()
     rc = None
-check("probe paths of the manifests answer 200 on a real server", codes == [200, 200, 200],
+check("probe and metrics paths of the manifests answer 200 on a real server's admin port",
+      codes == [200, 200, 200],
       list(zip(paths, codes)))
 check("that server exits 0 on SIGTERM", rc == 0, rc)
 
