@@ -6,7 +6,7 @@
 # Usage (on the device, from the repository root, after copying a bundle made here):
 #   LD_LIBRARY_PATH=.gpu-run/lib bash tests/gpu/run-device.sh [DIR] [parts]
 # DIR (default .gpu-run) holds the binaries (test_gpu_parity, bench_gpu, ecgd) and data/ (a
-# copy of the shared mitdb records). parts: any of "tests http sanitize bench strips" (default
+# copy of the shared mitdb records). parts: any of "tests http hostile sanitize bench strips" (default
 # all): "hostile" runs the hostile-client suite (tests/hostile/hostile.py, quick mode) against a
 # CUDA-backed server; "http" runs the service's HTTP suite (tests/e2e/test_http.sh) against a CUDA-backed
 # server; "strips" runs bench/bench_strips.sh (wrk and http_sink bundled in DIR): for 2 s (the
