@@ -1,8 +1,8 @@
 /*
  * bench_vae.c - throughput of the CPU VAE: encode + decode + score of beats with the float32
- * SIMD path the backend serves with (engine/cpu/vae_f32.c; each ISA; whole recordings and
- * 12-beat requests; 1 and 2 threads) against the double reference (engine/cpu/vae.c) in the
- * same run, and the time of one training epoch on 50,000 beats on 2 threads (models/train.c).
+ * SIMD path the backend serves with (engine/cpu/vae_f32.c: the automatic choice, the baseline
+ * build, and AVX2 where the choice is AVX-512; whole recordings and 12-beat requests; 1 and 2
+ * threads) against the double reference (engine/cpu/vae.c) in the same run, and the time of one training epoch on 50,000 beats on 2 threads (models/train.c).
  * Self-contained (no arguments, no data files: synthetic beats, seeded weights), ~15 s.
  *
  * Prints one line per measurement and a closing "RESULT name=vae_cpu ..." line.
@@ -54,9 +54,10 @@ static void synth_beats(float *emb, float *rr_ms, size_t n, size_t len)
 
 /* The scorers compared: the double reference (what cpu_vae_score ran before the float32 path)
  * and the float32 SIMD path with each ISA. */
-enum scorer { DOUBLE_REF, F32_AUTO, F32_GENERIC, F32_AVX2 };
+enum scorer { DOUBLE_REF, F32_AUTO, F32_GENERIC, F32_AVX2, F32_AVX512 };
 static const char *const scorer_name[] = {"double reference", "float32 SIMD (auto: %s)",
-                                          "float32 SIMD, generic", "float32 SIMD, AVX2+FMA"};
+                                          "float32 SIMD, generic", "float32 SIMD, AVX2+FMA",
+                                          "float32 SIMD, AVX-512"};
 
 /* The double reference of the score: ecg_vae_score_parts, the level, ecg_score_combine. */
 static enum ecg_status score_double(const struct ecg_model *m, const float *emb,
@@ -98,7 +99,8 @@ static void *score_worker(void *p)
     size_t z = j->model->arch.latent_dim, l = j->model->arch.beat_len;
     struct cpu_vae_scratch scratch = {0};
     static const enum cpu_vae_isa isa[] = {CPU_VAE_ISA_AUTO, CPU_VAE_ISA_AUTO,
-                                           CPU_VAE_ISA_GENERIC, CPU_VAE_ISA_AVX2};
+                                           CPU_VAE_ISA_GENERIC, CPU_VAE_ISA_AVX2,
+                                           CPU_VAE_ISA_AVX512};
     j->st = ECG_OK;
     double cpu0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
     for (size_t lo = j->lo; lo < j->hi && j->st == ECG_OK; lo += j->per_call) {
@@ -162,8 +164,7 @@ static double measure(const struct ecg_model *m, enum scorer scorer, size_t per_
         best_cpu = fmin(best_cpu, cpu_s);
     }
     char name[64];
-    snprintf(name, sizeof name, scorer_name[scorer],
-             cpu_vae_isa_resolve(CPU_VAE_ISA_AUTO) == CPU_VAE_ISA_AVX2 ? "AVX2+FMA" : "generic");
+    snprintf(name, sizeof name, scorer_name[scorer], cpu_vae_isa_name(CPU_VAE_ISA_AUTO));
     double per_thread = (double)n / threads;
     printf("encode+decode+score, %s, %zu beats, %zu per call, %u thread%s: %.0f beats/s "
            "(%.0f ms, best of %d); %.0f beats per CPU-second of a thread\n",
@@ -206,10 +207,14 @@ int main(void)
            BENCH_BEATS, opts.batch_size, (double)n / train_s, 1e3 * train_s);
 
     /* a whole recording per call (as before), then a 10-second strip's 12 beats per call */
-    double c_ref, c_f32, c_gen, c_strip, c_two;
+    /* a whole recording per call (as before), then a 10-second strip's 12 beats per call */
+    double c_ref, c_f32, c_gen, c_avx2 = 0, c_strip, c_two, avx2 = 0;
     double ref = measure(m, DOUBLE_REF, n, 1, emb, rr, kept, n, latent, score, outlier, &c_ref);
     double f32 = measure(m, F32_AUTO, n, 1, emb, rr, kept, n, latent, score, outlier, &c_f32);
     double gen = measure(m, F32_GENERIC, n, 1, emb, rr, kept, n, latent, score, outlier, &c_gen);
+    if (cpu_vae_isa_available(CPU_VAE_ISA_AVX2) &&
+        cpu_vae_isa_resolve(CPU_VAE_ISA_AUTO) != CPU_VAE_ISA_AVX2)
+        avx2 = measure(m, F32_AVX2, n, 1, emb, rr, kept, n, latent, score, outlier, &c_avx2);
     double strip = measure(m, F32_AUTO, 12, 1, emb, rr, kept, n, latent, score, outlier,
                            &c_strip);
     double two = measure(m, F32_AUTO, n, 2, emb, rr, kept, n, latent, score, outlier, &c_two);
@@ -217,10 +222,12 @@ int main(void)
         fprintf(stderr, "bench_vae: scoring failed\n");
         goto out;
     }
-    printf("RESULT name=vae_cpu beats=%zu double_1t=%.0f f32_1t=%.0f f32_generic_1t=%.0f "
-           "f32_strip12_1t=%.0f f32_2t=%.0f speedup_1t=%.2f | per CPU-second: double=%.0f "
-           "f32=%.0f f32_generic=%.0f f32_strip12=%.0f speedup=%.2f\n",
-           n, ref, f32, gen, strip, two, f32 / ref, c_ref, c_f32, c_gen, c_strip, c_f32 / c_ref);
+    printf("RESULT name=vae_cpu beats=%zu auto=%s double_1t=%.0f f32_1t=%.0f "
+           "f32_generic_1t=%.0f f32_avx2_1t=%.0f f32_strip12_1t=%.0f f32_2t=%.0f speedup_1t=%.2f | "
+           "per CPU-second: double=%.0f f32=%.0f f32_generic=%.0f f32_avx2=%.0f f32_strip12=%.0f "
+           "speedup=%.2f\n",
+           n, cpu_vae_isa_name(CPU_VAE_ISA_AUTO), ref, f32, gen, avx2, strip, two, f32 / ref,
+           c_ref, c_f32, c_gen, c_avx2, c_strip, c_f32 / c_ref);
     rc = 0;
 out:
     ecg_model_free(m);

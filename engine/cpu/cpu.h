@@ -138,11 +138,14 @@ enum ecg_status cpu_vae_score(const struct ecg_model *model, const float *emb,
                               const uint8_t *kept, const float *rr_ms, size_t k, float *latent,
                               float *score, uint8_t *outlier, struct ecg_error *err) ECG_WUR;
 
-/* Which kernels the float32 VAE runs: AUTO picks AVX2 + FMA where the CPU has them. */
-enum cpu_vae_isa { CPU_VAE_ISA_AUTO = 0, CPU_VAE_ISA_GENERIC, CPU_VAE_ISA_AVX2 };
+/* Which kernels the float32 VAE runs: AUTO picks AVX-512, else AVX2 + FMA, where the CPU has
+ * them, else the baseline build (GENERIC). */
+enum cpu_vae_isa { CPU_VAE_ISA_AUTO = 0, CPU_VAE_ISA_GENERIC, CPU_VAE_ISA_AVX2, CPU_VAE_ISA_AVX512 };
 bool cpu_vae_isa_available(enum cpu_vae_isa isa);
 /* The kernels AUTO stands for on this CPU; other values are returned as they are. */
 enum cpu_vae_isa cpu_vae_isa_resolve(enum cpu_vae_isa isa);
+/* "avx512", "avx2+fma" or "generic": what isa resolves to. */
+const char *cpu_vae_isa_name(enum cpu_vae_isa isa);
 
 /* A work area that grows to the largest request and is reused: start it zeroed, end it with
  * cpu_vae_scratch_fini (NULL and a zeroed one are fine). One thread at a time. */

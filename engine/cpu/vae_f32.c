@@ -1,8 +1,8 @@
 /*
  * vae_f32.c - the CPU backend's VAE stage in float32: packs the kept beats of a request into
- * groups of CPU_VAE_LANES, runs the SIMD kernels of vae_f32.h on them (AVX2 + FMA where the CPU
- * has them, the baseline build otherwise), and combines the score exactly as the double
- * reference of vae.c does (models/model.h defines it).
+ * groups of the kernel's lanes, runs the SIMD kernels of vae_f32.h on them (AVX-512 or AVX2 +
+ * FMA where the CPU has them, the baseline build otherwise), and combines the score exactly as
+ * the double reference of vae.c does (models/model.h defines it).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 #include "cpu.h"
 #include "vae_f32.h"
 
-size_t cpu_vae_group_work_len(const struct ecg_vae_arch *arch)
+size_t cpu_vae_group_work_len(const struct ecg_vae_arch *arch, size_t lanes)
 {
     size_t l_len = arch->beat_len;
     size_t a_len = arch->enc[0] * (l_len / 2), b_len = arch->enc[1] * (l_len / 4);
@@ -23,7 +23,7 @@ size_t cpu_vae_group_work_len(const struct ecg_vae_arch *arch)
         b_len = arch->dec[0] * (l_len / 8);
     if (arch->dec[2] * (l_len / 2) > b_len)
         b_len = arch->dec[2] * (l_len / 2);
-    return (l_len + a_len + b_len) * CPU_VAE_LANES; /* L is a multiple of 8: whole vectors */
+    return (l_len + a_len + b_len) * lanes; /* L is a multiple of 8: whole vectors */
 }
 
 static bool have_avx2(void)
@@ -35,39 +35,56 @@ static bool have_avx2(void)
 #endif
 }
 
+static bool have_avx512(void)
+{
+#if defined(__x86_64__)
+    return __builtin_cpu_supports("avx512f");
+#else
+    return false;
+#endif
+}
+
 bool cpu_vae_isa_available(enum cpu_vae_isa isa)
 {
     switch (isa) {
     case CPU_VAE_ISA_AUTO:
     case CPU_VAE_ISA_GENERIC: return true;
     case CPU_VAE_ISA_AVX2: return have_avx2();
+    case CPU_VAE_ISA_AVX512: return have_avx512();
     }
     return false;
 }
 
 enum cpu_vae_isa cpu_vae_isa_resolve(enum cpu_vae_isa isa)
 {
-    if (isa == CPU_VAE_ISA_AUTO)
-        return have_avx2() ? CPU_VAE_ISA_AVX2 : CPU_VAE_ISA_GENERIC;
-    return isa;
+    if (isa != CPU_VAE_ISA_AUTO)
+        return isa;
+    return have_avx512() ? CPU_VAE_ISA_AVX512 : have_avx2() ? CPU_VAE_ISA_AVX2
+                                                            : CPU_VAE_ISA_GENERIC;
 }
 
-static cpu_vae_group_fn *group_kernel(enum cpu_vae_isa isa)
+const char *cpu_vae_isa_name(enum cpu_vae_isa isa)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    if (cpu_vae_isa_resolve(isa) == CPU_VAE_ISA_AVX2)
-        return cpu_vae_group_avx2;
-#endif
-    return cpu_vae_group_generic;
+    switch (cpu_vae_isa_resolve(isa)) {
+    case CPU_VAE_ISA_AVX512: return "avx512";
+    case CPU_VAE_ISA_AVX2: return "avx2+fma";
+    default: return "generic";
+    }
 }
 
-static cpu_vae_decode_fn *decode_kernel(enum cpu_vae_isa isa)
+static struct cpu_vae_kernels kernels(enum cpu_vae_isa isa)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    if (cpu_vae_isa_resolve(isa) == CPU_VAE_ISA_AVX2)
-        return cpu_vae_decode_avx2;
+    switch (cpu_vae_isa_resolve(isa)) {
+#if defined(__x86_64__)
+    case CPU_VAE_ISA_AVX512: return (struct cpu_vae_kernels){16, cpu_vae_group_avx512,
+                                                             cpu_vae_decode_avx512};
 #endif
-    return cpu_vae_decode_generic;
+#if defined(__x86_64__) || defined(__i386__)
+    case CPU_VAE_ISA_AVX2: return (struct cpu_vae_kernels){8, cpu_vae_group_avx2,
+                                                           cpu_vae_decode_avx2};
+#endif
+    default: return (struct cpu_vae_kernels){8, cpu_vae_group_generic, cpu_vae_decode_generic};
+    }
 }
 
 void cpu_vae_scratch_fini(struct cpu_vae_scratch *s)
@@ -114,8 +131,9 @@ enum ecg_status cpu_vae_score_with(const struct ecg_model *model, const float *e
     if (k == 0)
         return ECG_OK;
     const struct ecg_vae_arch *arch = &model->arch;
-    const size_t lanes = CPU_VAE_LANES, l_len = arch->beat_len, z_dim = arch->latent_dim;
-    size_t n_work = round_floats(cpu_vae_group_work_len(arch));
+    const struct cpu_vae_kernels kern = kernels(isa);
+    const size_t lanes = kern.lanes, l_len = arch->beat_len, z_dim = arch->latent_dim;
+    size_t n_work = round_floats(cpu_vae_group_work_len(arch, lanes));
     size_t n_x = round_floats(l_len * lanes), n_mu = round_floats(z_dim * lanes);
     size_t n_err = round_floats(2 * lanes); /* doubles */
     size_t floats = n_work + n_x + n_mu + n_err;
@@ -126,9 +144,7 @@ enum ecg_status cpu_vae_score_with(const struct ecg_model *model, const float *e
     float *work = scratch->mem, *x = work + n_work, *mu = x + n_x;
     double *sq_err = (double *)(mu + n_mu);
     double *recon = (double *)(mu + n_mu + n_err), *prem = recon + k, *level_scratch = prem + k;
-    cpu_vae_group_fn *kernel = group_kernel(isa);
-
-    size_t members[CPU_VAE_LANES], used = 0;
+    size_t members[CPU_VAE_MAX_LANES], used = 0;
     for (size_t i = 0; i <= k; i++) {
         if (i < k) {
             recon[i] = NAN;
@@ -149,7 +165,7 @@ enum ecg_status cpu_vae_score_with(const struct ecg_model *model, const float *e
             for (size_t t = 0; t < l_len; t++)
                 x[t * lanes + b] = row ? row[t] : 0.0f;
         }
-        kernel(arch, &model->layout, model->weights, x, work, mu, sq_err);
+        kern.group(arch, &model->layout, model->weights, x, work, mu, sq_err);
         for (size_t b = 0; b < used; b++) {
             size_t beat = members[b];
             if (latent)
@@ -191,25 +207,26 @@ enum ecg_status cpu_vae_decode_with(const struct ecg_model *model, const float *
     if (!model || (n > 0 && (!latent || !out)))
         return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "ecg_model_decode: missing input");
     const struct ecg_vae_arch *arch = &model->arch;
-    const size_t lanes = CPU_VAE_LANES, l_len = arch->beat_len, z_dim = arch->latent_dim;
+    const struct cpu_vae_kernels kern = kernels(isa);
+    const size_t lanes = kern.lanes, l_len = arch->beat_len, z_dim = arch->latent_dim;
     for (size_t i = 0; i < n * z_dim; i++)
         if (!isfinite(latent[i]))
             return ecg_fail(err, ECG_ERR_ARG, "bad_latent", "latent point %zu: value %zu is %g",
                             i / z_dim, i % z_dim, (double)latent[i]);
     struct cpu_vae_scratch scratch = {0};
-    size_t n_work = round_floats(cpu_vae_group_work_len(arch)), n_z = round_floats(z_dim * lanes);
+    size_t n_work = round_floats(cpu_vae_group_work_len(arch, lanes));
+    size_t n_z = round_floats(z_dim * lanes);
     enum ecg_status st = scratch_reserve(
         &scratch, (n_work + n_z + round_floats(l_len * lanes)) * sizeof(float), err);
     if (st != ECG_OK)
         return st;
     float *work = scratch.mem, *z = work + n_work, *rows = z + n_z;
-    cpu_vae_decode_fn *kernel = decode_kernel(isa);
     for (size_t first = 0; first < n; first += lanes) {
         size_t used = n - first < lanes ? n - first : lanes;
         for (size_t b = 0; b < lanes; b++)
             for (size_t j = 0; j < z_dim; j++)
                 z[j * lanes + b] = b < used ? latent[(first + b) * z_dim + j] : 0.0f;
-        kernel(arch, &model->layout, model->weights, z, work, rows);
+        kern.decode(arch, &model->layout, model->weights, z, work, rows);
         for (size_t b = 0; b < used; b++)
             for (size_t t = 0; t < l_len; t++)
                 out[(first + b) * l_len + t] = rows[t * lanes + b];

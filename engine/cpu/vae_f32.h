@@ -4,13 +4,13 @@
  * kernels are tested against. engine/cpu/vae.c keeps the double-precision network for the
  * trainer and as the oracle this one is tested against (tests/unit/test_vae.c).
  *
- * Beats are processed CPU_VAE_LANES at a time, one beat per SIMD lane: every array of a group
- * is laid out [row][time][lane], so each lane performs exactly the scalar arithmetic of its own
- * beat and a beat's result never depends on which beats share its group (nor on the group size,
- * nor on the thread). The same kernel source (vae_f32_body.h) is compiled twice: for AVX2 + FMA
- * (vae_f32_avx2.c) and for the build's baseline ISA (vae_f32_generic.c); the choice is made at
- * run time from the CPU's features. The two differ only by fused versus separate multiply-adds
- * (a few float ulps).
+ * Beats are processed a group at a time, one beat per SIMD lane (8 lanes, 16 with AVX-512):
+ * every array of a group is laid out [row][time][lane], so each lane performs exactly the
+ * scalar arithmetic of its own beat and a beat's result never depends on which beats share its
+ * group (nor on the thread). The same kernel source (vae_f32_body.h) is compiled three times:
+ * for AVX-512 (vae_f32_avx512.c), for AVX2 + FMA (vae_f32_avx2.c) and for the build's baseline
+ * ISA (vae_f32_generic.c); the choice is made at run time from the CPU's features. They differ
+ * by fused versus separate multiply-adds and the reciprocal's first estimate (a few float ulps).
  *
  * Threading: the functions keep no state; a scratch area is used by one thread at a time.
  */
@@ -23,13 +23,13 @@
 extern "C" {
 #endif
 
-#define CPU_VAE_LANES 8
+#define CPU_VAE_MAX_LANES 16
 #define CPU_VAE_ALIGN 64 /* bytes: group arrays hold whole SIMD vectors */
 
 /*
- * One group of CPU_VAE_LANES beats through the network. x: beat_len x LANES floats (beat b's
- * sample t at x[t * LANES + b]); work: cpu_vae_group_work_len() floats; both CPU_VAE_ALIGN
- * aligned. Writes mu (latent_dim x LANES, [z][lane]) and sq_err (LANES doubles, as aligned):
+ * One group of LANES beats (the kernel's lanes) through the network. x: beat_len x LANES
+ * floats (beat b's sample t at x[t * LANES + b]); work: cpu_vae_group_work_len() floats; both
+ * CPU_VAE_ALIGN aligned. Writes mu (latent_dim x LANES, [z][lane]) and sq_err (LANES doubles, as aligned):
  * the sum over t of (decoder(mu)_t - x_t)^2. Lanes are independent; unused lanes may hold
  * anything.
  */
@@ -38,18 +38,27 @@ typedef void cpu_vae_group_fn(const struct ecg_vae_arch *arch, const struct ecg_
                               double *sq_err);
 cpu_vae_group_fn cpu_vae_group_generic;
 cpu_vae_group_fn cpu_vae_group_avx2;
+cpu_vae_group_fn cpu_vae_group_avx512;
 
-/* Floats of work area for one group (a multiple of CPU_VAE_ALIGN / sizeof(float)). */
-size_t cpu_vae_group_work_len(const struct ecg_vae_arch *arch);
+/* Floats of work area for one group of `lanes` beats. */
+size_t cpu_vae_group_work_len(const struct ecg_vae_arch *arch, size_t lanes);
 
 /*
- * One group of CPU_VAE_LANES decodes: z (latent_dim x LANES, [z][lane]) -> out (beat_len x
+ * One group of LANES decodes: z (latent_dim x LANES, [z][lane]) -> out (beat_len x
  * LANES, [t][lane]); same alignment and work area as above.
  */
 typedef void cpu_vae_decode_fn(const struct ecg_vae_arch *arch, const struct ecg_vae_layout *ly,
                                const float *w, const float *z, float *work, float *out);
 cpu_vae_decode_fn cpu_vae_decode_generic;
 cpu_vae_decode_fn cpu_vae_decode_avx2;
+cpu_vae_decode_fn cpu_vae_decode_avx512;
+
+/* One compiled instance of the kernels. */
+struct cpu_vae_kernels {
+    size_t lanes;
+    cpu_vae_group_fn *group;
+    cpu_vae_decode_fn *decode;
+};
 
 #ifdef __cplusplus
 }

@@ -1,14 +1,16 @@
 /*
  * vae_f32_body.h - the body of the float32 SIMD VAE kernels (vae_f32.h), included once per
- * instruction set by vae_f32_avx2.c and vae_f32_generic.c after they define:
- *   VAE_F32_SUFFIX    the suffix of the exported names (avx2, generic)
+ * instruction set by vae_f32_avx512.c, vae_f32_avx2.c and vae_f32_generic.c after they define:
+ *   vf, vi, vd        the vector types: LANES floats, int32s and doubles
+ *   splat(v)          a vf of LANES copies of v
+ *   VAE_F32_SUFFIX    the suffix of the exported names (avx512, avx2, generic)
  *   vfma(a, b, c)     a * b + c on vf (fused where the ISA has it)
  *   vmax(a, b)        lane-wise max of two vf, vmin(a, b) lane-wise min
  *   vrcp(x)           1 / x to about 1 ulp
  * Not a header of its own: it defines functions and must not be included anywhere else.
  *
- * Lanes are beats: vf holds sample t of CPU_VAE_LANES beats, so every loop below is the scalar
- * network of models/model.h written once and executed for 8 beats; there are no horizontal
+ * Lanes are beats: vf holds sample t of LANES beats, so every loop below is the scalar
+ * network of models/model.h written once and executed for LANES beats; there are no horizontal
  * operations. Each loop's order of additions is fixed, so results are reproducible.
  */
 #include <stdbool.h>
@@ -17,11 +19,6 @@
 #define VAE_F32_CAT2(a, b) a##_##b
 #define VAE_F32_CAT(a, b) VAE_F32_CAT2(a, b)
 #define VAE_F32_NAME(base) VAE_F32_CAT(base, VAE_F32_SUFFIX)
-
-static inline vf splat(float v)
-{
-    return (vf){v, v, v, v, v, v, v, v};
-}
 
 /* exp(x) to ~2 ulp (Cephes' expf: round to x / ln 2, a degree-6 polynomial of the remainder,
  * the power of two put in the exponent bits); x clamped to [-87, 88] so 2^n stays normal. */

@@ -13,6 +13,11 @@ typedef float vf __attribute__((vector_size(32)));
 typedef int32_t vi __attribute__((vector_size(32)));
 typedef double vd __attribute__((vector_size(64))); /* the 8 lanes in double */
 
+static inline vf splat(float v)
+{
+    return (vf){v, v, v, v, v, v, v, v};
+}
+
 static inline vf vfma(vf a, vf b, vf c)
 {
     return a * b + c;
