@@ -92,32 +92,28 @@ static enum ecg_status grow_array(void **p, size_t *cap, size_t n, size_t elem,
     return ECG_OK;
 }
 
-/* Room for k beats in every per-beat table (cap_k counts the smallest of them). */
+/* Room for k beats in every per-beat table (all have cap_k entries). */
 static enum ecg_status reserve_beats(struct cpu_ctx *c, size_t k, struct ecg_error *err)
 {
     if (k <= c->cap_k && c->cap_k > 0)
         return ECG_OK;
-    size_t cap = c->cap_k, want = k;
-    enum ecg_status st = grow_array((void **)&c->onset, &cap, want, sizeof *c->onset, err);
-    cap = c->cap_k;
-    if (st == ECG_OK)
-        st = grow_array((void **)&c->end, &cap, want, sizeof *c->end, err);
-    cap = c->cap_k;
-    if (st == ECG_OK)
-        st = grow_array((void **)&c->rr_ms, &cap, want, sizeof *c->rr_ms, err);
-    cap = c->cap_k;
-    if (st == ECG_OK)
-        st = grow_array((void **)&c->kept, &cap, want, 1, err);
-    cap = c->cap_k;
-    if (st == ECG_OK)
-        st = grow_array((void **)&c->score, &cap, want, sizeof *c->score, err);
-    cap = c->cap_k;
-    if (st == ECG_OK)
-        st = grow_array((void **)&c->outlier, &cap, want, 1, err);
-    if (st == ECG_OK)
-        c->cap_k = cap;
-    return st;
+    struct {
+        void **p;
+        size_t elem;
+    } tables[] = {{(void **)&c->onset, sizeof *c->onset}, {(void **)&c->end, sizeof *c->end},
+                  {(void **)&c->rr_ms, sizeof *c->rr_ms}, {(void **)&c->kept, 1},
+                  {(void **)&c->score, sizeof *c->score}, {(void **)&c->outlier, 1}};
+    size_t cap = c->cap_k;
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+        cap = c->cap_k; /* each table grows from the same capacity to the same one */
+        enum ecg_status st = grow_array(tables[i].p, &cap, k, tables[i].elem, err);
+        if (st != ECG_OK)
+            return st;
+    }
+    c->cap_k = cap;
+    return ECG_OK;
 }
+
 static enum ecg_status cpu_ctx_create(void *state, void **ctx, struct ecg_error *err)
 {
     struct cpu_ctx *c = calloc(1, sizeof *c);

@@ -11,14 +11,7 @@
 #pragma GCC target("avx2,fma")
 #include <immintrin.h>
 
-typedef float vf __attribute__((vector_size(32)));
-typedef int32_t vi __attribute__((vector_size(32)));
-typedef double vd __attribute__((vector_size(64))); /* the 8 lanes in double */
-
-static inline vf splat(float v)
-{
-    return (vf){v, v, v, v, v, v, v, v};
-}
+#include "vae_f32_lanes8.h"
 
 static inline vf vfma(vf a, vf b, vf c)
 {

@@ -9,14 +9,7 @@
 
 /* 32-byte vectors cross only static inline functions here, never an ABI boundary: the Makefile
  * builds this file with -Wno-psabi (GCC notes the ABI of such arguments even under a pragma) */
-typedef float vf __attribute__((vector_size(32)));
-typedef int32_t vi __attribute__((vector_size(32)));
-typedef double vd __attribute__((vector_size(64))); /* the 8 lanes in double */
-
-static inline vf splat(float v)
-{
-    return (vf){v, v, v, v, v, v, v, v};
-}
+#include "vae_f32_lanes8.h"
 
 static inline vf vfma(vf a, vf b, vf c)
 {

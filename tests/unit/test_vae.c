@@ -113,6 +113,20 @@ static void fixture_free(struct fixture *fx)
     free(fx->bytes);
 }
 
+/* A model with the fixture's architecture and weights (float32-representable: exact). */
+static struct ecg_model *fixture_model(const struct fixture *fx)
+{
+    struct ecg_params params = ecg_params_default();
+    struct ecg_error err = {0};
+    struct ecg_model *m = ecg_model_create(&fx->arch, &params, &err);
+    assert_non_null(m);
+    for (size_t i = 0; i < fx->n_weights; i++) {
+        m->weights[i] = (float)fx->weights[i];
+        assert_true((double)m->weights[i] == fx->weights[i]);
+    }
+    return m;
+}
+
 /*
  * Every element within REL_TOL of the reference, relative to the element, with a floor of
  * 1e-3 of the tensor's largest magnitude for elements that are nearly zero. Returns the worst
@@ -204,14 +218,8 @@ static void test_fixture_float_path(void **state)
     (void)state;
     struct fixture fx;
     fixture_load(&fx);
-    struct ecg_params params = ecg_params_default();
     struct ecg_error err = {0};
-    struct ecg_model *m = ecg_model_create(&fx.arch, &params, &err);
-    assert_non_null(m);
-    for (size_t i = 0; i < fx.n_weights; i++) {
-        m->weights[i] = (float)fx.weights[i];
-        assert_true((double)m->weights[i] == fx.weights[i]);
-    }
+    struct ecg_model *m = fixture_model(&fx);
     size_t b = fx.batch, l = fx.arch.beat_len, z = fx.arch.latent_dim;
     float *emb = malloc(b * l * sizeof *emb), *latent = malloc(b * z * sizeof *latent);
     float *score = malloc(b * sizeof *score), *rr = malloc(b * sizeof *rr);
@@ -538,12 +546,8 @@ static void test_f32_fixture(void **state)
     (void)state;
     struct fixture fx;
     fixture_load(&fx);
-    struct ecg_params params = ecg_params_default();
     struct ecg_error err = {0};
-    struct ecg_model *m = ecg_model_create(&fx.arch, &params, &err);
-    assert_non_null(m);
-    for (size_t i = 0; i < fx.n_weights; i++)
-        m->weights[i] = (float)fx.weights[i];
+    struct ecg_model *m = fixture_model(&fx);
     size_t b = fx.batch, l = fx.arch.beat_len, z = fx.arch.latent_dim;
     float *emb = malloc(b * l * sizeof *emb);
     float rr[8] = {NAN, 800, 790, 810, 805, 560, 800, 800};
