@@ -614,6 +614,150 @@ def shutdown(ecgd, backend, base, values, drains, loops, uploads):
               bad if lost else "")
 
 
+def percentile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def analyses_per_s(port, body, seconds, source="127.0.0.2"):
+    """Sequential analyses from one legitimate client for `seconds`: answers a second, and how
+    many were not 200."""
+    t0 = time.time()
+    done = bad = 0
+    while time.time() - t0 < seconds:
+        st = request("POST", "/v1/analyze?fs=250&include=summary", port, body,
+                     {"Content-Type": "text/csv"}, source=source, timeout=30)[0]
+        done += 1
+        bad += st != 200
+    return done / (time.time() - t0), bad
+
+
+def soak_attack(ecgd, backend, base, values, figures):
+    """Must-show 3a: 10,000 slowloris connections plus 1,000 trickling uploads from 20 attacker
+    addresses (127.0.0.10-29): probe latency from another address, and analysis throughput as a
+    ratio to the same server's throughput without the attack, in the same run."""
+    # No header deadline and no rate floor: the attack holds what it opens for the whole run;
+    # only the per-address limit and the admin listener stand between it and the probes.
+    srv = Server(ecgd, backend, base + ["--workers", "2", "--header-timeout-s", "3600",
+                                       "--min-upload-kib-s", "0"])
+    body = csv_body(values, 7500)
+    analyses_per_s(srv.port, body, 3)  # warm-up: pools, caches, the CPU's clock
+    unloaded_before, bad0 = analyses_per_s(srv.port, body, 10)
+    attackers = ["127.0.0.%d" % i for i in range(10, 30)]
+    t0 = time.time()
+    socks, refused = slowloris(srv, values, 10000, 1000, attackers)
+    setup_s = time.time() - t0
+    held = srv.metric("ecgd_connections")
+    lat = {"/healthz": [], "/readyz": []}
+    admin = {"/healthz": [], "/readyz": []}
+    stop = threading.Event()
+    loaded = {}
+
+    def load():
+        loaded["rate"], loaded["bad"] = analyses_per_s(srv.port, body, 10, "127.0.0.3")
+
+    worker = threading.Thread(target=load)
+    worker.start()
+    while worker.is_alive():
+        for path in lat:
+            st, dt = timed_get(srv.port, path, "127.0.0.2")
+            lat[path].append(dt if st == 200 else float("inf"))
+            st, dt = timed_get(srv.admin_port, path, "127.0.0.2")
+            admin[path].append(dt if st == 200 else float("inf"))
+        time.sleep(0.02)
+    worker.join()
+    stop.set()
+    for s_ in socks:
+        s_.close()
+    time.sleep(1)
+    unloaded_after, bad1 = analyses_per_s(srv.port, body, 10)
+    bad0 += bad1
+    unloaded = (unloaded_before + unloaded_after) / 2
+    ratio = loaded["rate"] / unloaded if unloaded else 0
+    figures["attack"] = {
+        "slow_connections_opened": len(socks), "refused_at_connect": refused,
+        "held_by_server": held, "setup_s": setup_s,
+        "probes": len(lat["/healthz"]),
+        "healthz_p50_ms": 1000 * percentile(lat["/healthz"], 0.5),
+        "healthz_p99_ms": 1000 * percentile(lat["/healthz"], 0.99),
+        "readyz_p99_ms": 1000 * percentile(lat["/readyz"], 0.99),
+        "admin_healthz_p99_ms": 1000 * percentile(admin["/healthz"], 0.99),
+        "admin_readyz_p99_ms": 1000 * percentile(admin["/readyz"], 0.99),
+        "analyses_per_s_unloaded": unloaded, "unloaded_before": unloaded_before,
+        "unloaded_after": unloaded_after, "analyses_per_s_attacked": loaded["rate"],
+        "throughput_ratio": ratio, "non_200": bad0 + loaded["bad"]}
+    f = figures["attack"]
+    check("soak: under 10,000 slow headers + 1,000 trickling uploads from 20 addresses, "
+          "/healthz p99 %.1f ms, /readyz p99 %.1f ms from another address (<= 50 ms)" %
+          (f["healthz_p99_ms"], f["readyz_p99_ms"]),
+          f["healthz_p99_ms"] <= 50 and f["readyz_p99_ms"] <= 50, f)
+    check("soak: analyses under attack at %.0f %% of the unloaded throughput (>= 80 %%), "
+          "%d not 200" % (100 * ratio, f["non_200"]), ratio >= 0.8 and f["non_200"] == 0, f)
+    srv.stop()
+
+
+def soak_memory(ecgd, backend, base, values, data, figures):
+    """Must-show 3b: every format at the body limit, 8 clients at once, under a 2 GiB budget:
+    the server's peak RSS stays within the budget, it is never killed, every client gets an
+    answer (200, or 503 memory_busy/overloaded to retry)."""
+    budget_mb, limit_mb = 2048, 64
+    srv = Server(ecgd, backend, base + ["--memory-budget-mb", str(budget_mb), "--max-body-mb",
+                                       str(limit_mb), "--workers", "2"])
+    limit = limit_mb << 20
+    import array
+    block = mit_digital(data, 650000)
+
+    def tiled(unit, cut_after):
+        data_ = unit * (limit // len(unit) + 1)
+        data_ = data_[:limit]
+        return data_[: data_.rfind(cut_after) + 1] if cut_after else data_
+
+    csv = tiled(("\n".join(map(str, block)) + "\n").encode(), b"\n")
+    js = tiled((", ".join(map(str, block)) + ", ").encode(), b",")
+    js = b'{"fs": 360, "signal": [' + js[: len(js) - 40].rstrip(b", ") + b"]}"
+    bodies = {
+        "csv": ("text/csv", "fs=360", csv),
+        "json": ("application/json", "", js),
+        "float32": ("application/octet-stream", "fs=360",
+                    tiled(array.array("f", block).tobytes(), None)),
+        "int16": ("application/octet-stream", "fs=360&dtype=int16",
+                  tiled(array.array("h", block).tobytes(), None)),
+    }
+    counts = {"200": 0, "503": 0, "other": 0, "lost": 0}
+    lock = threading.Lock()
+    deadline = time.time() + 60
+
+    def client(i):
+        names = list(bodies)
+        k = i
+        while time.time() < deadline:
+            ctype, query, body = bodies[names[k % len(names)]]
+            k += 1
+            st = request("POST", "/v1/analyze?include=summary" + ("&" + query if query else ""),
+                         srv.port, body, {"Content-Type": ctype}, timeout=300)[0]
+            with lock:
+                key = str(st) if st in (200, 503) else "lost" if st == 0 else "other"
+                counts[key] += 1
+            if st == 503:
+                time.sleep(0.5)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    hwm_mb = srv.hwm_kb() / 1024.0
+    alive = srv.alive()
+    figures["memory"] = {"budget_mb": budget_mb, "body_limit_mb": limit_mb,
+                         "peak_rss_mb": hwm_mb, "alive": alive, **counts}
+    check("soak: mixed formats at the body limit, 8 clients for 60 s: peak RSS %.0f MB within "
+          "the %d MB budget, server alive, %d answers, %d 503, %d lost, %d other" %
+          (hwm_mb, budget_mb, counts["200"], counts["503"], counts["lost"], counts["other"]),
+          hwm_mb <= budget_mb and alive and counts["lost"] == 0 and counts["other"] == 0 and
+          counts["200"] > 0, figures["memory"])
+    srv.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ecgd", default=os.environ.get("ECGD", "build/ecgd"))
@@ -638,6 +782,7 @@ def main():
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = 12000
+    want = 16384 if args.soak else want
     if soft < want and hard >= want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
         soft = want
@@ -666,7 +811,14 @@ def main():
     memory_budget(args.ecgd, args.backend, base, values)
     json_memory(args.ecgd, args.backend, base, args.data, 50)
     if args.soak:
+        figures = {}
+        soak_attack(args.ecgd, args.backend, base, values, figures)
+        soak_memory(args.ecgd, args.backend, base, values, args.data, figures)
+        srv = Server(args.ecgd, args.backend, base)
+        figures["disconnects_worst_s"] = disconnects(srv, 1000)
+        srv.stop()
         shutdown(args.ecgd, args.backend, base, values, [0, 1, 25], 20, 64)
+        print("# figures " + json.dumps(figures, sort_keys=True))
     else:
         shutdown(args.ecgd, args.backend, base, values, [0, 1], 2, 64)
     print("# %d checks, %d failed" % (N, FAILED))
