@@ -135,6 +135,28 @@ static void conn_cut(struct svc_server *srv, struct svc_conn *conn, unsigned sta
     svc_metrics_conn_event(&srv->metrics, event);
 }
 
+/* One more look at a connection whose client has closed its side; cut (no answer: nobody reads
+ * it) after SVC_PEER_CLOSED_LOOKS looks in a row with the same progress mark. */
+static void peer_closed_look(struct svc_server *srv, struct svc_conn *conn, uint64_t mark)
+{
+    if (conn->closed_looks && conn->closed_bytes == mark) {
+        if (++conn->closed_looks >= SVC_PEER_CLOSED_LOOKS)
+            conn_cut(srv, conn, 0, NULL, NULL, SVC_CONN_EVENT_CLIENT_GONE);
+    } else {
+        conn->closed_looks = 1;
+        conn->closed_bytes = mark;
+    }
+}
+
+/* A value that changes whenever the connection enters a phase (its start time's bits). */
+static uint64_t phase_mark(struct svc_conn *conn)
+{
+    double start = atomic_load(&conn->phase_start_s);
+    uint64_t mark;
+    memcpy(&mark, &start, sizeof mark);
+    return mark;
+}
+
 static void reaper_look(struct svc_conns *conns, struct svc_conn *conn, double now)
 {
     struct svc_server *srv = conns->srv;
@@ -149,6 +171,14 @@ static void reaper_look(struct svc_conns *conns, struct svc_conn *conn, double n
             conn_cut(srv, conn, 408, "header_timeout",
                      "the request line and headers did not arrive in time",
                      SVC_CONN_EVENT_HEADER_TIMEOUT);
+        else if (peer_closed(conn->fd))
+            /* Between requests and the client is done: no request can come any more.
+             * libmicrohttpd 0.9.75 misses this FIN after pipelined requests and would hold
+             * the connection until the deadline. Looked at several times, so that requests it
+             * still holds in its buffer (the phase then moves on) are answered first. */
+            peer_closed_look(srv, conn, phase_mark(conn));
+        else
+            conn->closed_looks = 0;
         return;
     }
     if (phase != SVC_CONN_BODY)
@@ -166,13 +196,7 @@ static void reaper_look(struct svc_conns *conns, struct svc_conn *conn, double n
     } else if (peer_closed(conn->fd)) {
         /* Nothing unread and the same count over several looks: libmicrohttpd holds no more of
          * this body either, and the client can send nothing more. */
-        if (conn->closed_looks && conn->closed_bytes == bytes) {
-            if (++conn->closed_looks >= SVC_PEER_CLOSED_LOOKS)
-                conn_cut(srv, conn, 0, NULL, NULL, SVC_CONN_EVENT_CLIENT_GONE);
-        } else {
-            conn->closed_looks = 1;
-            conn->closed_bytes = bytes;
-        }
+        peer_closed_look(srv, conn, bytes);
     } else {
         conn->closed_looks = 0;
     }

@@ -259,9 +259,9 @@ def framing(srv):
         ("space before the colon of a header", 400, "bad_header",
          b"POST /v1/analyze?fs=360 HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\n"
          b"Content-Length : 5\r\n\r\n1\n2\n3"),
-        ("Content-Length not a number", 400, None,
+        ("Content-Length not a number (libmicrohttpd's own 400)", 400, None,
          b"POST /v1/analyze?fs=360 HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\n1\n2\n3"),
-        ("Content-Length list", 400, None,
+        ("Content-Length list (libmicrohttpd's own 400)", 400, None,
          b"POST /v1/analyze?fs=360 HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\n\r\n1\n2\n3"),
         ("HTTP/1.1 without Host", 400, "bad_host", b"GET /healthz HTTP/1.1\r\n\r\n"),
         ("two Host headers", 400, "bad_host",
