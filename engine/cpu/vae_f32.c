@@ -38,7 +38,7 @@ static bool have_avx2(void)
 static bool have_avx512(void)
 {
 #if defined(__x86_64__)
-    return __builtin_cpu_supports("avx512f");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
 #else
     return false;
 #endif
@@ -77,13 +77,15 @@ static struct cpu_vae_kernels kernels(enum cpu_vae_isa isa)
     switch (cpu_vae_isa_resolve(isa)) {
 #if defined(__x86_64__)
     case CPU_VAE_ISA_AVX512: return (struct cpu_vae_kernels){16, cpu_vae_group_avx512,
-                                                             cpu_vae_decode_avx512};
+                                                             cpu_vae_decode_avx512,
+                                                             cpu_vae_group_avx512vl};
 #endif
 #if defined(__x86_64__) || defined(__i386__)
     case CPU_VAE_ISA_AVX2: return (struct cpu_vae_kernels){8, cpu_vae_group_avx2,
-                                                           cpu_vae_decode_avx2};
+                                                           cpu_vae_decode_avx2, cpu_vae_group_avx2};
 #endif
-    default: return (struct cpu_vae_kernels){8, cpu_vae_group_generic, cpu_vae_decode_generic};
+    default: return (struct cpu_vae_kernels){8, cpu_vae_group_generic, cpu_vae_decode_generic,
+                                             cpu_vae_group_generic};
     }
 }
 
@@ -159,18 +161,21 @@ enum ecg_status cpu_vae_score_with(const struct ecg_model *model, const float *e
         }
         if (used == 0)
             break;
+        /* a last group of at most 8 beats takes the 8-lane kernel (same bits, half the work) */
+        size_t g_lanes = used <= 8 ? 8 : lanes;
         /* transpose the group's rows into lanes; idle lanes see zeros */
-        for (size_t b = 0; b < lanes; b++) {
+        for (size_t b = 0; b < g_lanes; b++) {
             const float *row = b < used ? emb + members[b] * l_len : NULL;
             for (size_t t = 0; t < l_len; t++)
-                x[t * lanes + b] = row ? row[t] : 0.0f;
+                x[t * g_lanes + b] = row ? row[t] : 0.0f;
         }
-        kern.group(arch, &model->layout, model->weights, x, work, mu, sq_err);
+        (g_lanes == 8 ? kern.group8 : kern.group)(arch, &model->layout, model->weights, x, work,
+                                                  mu, sq_err);
         for (size_t b = 0; b < used; b++) {
             size_t beat = members[b];
             if (latent)
                 for (size_t z = 0; z < z_dim; z++)
-                    latent[beat * z_dim + z] = mu[z * lanes + b];
+                    latent[beat * z_dim + z] = mu[z * g_lanes + b];
             recon[beat] = log(sq_err[b] / (double)l_len + 1e-6);
         }
         used = 0;

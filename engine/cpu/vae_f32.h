@@ -8,8 +8,9 @@
  * every array of a group is laid out [row][time][lane], so each lane performs exactly the
  * scalar arithmetic of its own beat and a beat's result never depends on which beats share its
  * group (nor on the thread). The same kernel source (vae_f32_body.h) is compiled three times:
- * for AVX-512 (vae_f32_avx512.c), for AVX2 + FMA (vae_f32_avx2.c) and for the build's baseline
- * ISA (vae_f32_generic.c); the choice is made at run time from the CPU's features. They differ
+ * for AVX-512 (vae_f32_avx512.c, and vae_f32_avx512vl.c with 8 lanes for small groups), for
+ * AVX2 + FMA (vae_f32_avx2.c) and for the build's baseline ISA (vae_f32_generic.c); the choice
+ * is made at run time from the CPU's features. They differ
  * by fused versus separate multiply-adds and the reciprocal's first estimate (a few float ulps).
  *
  * Threading: the functions keep no state; a scratch area is used by one thread at a time.
@@ -39,6 +40,7 @@ typedef void cpu_vae_group_fn(const struct ecg_vae_arch *arch, const struct ecg_
 cpu_vae_group_fn cpu_vae_group_generic;
 cpu_vae_group_fn cpu_vae_group_avx2;
 cpu_vae_group_fn cpu_vae_group_avx512;
+cpu_vae_group_fn cpu_vae_group_avx512vl;
 
 /* Floats of work area for one group of `lanes` beats. */
 size_t cpu_vae_group_work_len(const struct ecg_vae_arch *arch, size_t lanes);
@@ -52,12 +54,15 @@ typedef void cpu_vae_decode_fn(const struct ecg_vae_arch *arch, const struct ecg
 cpu_vae_decode_fn cpu_vae_decode_generic;
 cpu_vae_decode_fn cpu_vae_decode_avx2;
 cpu_vae_decode_fn cpu_vae_decode_avx512;
+cpu_vae_decode_fn cpu_vae_decode_avx512vl;
 
-/* One compiled instance of the kernels. */
+/* One compiled instance of the kernels, and the 8-lane kernel that gives the same bits for
+ * groups of at most 8 beats (the same as group where lanes is 8). */
 struct cpu_vae_kernels {
     size_t lanes;
     cpu_vae_group_fn *group;
     cpu_vae_decode_fn *decode;
+    cpu_vae_group_fn *group8;
 };
 
 #ifdef __cplusplus
