@@ -52,11 +52,63 @@ struct record_stats {
     char name[64];
     size_t n_ref;
     struct ecg_match_stats m;
+    size_t n_ref_noisy;
+    struct ecg_match_stats noisy; /* the noisy stretches of a noise stress test */
 };
+
+/* A noise stress test: noise record path and SNR; path NULL for none. */
+struct stress {
+    const char *path;
+    double snr_db;
+};
+
+/* Adds the stress test's noise to sig (the lead index of the record's lead selection, the
+ * noise recording's lead of the same index, as nst pairs them). */
+static enum ecg_status add_noise(const struct stress *st, const char *lead,
+                                 const struct ecg_annotations *ann, struct ecg_signal *sig,
+                                 struct ecg_error *err)
+{
+    struct ecg_signal noise = {0};
+    char *end = NULL;
+    long index = lead ? strtol(lead, &end, 10) : 0;
+    char noise_lead[16];
+    snprintf(noise_lead, sizeof noise_lead, "%ld", lead && end && *end == '\0' ? index % 2 : 0);
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = noise_lead};
+    enum ecg_status status = ecg_read_file(st->path, &opts, &noise, err);
+    if (status != ECG_OK)
+        return status;
+    if (fabs(noise.fs_hz - sig->fs_hz) > 1e-9) {
+        status = ecg_fail(err, ECG_ERR_UNSUPPORTED, "rate_mismatch",
+                          "noise %s is sampled at %g Hz, the record at %g Hz", st->path,
+                          noise.fs_hz, sig->fs_hz);
+        goto out;
+    }
+    double pp = 0.0, rms = 0.0;
+    status = ecg_nst_amplitudes(sig->samples, sig->n, noise.samples, noise.n, sig->fs_hz, ann,
+                                &pp, &rms, err);
+    if (status != ECG_OK)
+        goto out;
+    ecg_nst_mix(sig->samples, sig->n, noise.samples, noise.n, sig->fs_hz,
+                ecg_nst_gain(st->snr_db, pp, rms), ECG_NST_START_S, ECG_NST_PERIOD_S);
+out:
+    ecg_signal_free(&noise);
+    return status;
+}
+
+/* Keeps the entries of v[0..n) (and their idx) that lie in a noisy stretch; returns the count. */
+static size_t keep_noisy(int64_t *v, size_t n, double fs_hz)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ecg_nst_noisy((double)v[i] / fs_hz, ECG_NST_START_S, ECG_NST_PERIOD_S))
+            v[k++] = v[i];
+    return k;
+}
 
 /* Evaluates one record; appends matched beats' scores to scores when the result has them. */
 static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, const char *record,
-                                   const char *lead, struct record_stats *rs,
+                                   const char *lead, const struct stress *st,
+                                   struct record_stats *rs,
                                    struct score_lists *scores, struct ecg_error *err)
 {
     char path[4096];
@@ -76,6 +128,11 @@ static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, c
     status = ecg_annotations_read(path, &ann, err);
     if (status != ECG_OK)
         goto out;
+    if (st->path) {
+        status = add_noise(st, lead, &ann, &sig, err);
+        if (status != ECG_OK)
+            goto out;
+    }
     status = ecg_engine_analyze(engine, &sig, &res, err);
     if (status != ECG_OK)
         goto out;
@@ -104,6 +161,26 @@ static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, c
     }
     rs->n_ref = n_ref;
     ecg_match_beats(det, n_det, ref, n_ref, sig.fs_hz, MATCH_WINDOW_S, &rs->m, match);
+    if (st->path) {
+        /* the noisy stretches alone (after the scores below have read the full lists) */
+        int64_t *ref_noisy = malloc((n_ref ? n_ref : 1) * sizeof *ref_noisy);
+        int64_t *det_noisy = malloc((n_det ? n_det : 1) * sizeof *det_noisy);
+        if (!ref_noisy || !det_noisy) {
+            free(ref_noisy);
+            free(det_noisy);
+            status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "match table");
+            goto out;
+        }
+        memcpy(ref_noisy, ref, n_ref * sizeof *ref);
+        memcpy(det_noisy, det, n_det * sizeof *det);
+        size_t nr = keep_noisy(ref_noisy, n_ref, sig.fs_hz);
+        size_t nd = keep_noisy(det_noisy, n_det, sig.fs_hz);
+        rs->n_ref_noisy = nr;
+        ecg_match_beats(det_noisy, nd, ref_noisy, nr, sig.fs_hz, MATCH_WINDOW_S, &rs->noisy,
+                        NULL);
+        free(ref_noisy);
+        free(det_noisy);
+    }
     if (res->score) {
         for (size_t j = 0; j < n_ref; j++) {
             size_t i = ref_index[j];
@@ -188,9 +265,13 @@ static void print_anomaly(const struct score_lists *s, bool json)
 static void eval_usage(FILE *out)
 {
     fprintf(out, "usage: ecgd eval [--json] [--lead N|NAME] [--model PATH|none] "
-                 "[--backend auto|cpu|cuda] DIR [RECORD...]\n"
+                 "[--backend auto|cpu|cuda] [--noise NAME|PATH --snr DB] DIR [RECORD...]\n"
                  "Without RECORD names, reads DIR/RECORDS. The model defaults to %s when it "
-                 "exists; --model none scores detection only.\n",
+                 "exists; --model none scores detection only.\n"
+                 "--noise runs the MIT-BIH noise stress test: noise from the WFDB record NAME "
+                 "(bw, ma, em_a: DIR/../noise/NAME) or PATH,\nadded from minute 5 in alternating "
+                 "2-minute stretches at --snr DB (default 6); the noisy stretches are also "
+                 "scored alone.\n",
                  cli_default_model_path());
 }
 
@@ -206,6 +287,9 @@ int cli_eval(int argc, char **argv)
     struct ecg_engine *engine = NULL;
     struct record_stats *stats = NULL;
     struct score_lists scores = {0};
+    struct stress stress = {.path = NULL, .snr_db = 6.0};
+    const char *noise_name = NULL;
+    static char noise_path[4096];
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -215,11 +299,22 @@ int cli_eval(int argc, char **argv)
         } else if (strcmp(a, "--json") == 0) {
             json = true;
         } else if ((strcmp(a, "--lead") == 0 || strcmp(a, "--model") == 0 ||
-                    strcmp(a, "--backend") == 0) && !v) {
+                    strcmp(a, "--backend") == 0 || strcmp(a, "--noise") == 0 ||
+                    strcmp(a, "--snr") == 0) && !v) {
             fprintf(stderr, "ecgd eval: %s needs a value\n", a);
             return 2;
         } else if (strcmp(a, "--lead") == 0) {
             lead = argv[++i];
+        } else if (strcmp(a, "--noise") == 0) {
+            noise_name = argv[++i];
+        } else if (strcmp(a, "--snr") == 0) {
+            char *end = NULL;
+            stress.snr_db = strtod(v, &end);
+            if (end == v || *end || !isfinite(stress.snr_db)) {
+                fprintf(stderr, "ecgd eval: --snr needs a number of dB, got \"%s\"\n", v);
+                return 2;
+            }
+            i++;
         } else if (strcmp(a, "--model") == 0) {
             model_path = strcmp(v, "none") == 0 ? NULL : v;
             model_given = true;
@@ -250,6 +345,13 @@ int cli_eval(int argc, char **argv)
             fprintf(stderr, "ecgd eval: no records given and no %s/RECORDS\n", dir);
             return 2;
         }
+    }
+    if (noise_name) {
+        if (strchr(noise_name, '/'))
+            snprintf(noise_path, sizeof noise_path, "%s", noise_name);
+        else
+            snprintf(noise_path, sizeof noise_path, "%s/../noise/%s", dir, noise_name);
+        stress.path = noise_path;
     }
     if (model_path) {
         FILE *probe = fopen(model_path, "rb");
@@ -282,7 +384,7 @@ int cli_eval(int argc, char **argv)
                "+P%", "|err| ms");
     for (int r = 0; r < n_names; r++) {
         struct record_stats *rs = &stats[r];
-        if (eval_record(engine, dir, names[r], lead, rs, &scores, &err) != ECG_OK) {
+        if (eval_record(engine, dir, names[r], lead, &stress, rs, &scores, &err) != ECG_OK) {
             fprintf(stderr, "ecgd eval: %s: %s\n", names[r], err.message);
             goto out;
         }
@@ -302,21 +404,40 @@ int cli_eval(int argc, char **argv)
         total.m.tp += rs->m.tp;
         total.m.fn += rs->m.fn;
         total.m.fp += rs->m.fp;
+        total.n_ref_noisy += rs->n_ref_noisy;
+        total.noisy.tp += rs->noisy.tp;
+        total.noisy.fn += rs->noisy.fn;
+        total.noisy.fp += rs->noisy.fp;
         err_sum += rs->m.abs_err_ms_sum;
     }
     double se = pct(total.m.tp, total.m.tp + total.m.fn);
     double ppv = pct(total.m.tp, total.m.tp + total.m.fp);
     double mean_err = total.m.tp ? err_sum / (double)total.m.tp : NAN;
+    double f1 = 2.0 * se * ppv / (se + ppv);
+    const struct ecg_match_stats *nm = &total.noisy;
+    double n_se = pct(nm->tp, nm->tp + nm->fn), n_ppv = pct(nm->tp, nm->tp + nm->fp);
     if (json) {
         printf("],\"total\":{\"beats\":%zu,\"tp\":%zu,\"fn\":%zu,\"fp\":%zu,\"se_pct\":%.3f,"
-               "\"ppv_pct\":%.3f,\"mean_abs_err_ms\":%.2f}",
-               total.n_ref, total.m.tp, total.m.fn, total.m.fp, se, ppv, mean_err);
+               "\"ppv_pct\":%.3f,\"f1_pct\":%.3f,\"mean_abs_err_ms\":%.2f}",
+               total.n_ref, total.m.tp, total.m.fn, total.m.fp, se, ppv, f1, mean_err);
+        if (stress.path)
+            printf(",\"noise\":{\"record\":\"%s\",\"snr_db\":%g,\"noisy_stretches\":{"
+                   "\"beats\":%zu,\"tp\":%zu,\"fn\":%zu,\"fp\":%zu,\"se_pct\":%.3f,"
+                   "\"ppv_pct\":%.3f,\"f1_pct\":%.3f}}",
+                   stress.path, stress.snr_db, total.n_ref_noisy, nm->tp, nm->fn, nm->fp, n_se,
+                   n_ppv, 2.0 * n_se * n_ppv / (n_se + n_ppv));
         if (model)
             print_anomaly(&scores, true);
         printf("}\n");
     } else {
         printf("%-8s %7zu %7zu %5zu %5zu %8.3f %8.3f %9.2f\n", "total", total.n_ref, total.m.tp,
                total.m.fn, total.m.fp, se, ppv, mean_err);
+        printf("F1 %.3f %%\n", f1);
+        if (stress.path)
+            printf("noise %s at %g dB; noisy stretches alone: %zu beats, TP %zu, FN %zu, FP %zu, "
+                   "Se %.3f %%, +P %.3f %%, F1 %.3f %%\n",
+                   stress.path, stress.snr_db, total.n_ref_noisy, nm->tp, nm->fn, nm->fp, n_se,
+                   n_ppv, 2.0 * n_se * n_ppv / (n_se + n_ppv));
         if (model)
             print_anomaly(&scores, false);
     }

@@ -425,6 +425,28 @@ void ecg_match_beats(const int64_t *detected, size_t n_detected, const int64_t *
 /* ROC-AUC of scores for positives vs negatives (ties count one half). NaN if a class is empty. */
 double ecg_roc_auc(const float *pos, size_t n_pos, const float *neg, size_t n_neg);
 
+/* ---------------------------------------------------------------- noise stress test */
+
+/*
+ * Noise stress test records made the MIT-BIH Noise Stress Test Database way (WFDB's nst; the
+ * method is described in engine/noise.c). ecg_nst_amplitudes() measures the record's normal QRS
+ * peak-to-peak amplitude (from its reference annotations) and the noise's baseline-free RMS;
+ * ecg_nst_gain() turns them and an SNR into nst's noise gain; ecg_nst_mix() adds gain x noise
+ * to x in place in alternating stretches (clean before start_s, then noisy and clean by turns of
+ * period_s: 300 and 120 s in the NSTDB), with the noise wrapping at its end;
+ * ecg_nst_noisy() says whether time t_s lies in a noisy stretch.
+ */
+#define ECG_NST_START_S 300.0
+#define ECG_NST_PERIOD_S 120.0
+enum ecg_status ecg_nst_amplitudes(const float *x, size_t n, const float *noise, size_t n_noise,
+                                   double fs_hz, const struct ecg_annotations *ann,
+                                   double *qrs_pp, double *noise_rms,
+                                   struct ecg_error *err) ECG_WUR;
+double ecg_nst_gain(double snr_db, double qrs_pp, double noise_rms);
+void ecg_nst_mix(float *x, size_t n, const float *noise, size_t n_noise, double fs_hz,
+                 double gain, double start_s, double period_s);
+bool ecg_nst_noisy(double t_s, double start_s, double period_s);
+
 #ifdef __cplusplus
 }
 #endif
