@@ -62,36 +62,67 @@ struct stress {
     double snr_db;
 };
 
-/* Adds the stress test's noise to sig (the lead index of the record's lead selection, the
- * noise recording's lead of the same index, as nst pairs them). */
+/* The channel of the noise record that nst adds to the k-th selected lead: the lead's own
+ * index in the record (nst pairs ECG signal i with noise signal i modulo the noise's count),
+ * which is k itself for "all" and for leads chosen by name. */
+static long noise_channel(const char *selection, size_t k)
+{
+    char store[ECG_MAX_LEADS * 33];
+    const char *names[ECG_MAX_LEADS];
+    size_t n = 0;
+    bool all = false;
+    struct ecg_error ignored;
+    if (ecg_lead_list_parse(selection, store, sizeof store, names, &n, &all, &ignored) != ECG_OK)
+        return (long)k;
+    const char *token = n == 0 && !all && k == 0 ? selection : (k < n ? names[k] : NULL);
+    char *end = NULL;
+    long index = token ? strtol(token, &end, 10) : (long)k;
+    return token && end != token && *end == '\0' ? index : (long)k;
+}
+
+/* Adds the stress test's noise to one lead (samples) of sig, from the noise record's channel. */
+static enum ecg_status add_noise_lead(const struct stress *st, long channel,
+                                      const struct ecg_annotations *ann, float *samples, size_t n,
+                                      double fs_hz, struct ecg_error *err)
+{
+    struct ecg_signal noise = {0};
+    char noise_lead[16];
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = noise_lead};
+    snprintf(noise_lead, sizeof noise_lead, "%ld", channel);
+    enum ecg_status status = ecg_read_file(st->path, &opts, &noise, err);
+    if (status == ECG_ERR_NOT_FOUND && channel > 0) { /* modulo the noise's channel count */
+        snprintf(noise_lead, sizeof noise_lead, "%ld", channel % 2);
+        status = ecg_read_file(st->path, &opts, &noise, err);
+    }
+    if (status != ECG_OK)
+        return status;
+    if (fabs(noise.fs_hz - fs_hz) > 1e-9) {
+        status = ecg_fail(err, ECG_ERR_UNSUPPORTED, "rate_mismatch",
+                          "noise %s is sampled at %g Hz, the record at %g Hz", st->path,
+                          noise.fs_hz, fs_hz);
+        goto out;
+    }
+    double pp = 0.0, rms = 0.0;
+    status = ecg_nst_amplitudes(samples, n, noise.samples, noise.n, fs_hz, ann, &pp, &rms, err);
+    if (status != ECG_OK)
+        goto out;
+    ecg_nst_mix(samples, n, noise.samples, noise.n, fs_hz, ecg_nst_gain(st->snr_db, pp, rms),
+                ECG_NST_START_S, ECG_NST_PERIOD_S);
+out:
+    ecg_signal_free(&noise);
+    return status;
+}
+
+/* Adds the stress test's noise to every selected lead of sig. */
 static enum ecg_status add_noise(const struct stress *st, const char *lead,
                                  const struct ecg_annotations *ann, struct ecg_signal *sig,
                                  struct ecg_error *err)
 {
-    struct ecg_signal noise = {0};
-    char *end = NULL;
-    long index = lead ? strtol(lead, &end, 10) : 0;
-    char noise_lead[16];
-    snprintf(noise_lead, sizeof noise_lead, "%ld", lead && end && *end == '\0' ? index % 2 : 0);
-    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = noise_lead};
-    enum ecg_status status = ecg_read_file(st->path, &opts, &noise, err);
-    if (status != ECG_OK)
-        return status;
-    if (fabs(noise.fs_hz - sig->fs_hz) > 1e-9) {
-        status = ecg_fail(err, ECG_ERR_UNSUPPORTED, "rate_mismatch",
-                          "noise %s is sampled at %g Hz, the record at %g Hz", st->path,
-                          noise.fs_hz, sig->fs_hz);
-        goto out;
-    }
-    double pp = 0.0, rms = 0.0;
-    status = ecg_nst_amplitudes(sig->samples, sig->n, noise.samples, noise.n, sig->fs_hz, ann,
-                                &pp, &rms, err);
-    if (status != ECG_OK)
-        goto out;
-    ecg_nst_mix(sig->samples, sig->n, noise.samples, noise.n, sig->fs_hz,
-                ecg_nst_gain(st->snr_db, pp, rms), ECG_NST_START_S, ECG_NST_PERIOD_S);
-out:
-    ecg_signal_free(&noise);
+    enum ecg_status status = add_noise_lead(st, noise_channel(lead, 0), ann, sig->samples,
+                                            sig->n, sig->fs_hz, err);
+    for (size_t i = 0; i < sig->n_extra && status == ECG_OK; i++)
+        status = add_noise_lead(st, noise_channel(lead, i + 1), ann, sig->extra[i], sig->n,
+                                sig->fs_hz, err);
     return status;
 }
 

@@ -65,6 +65,11 @@ struct ecg_backend_ops {
     enum ecg_status (*load_bytes)(void *ctx, const void *buf, size_t len,
                                   const struct ecg_read_opts *opts, size_t *n, double *fs_hz,
                                   char lead[32], struct ecg_error *err);
+    /* Further leads of the recording just loaded (n samples each, same rate), which detection
+     * fuses with the first; resample and filter treat them as they treat the first. Called
+     * after load/load_bytes only for a recording of several leads; a load forgets them. */
+    enum ecg_status (*load_extra)(void *ctx, const float *const *leads, size_t n_leads, size_t n,
+                                  struct ecg_error *err);
     enum ecg_status (*resample)(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
     enum ecg_status (*filter)(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
     /* Finds R peaks; sets *n_beats. */

@@ -88,14 +88,24 @@ void ecg_buf_fini(struct ecg_buf *buf);
 
 /* ---------------------------------------------------------------- signals and readers */
 
-/* One lead of a recording, as float32 samples in physical units (mV where known). */
+/* Most leads one recording may bring to an analysis (a 12-lead ECG and then some). */
+#define ECG_MAX_LEADS 16
+
+/*
+ * A recording, as float32 samples in physical units (mV where known): the first selected lead
+ * in samples, and, when the read options selected several leads, the others in extra (same n,
+ * same rate). Detection uses every lead; the beat table and the model read the first.
+ */
 struct ecg_signal {
     float *samples;   /* owned; n values */
     size_t n;
     double fs_hz;     /* sampling rate */
-    char lead[32];    /* lead label if the format has one ("MLII"), else "" */
+    char lead[32];    /* lead label if the format has one ("MLII"), else its index ("0") or "" */
+    size_t n_extra;                          /* further leads, at most ECG_MAX_LEADS - 1 */
+    float *extra[ECG_MAX_LEADS - 1];         /* owned; n values each */
+    char extra_lead[ECG_MAX_LEADS - 1][32];  /* their labels, as lead */
 };
-void ecg_signal_free(struct ecg_signal *sig); /* frees samples, zeroes the struct; NULL ok */
+void ecg_signal_free(struct ecg_signal *sig); /* frees every lead, zeroes the struct; NULL ok */
 
 enum ecg_format {
     ECG_FORMAT_AUTO = 0, /* guess from file name (readers from files) */
@@ -116,9 +126,25 @@ enum ecg_format ecg_format_from_path(const char *path);       /* by extension; A
 struct ecg_read_opts {
     enum ecg_format format;
     double fs_hz;        /* required for formats that carry no rate (CSV, raw); 0 = not given */
-    const char *lead;    /* column/lead by 0-based index ("1") or by name ("MLII"); NULL = first */
+    const char *lead;    /* column/lead by 0-based index ("1") or by name ("MLII"); NULL = first.
+                          * A comma list ("MLII,V1", "0,1") or "all" selects several leads
+                          * (ecg_lead_list_parse()). */
+    const char *embed_lead; /* with several leads, the one the model reads (index or name, one of
+                             * those selected); NULL = the first selected */
     size_t max_samples;  /* 0 = no limit; more samples fail with ECG_ERR_TOO_LARGE */
 };
+
+/*
+ * Lead selections. ecg_lead_list_parse() splits a selection into its leads: "all" (any case)
+ * gives *all = true and no names; otherwise up to ECG_MAX_LEADS comma-separated names or
+ * indices, spaces around them ignored, none empty, none twice (ECG_ERR_ARG, code "bad_lead",
+ * naming the culprit). names[i] points into store (cap bytes). NULL or "" selects lead 0 alone
+ * (n = 0, *all = false). ecg_lead_is_list() says whether a selection names several leads.
+ */
+enum ecg_status ecg_lead_list_parse(const char *selection, char *store, size_t cap,
+                                    const char **names, size_t *n, bool *all,
+                                    struct ecg_error *err) ECG_WUR;
+bool ecg_lead_is_list(const char *selection);
 
 /*
  * Reads a recording held in memory. WFDB is refused (it needs several files). On success fills
@@ -277,7 +303,9 @@ struct ecg_result {
     /* the signal */
     size_t n_samples;
     double fs_hz;
-    char lead[32];
+    char lead[32];     /* the lead the beat table and the model read */
+    size_t n_leads;    /* the leads detection used: leads[0] is lead, then the others */
+    char leads[ECG_MAX_LEADS][32];
     struct ecg_timing timing;
 };
 void ecg_result_free(struct ecg_result *result);

@@ -295,28 +295,54 @@ struct analyze_input {
     struct ecg_upload *upload;
 };
 
+/* The labels of the leads an analysis used, the first one the model's. */
+struct lead_names {
+    size_t n;
+    char name[ECG_MAX_LEADS][32];
+};
+
+/* Loads a decoded signal, all its leads, into the context. */
+static enum ecg_status load_signal(const struct ecg_backend_ops *ops, void *ctx,
+                                   const struct ecg_signal *sig, size_t *n, double *fs_hz,
+                                   struct lead_names *leads, struct ecg_error *err)
+{
+    *n = sig->n;
+    *fs_hz = sig->fs_hz;
+    leads->n = 1 + sig->n_extra;
+    snprintf(leads->name[0], 32, "%s", sig->lead);
+    for (size_t i = 0; i < sig->n_extra; i++)
+        snprintf(leads->name[i + 1], 32, "%s", sig->extra_lead[i]);
+    if (!sig->samples || sig->n == 0)
+        return ecg_fail(err, ECG_ERR_FORMAT, "empty_input", "the recording has no samples");
+    if (sig->n_extra >= ECG_MAX_LEADS)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_lead", "more than %d leads", ECG_MAX_LEADS);
+    enum ecg_status status = ops->load(ctx, sig->samples, sig->n, err);
+    if (status == ECG_OK && sig->n_extra > 0)
+        status = ops->load_extra(ctx, (const float *const *)sig->extra, sig->n_extra, sig->n,
+                                 err);
+    return status;
+}
+
 /* Loads the input into the context: raw bytes go to the backend's own parser when it has one. */
 static enum ecg_status load_input(struct ecg_engine *engine, void *ctx,
                                   const struct analyze_input *in, size_t *n, double *fs_hz,
-                                  char lead[32], struct ecg_error *err)
+                                  struct lead_names *leads, struct ecg_error *err)
 {
     const struct ecg_backend_ops *ops = engine->ops;
-    if (in->signal) {
-        *n = in->signal->n;
-        *fs_hz = in->signal->fs_hz;
-        snprintf(lead, 32, "%s", in->signal->lead);
-        if (!in->signal->samples || in->signal->n == 0)
-            return ecg_fail(err, ECG_ERR_FORMAT, "empty_input", "the recording has no samples");
-        return ops->load(ctx, in->signal->samples, in->signal->n, err);
-    }
-    if (in->upload) {
+    char *lead = leads->name[0];
+    leads->n = 1;
+    if (in->signal)
+        return load_signal(ops, ctx, in->signal, n, fs_hz, leads, err);
+    /* Several leads are read on the host: the backends' own parsers read one lead. */
+    const bool several = in->opts && ecg_lead_is_list(in->opts->lead);
+    if (in->upload && !several) {
         bool from_device = false;
         enum ecg_status status = ops->load_upload(ctx, in->upload->backend, in->len, in->opts, n,
                                                   fs_hz, lead, &from_device, err);
         in->upload->used_device = status == ECG_OK && from_device;
         if (status != ECG_ERR_UNSUPPORTED)
             return status;
-    } else if (ops->load_bytes) {
+    } else if (ops->load_bytes && !several) {
         enum ecg_status status = ops->load_bytes(ctx, in->bytes, in->len, in->opts, n, fs_hz,
                                                  lead, err);
         if (status != ECG_ERR_UNSUPPORTED)
@@ -326,10 +352,7 @@ static enum ecg_status load_input(struct ecg_engine *engine, void *ctx,
     enum ecg_status status = ecg_read_memory(in->bytes, in->len, in->opts, &sig, err);
     if (status != ECG_OK)
         return status;
-    *n = sig.n;
-    *fs_hz = sig.fs_hz;
-    snprintf(lead, 32, "%s", sig.lead);
-    status = ops->load(ctx, sig.samples, sig.n, err);
+    status = load_signal(ops, ctx, &sig, n, fs_hz, leads, err);
     ecg_signal_free(&sig);
     return status;
 }
@@ -344,7 +367,7 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
     float *emb = NULL;
     size_t n_in = 0, n_beats = 0;
     double fs_hz = 0.0;
-    char lead[32] = "";
+    struct lead_names leads = {0};
     enum ecg_status status;
 
     *out = NULL;
@@ -364,7 +387,7 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
             goto out;                                                                          \
     } while (0)
 
-    STAGE(read_ms, load_input(engine, ctx, in, &n_in, &fs_hz, lead, err));
+    STAGE(read_ms, load_input(engine, ctx, in, &n_in, &fs_hz, &leads, err));
     status = slot_plan(engine, slot, fs_hz, &plan, err);
     if (status != ECG_OK)
         goto out;
@@ -408,7 +431,9 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
     }
     result->n_samples = n_in;
     result->fs_hz = fs_hz;
-    snprintf(result->lead, sizeof result->lead, "%s", lead);
+    snprintf(result->lead, sizeof result->lead, "%s", leads.name[0]);
+    result->n_leads = leads.n;
+    memcpy(result->leads, leads.name, sizeof result->leads);
     timing.total_ms = now_ms() - t0;
     result->timing = timing;
     *out = result;

@@ -302,6 +302,13 @@ void ecg_result_write_json(const struct ecg_result *r, const struct ecg_engine *
     put_number(out, r->fs_hz > 0 ? (double)r->n_samples / r->fs_hz : NAN);
     ecg_buf_puts(out, ",\"lead\":");
     put_string(out, r->lead);
+    ecg_buf_puts(out, ",\"leads\":[");
+    for (size_t i = 0; i < r->n_leads || i == 0; i++) {
+        if (i)
+            ecg_buf_puts(out, ",");
+        put_string(out, r->n_leads ? r->leads[i] : r->lead);
+    }
+    ecg_buf_puts(out, "]");
     ecg_buf_puts(out, "}");
     if (include & ECG_INCLUDE_SUMMARY)
         put_summary(out, r);

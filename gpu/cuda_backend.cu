@@ -387,7 +387,8 @@ static void cuda_ctx_destroy(void *ctx_ptr)
     cuda_filter_release(ctx);
     struct dbuf *bufs[] = {&ctx->input,   &ctx->resampled, &ctx->filtered, &ctx->peaks_a,
                            &ctx->table,   &ctx->emb,       &ctx->scratch,  &ctx->cub_temp,
-                           &ctx->fft_buf, &ctx->fft_work,  &ctx->vae_work, &ctx->rs_table};
+                           &ctx->fft_buf, &ctx->fft_work,  &ctx->vae_work, &ctx->rs_table,
+                           &ctx->extra_input, &ctx->extra_resampled, &ctx->extra_filtered};
     if (ctx->stream) {
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             dbuf_release(ctx, bufs[i]);
@@ -445,7 +446,7 @@ out:
 /* Forgets everything downstream of the input (a new request starts). */
 static void ctx_reset_request(struct cuda_ctx *ctx)
 {
-    ctx->n_in = ctx->n_a = ctx->n_beats = ctx->emb_len = 0;
+    ctx->n_in = ctx->n_a = ctx->n_beats = ctx->emb_len = ctx->n_extra = 0;
     ctx->encoded = false;
     ctx->latent_dim = ctx->state->model ? ctx->state->model->arch.latent_dim : 0;
 }
@@ -461,6 +462,31 @@ static enum ecg_status cuda_load(void *ctx_ptr, const float *samples, size_t n,
     ECG_TRY(upload_bytes(ctx, ctx->input.ptr, samples, n * sizeof(float), err));
     ECG_TRY(ctx_sync(ctx, "load", err));
     ctx->n_in = n;
+out:
+    return status;
+}
+
+/* The further leads of the recording just loaded: uploaded side by side, lead i at i * n. */
+extern "C" enum ecg_status cuda_load_extra(void *ctx_ptr, const float *const *leads,
+                                           size_t n_leads, size_t n, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
+    ECG_TRY(ctx_enter(ctx, err));
+    ctx->n_extra = 0;
+    if (n != ctx->n_in || n_leads >= ECG_MAX_LEADS) {
+        status = ecg_fail(err, ECG_ERR_ARG, "bad_argument", "%zu extra leads of %zu samples",
+                          n_leads, n);
+        goto out;
+    }
+    ECG_TRY(dbuf_reserve(ctx, &ctx->extra_input,
+                         (n_leads * n > 0 ? n_leads * n : 1) * sizeof(float), err));
+    for (size_t i = 0; i < n_leads; i++) {
+        ECG_TRY(upload_bytes(ctx, (float *)ctx->extra_input.ptr + i * n, leads[i],
+                             n * sizeof(float), err));
+    }
+    ECG_TRY(ctx_sync(ctx, "load", err));
+    ctx->n_extra = n_leads;
 out:
     return status;
 }
@@ -695,6 +721,7 @@ extern "C" const struct ecg_backend_ops ecg_cuda_backend = {
     /* .ctx_destroy = */ cuda_ctx_destroy,
     /* .load = */ cuda_load,
     /* .load_bytes = */ cuda_load_bytes,
+    /* .load_extra = */ cuda_load_extra,
     /* .resample = */ cuda_resample,
     /* .filter = */ cuda_filter,
     /* .detect = */ cuda_detect,

@@ -83,6 +83,7 @@ static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
     size_t scanned = k_lo, best = SIZE_MAX;
     float best_h = 0.0f;
     double sb_limit = DMUL(DETECT_SEARCHBACK_RR, rr_mean); /* search back past this gap */
+    double slope_level = 0.0, beat_level = 0.0; /* the beats' usual slope and height */
     int64_t last_decay = origin; /* when SPK was last halved (or the last beat) */
     size_t first_mark = SIZE_MAX, last_mark = SIZE_MAX;
 
@@ -118,6 +119,9 @@ static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
             npk = DMUL(0.5, spk);
     }
 
+/* decide.c's twave_reference(): the last beat's slope, or the usual one when steeper */
+#define TWAVE_REFERENCE ((double)last_slope > slope_level ? (double)last_slope : slope_level)
+
 /* detector_accept(): the beat is marked only inside the block */
 #define ACCEPT(kk, gain)                                                                   \
     do {                                                                                   \
@@ -149,6 +153,11 @@ static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
         last = acc_pos;                                                                    \
         last_decay = acc_pos;                                                              \
         last_slope = __ldg(&slope[acc_k]);                                                 \
+        slope_level = DADD(DMUL(DETECT_LEVEL_GAIN, (double)last_slope),                    \
+                           DMUL(1.0 - DETECT_LEVEL_GAIN, slope_level));                    \
+        if ((gain) == DETECT_LEVEL_GAIN)                                                   \
+            beat_level = DADD(DMUL(DETECT_LEVEL_GAIN, (double)__ldg(&height[acc_k])),      \
+                              DMUL(1.0 - DETECT_LEVEL_GAIN, beat_level));                  \
         after_last = acc_k + 1;                                                            \
     } while (0)
 
@@ -166,15 +175,20 @@ static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
                 best = SIZE_MAX;
             }
             for (; scanned < k; scanned++) {
-                if (last >= 0 && __ldg(&cpos[scanned]) - last < a.refractory)
+                const int64_t gap = __ldg(&cpos[scanned]) - last;
+                if (last >= 0 && gap < a.refractory)
                     continue;
+                if (last >= 0 && gap < a.twave &&
+                    (double)__ldg(&slope[scanned]) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))
+                    continue; /* a T wave is no missed beat */
                 const float hs = __ldg(&height[scanned]);
                 if (best == SIZE_MAX || hs > best_h) {
                     best = scanned;
                     best_h = hs;
                 }
             }
-            if (best != SIZE_MAX && (double)best_h > floor_height) {
+            if (best != SIZE_MAX && (double)best_h > floor_height &&
+                (double)best_h > DMUL(DETECT_SEARCHBACK_MIN, beat_level)) {
                 ACCEPT(best, DETECT_SEARCHBACK_GAIN);
                 scanned = after_last;
                 best = SIZE_MAX;
@@ -198,7 +212,7 @@ static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
         const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
         if ((double)h <= threshold ||
             (last >= 0 && pos - last < a.twave &&
-             (double)__ldg(&slope[k]) < DMUL(DETECT_TWAVE_SLOPE, (double)last_slope))) {
+             (double)__ldg(&slope[k]) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))) {
             npk = DADD(DMUL(DETECT_LEVEL_GAIN, (double)h), DMUL(1.0 - DETECT_LEVEL_GAIN, npk));
             continue;
         }
@@ -207,6 +221,7 @@ static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
             break;
     }
 #undef ACCEPT
+#undef TWAVE_REFERENCE
 done:
     struct block_end ends[2];
     for (int e = 0; e < 2; e++) {

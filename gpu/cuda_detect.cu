@@ -36,6 +36,7 @@
 
 #include "cpu/cpu.h" /* CPU_DETECT_BLOCK_S, CPU_DETECT_WARMUP_S, CPU_DETECT_TAIL_S */
 #include "cpu/detect_params.h" /* the detector's constants, shared with detect.c */
+#include "cpu/fuse_core.h"     /* FUSE_WINDOW_S */
 #include "cuda_detect_common.cuh"
 
 /* ---------------------------------------------------------------- 1-2: envelope and NMS */
@@ -340,8 +341,11 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     int64_t *h_counts;
     thrust::counting_iterator<int64_t> counter(0);
     struct detect_profile prof;
+    struct fuse_args fz;
+    size_t n_leads = 1;
 
     memset(&prof, 0, sizeof prof);
+    memset(&fz, 0, sizeof fz);
     prof.on = getenv("ECG_CUDA_PROFILE") != NULL;
     *n_beats_out = 0;
     ECG_TRY(ctx_enter(ctx, err));
@@ -378,12 +382,26 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     /* candidates are more than half_nms apart */
     max_cand = n_a / (a.half_nms + 1) + 2;
 
+    n_leads = 1 + ctx->n_extra;
+    fz.n_leads = n_leads;
+    fz.n_a = n_a;
+    fz.win = detect_samples_of(FUSE_WINDOW_S, plan->fs_a_hz);
+    fz.n_win = n_a / fz.win + (n_a % fz.win ? 1 : 0);
+    fz.y_extra = (const float *)ctx->extra_resampled.ptr;
+
     /* scratch: absf | env | flags | cpos | height | slope | beats_c | ref_in | ref_a |
-     * block_first | block_last | ricker | scalars */
+     * block_first | block_last | ricker | scalars | ins_k | ins_pos | ins_h | ins_mark, and
+     * with several leads lead_env | peak | mean | level | weight | gain */
     bytes = 2 * ALIGN256(n_a * sizeof(float)) + ALIGN256(n_a) +
             4 * ALIGN256(max_cand * sizeof(int64_t)) + 2 * ALIGN256(max_cand * sizeof(float)) +
             2 * ALIGN256(n_blocks * sizeof(struct block_end)) +
-            ALIGN256(plan->ricker_len * sizeof(float)) + 256;
+            ALIGN256(plan->ricker_len * sizeof(float)) + 256 +
+            2 * ALIGN256(max_cand * sizeof(int64_t)) + ALIGN256(max_cand * sizeof(float)) +
+            ALIGN256(max_cand);
+    if (n_leads > 1)
+        bytes += ALIGN256(n_leads * n_a * sizeof(float)) +
+                 4 * ALIGN256(n_leads * fz.n_win * sizeof(double)) +
+                 ALIGN256(n_leads * fz.n_win * sizeof(float));
     ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, bytes, err));
     base = (char *)ctx->scratch.ptr;
     off = 0;
@@ -406,6 +424,21 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     a.n_beats = a.n_cand + 2;
     a.peak = (float *)(a.n_cand + 3);
     a.order_bad = (int *)(a.n_cand + 4);
+    a.n_ins = a.n_cand + 5;
+    off += 256;
+    a.ins_k = (int64_t *)(base + off);   off += ALIGN256(max_cand * sizeof(int64_t));
+    a.ins_pos = (int64_t *)(base + off); off += ALIGN256(max_cand * sizeof(int64_t));
+    a.ins_h = (float *)(base + off);     off += ALIGN256(max_cand * sizeof(float));
+    a.ins_mark = (uint8_t *)(base + off); off += ALIGN256(max_cand);
+    if (n_leads > 1) {
+        fz.lead_env = (const float *)(base + off); off += ALIGN256(n_leads * n_a * sizeof(float));
+        double **stats[4] = {&fz.peak, &fz.mean, &fz.level, &fz.weight};
+        for (int q = 0; q < 4; q++) {
+            *stats[q] = (double *)(base + off);
+            off += ALIGN256(n_leads * fz.n_win * sizeof(double));
+        }
+        fz.gain = (float *)(base + off); off += ALIGN256(n_leads * fz.n_win * sizeof(float));
+    }
     CUDA_TRY(cudaMemsetAsync(a.order_bad, 0, sizeof(int), ctx->stream));
 
     ECG_TRY(stage_reserve(ctx, plan->ricker_len * sizeof(float) + 64, err));
@@ -427,12 +460,24 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     ECG_TRY(dbuf_reserve(ctx, &ctx->cub_temp, temp_bytes, err));
 
     profile_mark(&prof, ctx->stream, "start");
-    abs_kernel<<<grid_for(n_a), CUDA_THREADS, 0, ctx->stream>>>(a);
-    CUDA_LAUNCH_CHECK();
-    CUDA_TRY(cub::DeviceReduce::Max(ctx->cub_temp.ptr, temp_bytes, a.absf, a.peak, (int64_t)n_a,
-                                    ctx->stream));
-    envelope_kernel<<<grid_for(n_a), CUDA_THREADS, 0, ctx->stream>>>(a);
-    CUDA_LAUNCH_CHECK();
+    /* each lead's envelope (the first lead's straight into env when it is the only one) */
+    for (size_t l = 0; l < n_leads; l++) {
+        struct detect_args al = a;
+        if (l > 0) {
+            al.y = (const float *)ctx->extra_resampled.ptr + (l - 1) * n_a;
+            al.f = (const float *)ctx->extra_filtered.ptr + (l - 1) * n_a;
+        }
+        if (n_leads > 1)
+            al.env = (float *)fz.lead_env + l * n_a;
+        abs_kernel<<<grid_for(n_a), CUDA_THREADS, 0, ctx->stream>>>(al);
+        CUDA_LAUNCH_CHECK();
+        CUDA_TRY(cub::DeviceReduce::Max(ctx->cub_temp.ptr, temp_bytes, al.absf, al.peak,
+                                        (int64_t)n_a, ctx->stream));
+        envelope_kernel<<<grid_for(n_a), CUDA_THREADS, 0, ctx->stream>>>(al);
+        CUDA_LAUNCH_CHECK();
+    }
+    if (n_leads > 1)
+        ECG_TRY(cuda_fuse(ctx, &fz, a.env, err));
     profile_mark(&prof, ctx->stream, "envelope");
     nms_kernel<<<grid_for(n_a), CUDA_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
@@ -442,8 +487,12 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     profile_mark(&prof, ctx->stream, "select");
     candidate_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a, max_cand);
     CUDA_LAUNCH_CHECK();
+    if (n_leads > 1)
+        ECG_TRY(cuda_fuse_slopes(ctx, &fz, &a, max_cand, err));
     profile_mark(&prof, ctx->stream, "candidates");
     ECG_TRY(cuda_decide(ctx, &a, n_blocks, &prof, err)); /* flags the beats among them */
+    ECG_TRY(cuda_reject_insertions(ctx, &a, max_cand, err));
+    profile_mark(&prof, ctx->stream, "insertions");
     /* accepted candidates' positions, ascending (flags past n_cand are clear) */
     CUDA_TRY(cub::DeviceSelect::Flagged(ctx->cub_temp.ptr, temp_bytes, (const int64_t *)a.cpos,
                                         a.flag, a.beats_c, a.n_acc, (int64_t)max_cand,

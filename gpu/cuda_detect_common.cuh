@@ -58,7 +58,36 @@ struct detect_args {
     double fs;
     int64_t reach_in, lobe_reach, base_reach;
     uint32_t up, down;
+    /* the rhythm check after the decision (cuda_insert.cu), max_cand entries each */
+    int64_t *ins_k;      /* the flagged candidates' indices */
+    int64_t *ins_pos;    /* their positions */
+    float *ins_h;        /* their heights */
+    uint8_t *ins_mark;   /* verdicts */
+    int64_t *n_ins;      /* device scalar: flagged candidates */
 };
+
+/* The fusion of several leads' envelopes (cuda_fuse.cu; engine/cpu/fuse_core.h). */
+struct fuse_args {
+    const float *lead_env; /* n_leads x n_a: each lead's envelope */
+    const float *y_extra;  /* (n_leads - 1) x n_a: the further leads' resampled signals */
+    size_t n_leads, n_a;
+    size_t win, n_win;     /* statistics window, samples, and the number of windows */
+    double *peak, *mean, *level, *weight; /* n_leads x n_win each */
+    float *gain;           /* n_leads x n_win */
+};
+
+/* Steps 1-4 of cuda_fuse.cu: the fused envelope into env (n_a floats); queued on the stream. */
+enum ecg_status cuda_fuse(struct cuda_ctx *ctx, const struct fuse_args *f, float *env,
+                          struct ecg_error *err);
+/* Step 5: every candidate's slope (a->slope) from every lead, once a->cpos and a->n_cand hold
+ * the candidates (at most max_cand). */
+enum ecg_status cuda_fuse_slopes(struct cuda_ctx *ctx, const struct fuse_args *f,
+                                 const struct detect_args *a, size_t max_cand,
+                                 struct ecg_error *err);
+/* The rhythm check (cuda_insert.cu): clears the flags (a->flag, max_cand candidates) of the
+ * beats the decision flagged that are insertions; uses a->ins_* as scratch. Queued. */
+enum ecg_status cuda_reject_insertions(struct cuda_ctx *ctx, const struct detect_args *a,
+                                       size_t max_cand, struct ecg_error *err);
 
 /* cpu_median_inplace() of n <= 64 values: sorted in place, middle or mean of the two middle. */
 static __device__ inline float median_small(float *v, size_t n)

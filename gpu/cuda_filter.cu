@@ -195,7 +195,7 @@ out:
 }
 
 static enum ecg_status filter_fft(struct cuda_ctx *ctx, const struct ecg_plan *plan,
-                                  struct ecg_error *err)
+                                  const float *d_in, float *d_out, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     struct fft_entry *e = NULL;
@@ -210,7 +210,7 @@ static enum ecg_status filter_fft(struct cuda_ctx *ctx, const struct ecg_plan *p
     ECG_TRY(dbuf_reserve(ctx, &ctx->fft_buf, bins * sizeof(float2), err));
     ECG_TRY(dbuf_reserve(ctx, &ctx->fft_work, e->work_bytes ? e->work_bytes : 1, err));
     pad_kernel<<<grid_for(2 * bins), CUDA_THREADS, 0, ctx->stream>>>(
-        (const float *)ctx->resampled.ptr, n, (float *)ctx->fft_buf.ptr, 2 * bins);
+        d_in, n, (float *)ctx->fft_buf.ptr, 2 * bins);
     CUDA_LAUNCH_CHECK();
     CUFFT_TRY(cufftSetWorkArea(e->r2c, ctx->fft_work.ptr));
     CUFFT_TRY(cufftSetWorkArea(e->c2r, ctx->fft_work.ptr));
@@ -222,7 +222,7 @@ static enum ecg_status filter_fft(struct cuda_ctx *ctx, const struct ecg_plan *p
     CUFFT_TRY(cufftExecC2R(e->c2r, (cufftComplex *)ctx->fft_buf.ptr,
                            (cufftReal *)ctx->fft_buf.ptr));
     same_part_kernel<<<grid_for(n), CUDA_THREADS, 0, ctx->stream>>>(
-        (const float *)ctx->fft_buf.ptr, n, (taps - 1) / 2, (float *)ctx->filtered.ptr);
+        (const float *)ctx->fft_buf.ptr, n, (taps - 1) / 2, d_out);
     CUDA_LAUNCH_CHECK();
 out:
     return status;
@@ -261,12 +261,18 @@ extern "C" enum ecg_status cuda_filter(void *ctx_ptr, const struct ecg_plan *pla
         method = taps <= FILTER_DIRECT_MAX_TAPS ? 1 : 2;
     if (taps > FILTER_DIRECT_MAX_TAPS + 1)
         method = 2;
-    if (method == 1) {
-        ECG_TRY(launch_filter_direct(ctx->stream, (const float *)ctx->resampled.ptr, ctx->n_a,
-                                     plan->ricker, taps, (float *)ctx->filtered.ptr,
-                                     cuda_host_has_avx2_fma(), err));
-    } else {
-        ECG_TRY(filter_fft(ctx, plan, err));
+    /* the first lead, then the further ones */
+    for (size_t l = 0; l <= ctx->n_extra; l++) {
+        const float *d_in = l == 0 ? (const float *)ctx->resampled.ptr
+                                   : (const float *)ctx->extra_resampled.ptr + (l - 1) * ctx->n_a;
+        float *d_out = l == 0 ? (float *)ctx->filtered.ptr
+                              : (float *)ctx->extra_filtered.ptr + (l - 1) * ctx->n_a;
+        if (method == 1) {
+            ECG_TRY(launch_filter_direct(ctx->stream, d_in, ctx->n_a, plan->ricker, taps, d_out,
+                                         cuda_host_has_avx2_fma(), err));
+        } else {
+            ECG_TRY(filter_fft(ctx, plan, d_in, d_out, err));
+        }
     }
     ECG_TRY(ctx_sync(ctx, "filter", err));
 out:

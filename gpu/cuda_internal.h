@@ -116,6 +116,10 @@ struct cuda_ctx {
     size_t emb_len;          /* floats in emb (n_beats * beat_len after embed) */
     bool encoded;            /* latent/score hold this request's values */
 
+    /* further leads (load_extra): n_extra x n_in inputs, n_extra x n_a resampled and filtered */
+    size_t n_extra;
+    struct dbuf extra_input, extra_resampled, extra_filtered;
+
     /* stage buffers */
     struct dbuf input;       /* float[n_in] */
     struct dbuf resampled;   /* float[n_a] */
@@ -201,6 +205,8 @@ bool cuda_upload_prefers_ctx(void *up, void *ctx);
 enum ecg_status cuda_load_upload(void *ctx, void *up, size_t len,
                                  const struct ecg_read_opts *opts, size_t *n, double *fs_hz,
                                  char lead[32], bool *from_device, struct ecg_error *err);
+enum ecg_status cuda_load_extra(void *ctx, const float *const *leads, size_t n_leads, size_t n,
+                                struct ecg_error *err);
 enum ecg_status cuda_resample(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 enum ecg_status cuda_filter(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 enum ecg_status cuda_detect(void *ctx, const struct ecg_plan *plan, size_t *n_beats,

@@ -575,7 +575,7 @@ extern "C" enum ecg_status cuda_load_from(struct cuda_ctx *ctx, const void *buf,
         return ECG_ERR_UNSUPPORTED; /* the host reader words the missing-rate error */
     rate = opts->fs_hz;
     ECG_TRY(ctx_enter(ctx, err));
-    ctx->n_in = ctx->n_a = ctx->n_beats = ctx->emb_len = 0;
+    ctx->n_in = ctx->n_a = ctx->n_beats = ctx->emb_len = ctx->n_extra = 0;
     ctx->encoded = false;
     ctx->latent_dim = ctx->state->model ? ctx->state->model->arch.latent_dim : 0;
     if (format == ECG_FORMAT_CSV)

@@ -166,9 +166,19 @@ extern "C" enum ecg_status cuda_resample(void *ctx_ptr, const struct ecg_plan *p
     ctx->n_beats = 0;
     if (n_out == 0)
         goto out;
+    if (ctx->n_extra) {
+        ECG_TRY(dbuf_reserve(ctx, &ctx->extra_resampled, ctx->n_extra * n_out * sizeof(float),
+                             err));
+        ECG_TRY(dbuf_reserve(ctx, &ctx->extra_filtered, ctx->n_extra * n_out * sizeof(float),
+                             err));
+    }
     if (plan->up == 1 && plan->down == 1) {
         CUDA_TRY(cudaMemcpyAsync(ctx->resampled.ptr, ctx->input.ptr, n_out * sizeof(float),
                                  cudaMemcpyDeviceToDevice, ctx->stream));
+        if (ctx->n_extra)
+            CUDA_TRY(cudaMemcpyAsync(ctx->extra_resampled.ptr, ctx->extra_input.ptr,
+                                     ctx->n_extra * n_out * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, ctx->stream));
         ECG_TRY(ctx_sync(ctx, "resample", err));
         goto out;
     }
@@ -218,6 +228,11 @@ extern "C" enum ecg_status cuda_resample(void *ctx_ptr, const struct ecg_plan *p
     args.n_out = n_out;
     args.fma_path = cuda_host_has_avx2_fma();
     ECG_TRY(launch_resample(ctx->stream, &args, err));
+    for (size_t l = 0; l < ctx->n_extra; l++) { /* the further leads, likewise */
+        args.x = (const float *)ctx->extra_input.ptr + l * ctx->n_in;
+        args.y = (float *)ctx->extra_resampled.ptr + l * n_out;
+        ECG_TRY(launch_resample(ctx->stream, &args, err));
+    }
     ECG_TRY(ctx_sync(ctx, "resample", err));
 out:
     free(h_table);

@@ -57,6 +57,26 @@ enum ecg_status cpu_detect(const struct ecg_plan *plan, const float *x, size_t n
                            int64_t **peaks_in, size_t *n_peaks, struct ecg_error *err) ECG_WUR;
 
 /*
+ * Several leads: detection fuses the QRS evidence of every lead (fuse_core.h says how); the R
+ * peaks are placed on the first lead, x being that lead's input samples. leads[l] holds lead
+ * l's resampled (y) and filtered (f) signal, n_a samples each. cpu_detect() is the one-lead case.
+ */
+struct cpu_lead {
+    const float *y, *f;
+};
+enum ecg_status cpu_detect_leads(const struct ecg_plan *plan, const float *x, size_t n_in,
+                                 const struct cpu_lead *leads, size_t n_leads, size_t n_a,
+                                 int64_t **peaks_a, int64_t **peaks_in, size_t *n_peaks,
+                                 struct ecg_error *err) ECG_WUR;
+
+/* The fused envelope of n_leads envelopes env[l] (n samples each) into fused; *gain gets the
+ * leads' gains per window (n_leads x *n_win floats, malloc'd), cpu_fuse_window() samples each. */
+enum ecg_status cpu_fuse(const struct ecg_plan *plan, const float *const *env, size_t n_leads,
+                         size_t n, float *fused, float **gain, size_t *n_win,
+                         struct ecg_error *err) ECG_WUR;
+size_t cpu_fuse_window(const struct ecg_plan *plan);
+
+/*
  * The detector's stages, exposed for tests (engine/cpu/detect.c explains them).
  *
  * A beat candidate: analysis-grid position, height (prominence of the envelope) and slope.
@@ -68,6 +88,10 @@ struct cpu_candidate {
     float height;
     float slope;
 };
+enum ecg_status cpu_detect_candidates_leads(const struct ecg_plan *plan,
+                                            const struct cpu_lead *leads, size_t n_leads,
+                                            size_t n_a, struct cpu_candidate **cand,
+                                            size_t *n_cand, struct ecg_error *err) ECG_WUR;
 enum ecg_status cpu_detect_candidates(const struct ecg_plan *plan, const float *y,
                                       const float *f, size_t n_a, struct cpu_candidate **cand,
                                       size_t *n_cand, struct ecg_error *err) ECG_WUR;
@@ -108,6 +132,11 @@ void cpu_decide_window(const struct ecg_plan *plan, const struct cpu_candidate *
 enum ecg_status cpu_decide(const struct ecg_plan *plan, const struct cpu_candidate *cand,
                            size_t n_cand, size_t n_a, uint8_t *is_beat,
                            struct ecg_error *err) ECG_WUR;
+
+/* The rhythm check after the decision (insert_core.h): unflags the beats that split one
+ * regular RR interval in two without the strength of a beat. */
+enum ecg_status cpu_reject_insertions(const struct cpu_candidate *cand, size_t n_cand,
+                                      uint8_t *is_beat, struct ecg_error *err) ECG_WUR;
 
 /*
  * Segmentation: for k beats, fills onset/end (input grid, end exclusive), rr_ms (NaN for the

@@ -25,6 +25,10 @@ struct cpu_ctx {
     size_t n_in, cap_in;
     float *y, *f;       /* resampled and filtered, n_a */
     size_t n_a, cap_a;
+    /* further leads (load_extra): input, resampled, filtered */
+    size_t n_extra;
+    float *x_extra[ECG_MAX_LEADS - 1], *y_extra[ECG_MAX_LEADS - 1], *f_extra[ECG_MAX_LEADS - 1];
+    size_t cap_in_extra[ECG_MAX_LEADS - 1], cap_a_extra[ECG_MAX_LEADS - 1];
     int64_t *peaks_a, *peaks_in;
     size_t k;
     int64_t *onset, *end;
@@ -142,6 +146,11 @@ static void cpu_ctx_destroy(void *ctx)
     free(c->x);
     free(c->y);
     free(c->f);
+    for (size_t i = 0; i < ECG_MAX_LEADS - 1; i++) {
+        free(c->x_extra[i]);
+        free(c->y_extra[i]);
+        free(c->f_extra[i]);
+    }
     free(c);
 }
 
@@ -167,6 +176,24 @@ static enum ecg_status cpu_load(void *ctx, const float *samples, size_t n, struc
         return status;
     memcpy(c->x, samples, n * sizeof *samples);
     c->n_in = n;
+    c->n_extra = 0;
+    return ECG_OK;
+}
+
+static enum ecg_status cpu_load_extra(void *ctx, const float *const *leads, size_t n_leads,
+                                      size_t n, struct ecg_error *err)
+{
+    struct cpu_ctx *c = ctx;
+    if (n_leads > ECG_MAX_LEADS - 1 || n != c->n_in)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "%zu extra leads of %zu samples",
+                        n_leads, n);
+    for (size_t i = 0; i < n_leads; i++) {
+        enum ecg_status status = grow(&c->x_extra[i], &c->cap_in_extra[i], n, err);
+        if (status != ECG_OK)
+            return status;
+        memcpy(c->x_extra[i], leads[i], n * sizeof *leads[i]);
+    }
+    c->n_extra = n_leads;
     return ECG_OK;
 }
 
@@ -182,6 +209,16 @@ static enum ecg_status cpu_resample_stage(void *ctx, const struct ecg_plan *plan
     if (status != ECG_OK)
         return status;
     c->n_a = n_a;
+    for (size_t i = 0; i < c->n_extra; i++) {
+        size_t cap_y = c->cap_a_extra[i];
+        status = grow(&c->y_extra[i], &cap_y, n_a, err);
+        if (status == ECG_OK)
+            status = grow(&c->f_extra[i], &c->cap_a_extra[i], n_a, err);
+        if (status == ECG_OK)
+            status = cpu_resample(plan, c->x_extra[i], c->n_in, c->y_extra[i], err);
+        if (status != ECG_OK)
+            return status;
+    }
     return cpu_resample(plan, c->x, c->n_in, c->y, err);
 }
 
@@ -189,6 +226,11 @@ static enum ecg_status cpu_filter_stage(void *ctx, const struct ecg_plan *plan,
                                         struct ecg_error *err)
 {
     struct cpu_ctx *c = ctx;
+    for (size_t i = 0; i < c->n_extra; i++) {
+        enum ecg_status status = cpu_filter(plan, c->y_extra[i], c->n_a, c->f_extra[i], err);
+        if (status != ECG_OK)
+            return status;
+    }
     return cpu_filter(plan, c->y, c->n_a, c->f, err);
 }
 
@@ -197,8 +239,11 @@ static enum ecg_status cpu_detect_stage(void *ctx, const struct ecg_plan *plan, 
 {
     struct cpu_ctx *c = ctx;
     reset_beats(c);
-    enum ecg_status status = cpu_detect(plan, c->x, c->n_in, c->y, c->f, c->n_a, &c->peaks_a,
-                                        &c->peaks_in, &c->k, err);
+    struct cpu_lead leads[ECG_MAX_LEADS] = {{c->y, c->f}};
+    for (size_t i = 0; i < c->n_extra; i++)
+        leads[i + 1] = (struct cpu_lead){c->y_extra[i], c->f_extra[i]};
+    enum ecg_status status = cpu_detect_leads(plan, c->x, c->n_in, leads, 1 + c->n_extra,
+                                              c->n_a, &c->peaks_a, &c->peaks_in, &c->k, err);
     *n_beats = status == ECG_OK ? c->k : 0;
     return status;
 }
@@ -329,6 +374,7 @@ const struct ecg_backend_ops ecg_cpu_backend = {
     .ctx_create = cpu_ctx_create,
     .ctx_destroy = cpu_ctx_destroy,
     .load = cpu_load,
+    .load_extra = cpu_load_extra,
     .load_bytes = NULL,
     .resample = cpu_resample_stage,
     .filter = cpu_filter_stage,

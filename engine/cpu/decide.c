@@ -51,6 +51,8 @@ struct detector {
     double rr_mean;
     int64_t last;                   /* last beat, -1 before the first */
     float last_slope;
+    double slope_level;             /* running mean of the beats' slopes */
+    double beat_level;              /* running mean of the heights of beats above threshold */
     size_t after_last;              /* first candidate after the last beat */
     int64_t last_decay;             /* when SPK was last halved (or the last beat) */
     /* search-back: the first of the largest candidates in [after_last, scanned) that lie
@@ -86,9 +88,20 @@ static void detector_accept(struct detector *d, const struct cpu_candidate *cand
     d->last = cand[k].pos;
     d->last_decay = cand[k].pos;
     d->last_slope = cand[k].slope;
+    d->slope_level = DETECT_LEVEL_GAIN * cand[k].slope + (1.0 - DETECT_LEVEL_GAIN) * d->slope_level;
+    if (gain == DETECT_LEVEL_GAIN)
+        d->beat_level = DETECT_LEVEL_GAIN * cand[k].height + (1.0 - DETECT_LEVEL_GAIN) * d->beat_level;
     d->after_last = k + 1;
     d->best = SIZE_MAX;
     d->scanned = k + 1;
+}
+
+/* The slope a candidate close behind the last beat must approach to be a beat rather than its
+ * T wave: the last beat's, or the beats' usual slope when that is steeper (the second lobe of a
+ * wide ventricular beat is as steep as the beat itself, but not as steep as the usual QRS). */
+static double twave_reference(const struct detector *d)
+{
+    return (double)d->last_slope > d->slope_level ? (double)d->last_slope : d->slope_level;
 }
 
 static void detector_noise(struct detector *d, const struct cpu_candidate *c)
@@ -171,11 +184,15 @@ void cpu_decide_window(const struct ecg_plan *plan, const struct cpu_candidate *
                 const size_t j = d.scanned;
                 if (d.last >= 0 && cand[j].pos - d.last < refractory)
                     continue;
+                if (d.last >= 0 && cand[j].pos - d.last < twave &&
+                    cand[j].slope < DETECT_TWAVE_SLOPE * twave_reference(&d))
+                    continue;
                 if (d.best == SIZE_MAX || cand[j].height > cand[d.best].height)
                     d.best = j;
             }
             if (d.best != SIZE_MAX &&
-                cand[d.best].height > DETECT_SEARCHBACK_TH * detector_threshold(&d)) {
+                cand[d.best].height > DETECT_SEARCHBACK_TH * detector_threshold(&d) &&
+                cand[d.best].height > DETECT_SEARCHBACK_MIN * d.beat_level) {
                 detector_accept(&d, cand, d.best, DETECT_SEARCHBACK_GAIN, w, is_beat);
                 if (w->stop_early && d.last >= w->emit_hi)
                     goto out;
@@ -201,7 +218,7 @@ void cpu_decide_window(const struct ecg_plan *plan, const struct cpu_candidate *
             continue;
         }
         if (d.last >= 0 && c->pos - d.last < twave &&
-            c->slope < DETECT_TWAVE_SLOPE * d.last_slope) {
+            c->slope < DETECT_TWAVE_SLOPE * twave_reference(&d)) {
             detector_noise(&d, c);
             continue;
         }

@@ -65,6 +65,7 @@
 
 #include "cpu.h"
 #include "detect_params.h"
+#include "fuse_core.h"
 #include "select.h"
 
 /* ------------------------------------------------------------------ 1. envelope */
@@ -332,11 +333,28 @@ static float range_min(const float *v, size_t lo, size_t hi)
  * nothing, whatever its level. Each envelope sample lies between two consecutive candidates, so
  * all the valleys cost one pass.
  */
-static void describe_candidates(const struct ecg_plan *plan, const float *y, const float *env,
-                                size_t n, const int64_t *pos, size_t n_cand,
+/* The steepest |y[i+1] - y[i]| within +-reach of c. */
+static float steepest(const float *y, size_t n, size_t c, size_t reach)
+{
+    size_t lo = c > reach ? c - reach : 0;
+    size_t hi = c + reach < n - 1 ? c + reach : n - 1;
+    float slope = 0.0f;
+    for (size_t i = lo; i < hi; i++) {
+        float d = fabsf(y[i + 1] - y[i]);
+        slope = d > slope ? d : slope;
+    }
+    return slope;
+}
+
+/* With several leads (gain non-NULL: n_leads x n_win, fuse.c), a candidate's slope is the
+ * leads' slopes weighed by their gains at the candidate, as the envelope is. */
+static void describe_candidates(const struct ecg_plan *plan, const struct cpu_lead *leads,
+                                size_t n_leads, const float *gain, size_t n_win,
+                                const float *env, size_t n, const int64_t *pos, size_t n_cand,
                                 struct cpu_candidate *cand)
 {
     const size_t reach = detect_samples_of(DETECT_SLOPE_S, plan->fs_a_hz);
+    const size_t win = cpu_fuse_window(plan);
     /* minimum since the previous candidate */
     float left_valley = n_cand ? range_min(env, 0, (size_t)pos[0]) : 0.0f;
     for (size_t k = 0; k < n_cand; k++) {
@@ -345,12 +363,12 @@ static void describe_candidates(const struct ecg_plan *plan, const float *y, con
         const float right_valley = range_min(env, c, next);
         const float valley = left_valley > right_valley ? left_valley : right_valley;
 
-        size_t lo = c > reach ? c - reach : 0;
-        size_t hi = c + reach < n - 1 ? c + reach : n - 1;
-        float slope = 0.0f;
-        for (size_t i = lo; i < hi; i++) {
-            float d = fabsf(y[i + 1] - y[i]);
-            slope = d > slope ? d : slope;
+        float slope = steepest(leads[0].y, n, c, reach);
+        if (gain) {
+            slope = 0.0f;
+            for (size_t l = 0; l < n_leads; l++)
+                slope += fuse_gain_at(gain + l * n_win, n_win, win, c) *
+                         steepest(leads[l].y, n, c, reach);
         }
         float prominence = env[c] - valley;
         if (prominence < DETECT_MIN_PROMINENCE * env[c])
@@ -486,20 +504,23 @@ static size_t refine_all(const struct ecg_plan *plan, const float *x, size_t n_i
 
 /* ------------------------------------------------------------------ entry point */
 
-enum ecg_status cpu_detect_candidates(const struct ecg_plan *plan, const float *y,
-                                      const float *f, size_t n_a, struct cpu_candidate **cand,
-                                      size_t *n_cand, struct ecg_error *err)
+enum ecg_status cpu_detect_candidates_leads(const struct ecg_plan *plan,
+                                            const struct cpu_lead *leads, size_t n_leads,
+                                            size_t n_a, struct cpu_candidate **cand,
+                                            size_t *n_cand, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    float *env = NULL;
+    float *env = NULL, *lead_env[FUSE_MAX_LEADS] = {NULL}, *gain = NULL;
     int64_t *pos = NULL;
     struct cpu_candidate *out = NULL;
-    size_t count = 0;
+    size_t count = 0, n_win = 0;
 
     *cand = NULL;
     *n_cand = 0;
     if (n_a < 2)
         return ECG_OK;
+    if (n_leads < 1 || n_leads > FUSE_MAX_LEADS)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "detect: %zu leads", n_leads);
     /* NMS peaks are more than half a window apart. */
     const size_t half = plan->nms_window / 2;
     const size_t max_cand = n_a / (half + 1) + 1;
@@ -510,7 +531,19 @@ enum ecg_status cpu_detect_candidates(const struct ecg_plan *plan, const float *
                           "detect: no memory for the envelope of %zu samples", n_a);
         goto out;
     }
-    status = envelope(plan, y, f, n_a, env, err);
+    if (n_leads == 1) {
+        status = envelope(plan, leads[0].y, leads[0].f, n_a, env, err);
+    } else {
+        for (size_t l = 0; l < n_leads && status == ECG_OK; l++) {
+            lead_env[l] = malloc(n_a * sizeof *lead_env[l]);
+            status = lead_env[l] ? envelope(plan, leads[l].y, leads[l].f, n_a, lead_env[l], err)
+                                 : ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory",
+                                            "detect: envelope of lead %zu", l);
+        }
+        if (status == ECG_OK)
+            status = cpu_fuse(plan, (const float *const *)lead_env, n_leads, n_a, env, &gain,
+                              &n_win, err);
+    }
     if (status != ECG_OK)
         goto out;
     status = cpu_nms(env, n_a, half, 0.0f, pos, &count, err);
@@ -524,21 +557,42 @@ enum ecg_status cpu_detect_candidates(const struct ecg_plan *plan, const float *
                           "detect: no memory for %zu candidates", count);
         goto out;
     }
-    describe_candidates(plan, y, env, n_a, pos, count, out);
+    describe_candidates(plan, leads, n_leads, gain, n_win, env, n_a, pos, count, out);
     *cand = out;
     *n_cand = count;
     out = NULL;
 out:
+    for (size_t l = 0; l < FUSE_MAX_LEADS; l++)
+        free(lead_env[l]);
+    free(gain);
     free(env);
     free(pos);
     free(out);
     return status;
 }
 
+enum ecg_status cpu_detect_candidates(const struct ecg_plan *plan, const float *y,
+                                      const float *f, size_t n_a, struct cpu_candidate **cand,
+                                      size_t *n_cand, struct ecg_error *err)
+{
+    const struct cpu_lead lead = {y, f};
+    return cpu_detect_candidates_leads(plan, &lead, 1, n_a, cand, n_cand, err);
+}
+
 enum ecg_status cpu_detect(const struct ecg_plan *plan, const float *x, size_t n_in,
                            const float *y, const float *f, size_t n_a, int64_t **peaks_a,
                            int64_t **peaks_in, size_t *n_peaks, struct ecg_error *err)
 {
+    const struct cpu_lead lead = {y, f};
+    return cpu_detect_leads(plan, x, n_in, &lead, 1, n_a, peaks_a, peaks_in, n_peaks, err);
+}
+
+enum ecg_status cpu_detect_leads(const struct ecg_plan *plan, const float *x, size_t n_in,
+                                 const struct cpu_lead *leads, size_t n_leads, size_t n_a,
+                                 int64_t **peaks_a, int64_t **peaks_in, size_t *n_peaks,
+                                 struct ecg_error *err)
+{
+    const float *f = leads[0].f;
     enum ecg_status status = ECG_OK;
     float *scratch = NULL;
     int64_t *out_a = NULL, *out_in = NULL;
@@ -552,7 +606,7 @@ enum ecg_status cpu_detect(const struct ecg_plan *plan, const float *x, size_t n
     if (n_a < 2 || n_in < 2)
         return ECG_OK;
 
-    status = cpu_detect_candidates(plan, y, f, n_a, &cand, &n_cand, err);
+    status = cpu_detect_candidates_leads(plan, leads, n_leads, n_a, &cand, &n_cand, err);
     if (status != ECG_OK)
         goto out;
     is_beat = calloc(n_cand ? n_cand : 1, 1);
@@ -565,6 +619,9 @@ enum ecg_status cpu_detect(const struct ecg_plan *plan, const float *x, size_t n
         goto out;
     }
     status = cpu_decide(plan, cand, n_cand, n_a, is_beat, err);
+    if (status != ECG_OK)
+        goto out;
+    status = cpu_reject_insertions(cand, n_cand, is_beat, err);
     if (status != ECG_OK)
         goto out;
     n_beats = refine_all(plan, x, n_in, f, n_a, cand, is_beat, n_cand, scratch, out_a, out_in);

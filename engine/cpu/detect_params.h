@@ -20,6 +20,9 @@
 #define DETECT_THRESHOLD 0.25        /* threshold = NPK + 0.25 (SPK - NPK) */
 #define DETECT_SEARCHBACK_RR 1.66    /* search back after 1.66 mean RR without a beat */
 #define DETECT_SEARCHBACK_TH 0.5     /* search-back threshold, fraction of the threshold */
+#ifndef DETECT_SEARCHBACK_MIN
+#define DETECT_SEARCHBACK_MIN 0.2    /* ... and above this fraction of the beats' usual height */
+#endif
 #define DETECT_RR_COUNT 8            /* RR intervals in the running mean */
 #define DETECT_DECAY_RR 3.0          /* fruitless search-back: halve SPK once per 3 mean RR */
 #define DETECT_TWAVE_S 0.36          /* a candidate closer than this may be a T wave */

@@ -1,0 +1,61 @@
+/*
+ * fuse.c - the fused QRS envelope of several leads (CPU reference; fuse_core.h has the method and
+ * the arithmetic, shared with the CUDA twin gpu/cuda_fuse.cu). Thread-safe: no state outside the
+ * arguments.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+#include "detect_params.h"
+#include "fuse_core.h"
+
+size_t cpu_fuse_window(const struct ecg_plan *plan)
+{
+    return detect_samples_of(FUSE_WINDOW_S, plan->fs_a_hz);
+}
+
+enum ecg_status cpu_fuse(const struct ecg_plan *plan, const float *const *env, size_t n_leads,
+                         size_t n, float *fused, float **gain_out, size_t *n_win_out,
+                         struct ecg_error *err)
+{
+    const size_t win = cpu_fuse_window(plan);
+    const size_t n_win = n / win + (n % win ? 1 : 0);
+    double *peak = malloc(2 * n_leads * n_win * sizeof *peak);
+    double *level = malloc(2 * n_leads * n_win * sizeof *level);
+    float *gain = malloc(n_leads * n_win * sizeof *gain);
+    *gain_out = NULL;
+    *n_win_out = 0;
+    if (!peak || !level || !gain || n_leads > FUSE_MAX_LEADS) {
+        free(peak);
+        free(level);
+        free(gain);
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "fuse: %zu leads of %zu samples",
+                        n_leads, n);
+    }
+    double *mean = peak + n_leads * n_win, *weight = level + n_leads * n_win;
+    for (size_t l = 0; l < n_leads; l++) {
+        for (size_t j = 0; j < n_win; j++) {
+            float p;
+            fuse_window_stats(env[l], n, win, j, &p, &mean[l * n_win + j]);
+            peak[l * n_win + j] = p;
+        }
+    }
+    for (size_t l = 0; l < n_leads; l++)
+        for (size_t j = 0; j < n_win; j++)
+            fuse_window_weight(peak + l * n_win, mean + l * n_win, n_win, j,
+                               &level[l * n_win + j], &weight[l * n_win + j]);
+    for (size_t j = 0; j < n_win; j++)
+        fuse_window_gains(level, weight, n_leads, n_win, j, gain);
+    for (size_t i = 0; i < n; i++) {
+        float acc = 0.0f;
+        for (size_t l = 0; l < n_leads; l++)
+            acc += fuse_gain_at(gain + l * n_win, n_win, win, i) * env[l][i];
+        fused[i] = acc;
+    }
+    free(peak);
+    free(level);
+    *gain_out = gain;
+    *n_win_out = n_win;
+    return ECG_OK;
+}

@@ -1,0 +1,166 @@
+/*
+ * fuse_core.h - how the detector fuses the evidence of several leads: the arithmetic shared by
+ * the CPU reference (engine/cpu/fuse.c) and its CUDA twin (gpu/cuda_fuse.cu), written once so
+ * that both compute the same floats. Included from C (plain inline functions) and from CUDA C++
+ * (__host__ __device__, with every float and double operation rounded to nearest and never
+ * contracted into an FMA, as the C build does: -std=c11 turns contraction off).
+ *
+ * Method. Each lead l has its own QRS envelope e_l (detect.c, stage 1). Electrode motion and
+ * muscle noise rarely hit every lead at once, and within a lead they come and go, so the fused
+ * envelope weighs each lead by how readable it is here and now:
+ *  1. Window statistics: the envelope is cut into windows of FUSE_WINDOW_S; per window, the
+ *     largest value (peak) and the mean.
+ *  2. Per window j and lead l, the lead's beat level S = median of the peaks of the
+ *     FUSE_LEVEL_SPAN windows centred on j (one artefact in the span does not set it, and a
+ *     window without a beat does not lower it while most have one), and its activity level
+ *     N = median of the means of the FUSE_NOISE_SPAN windows centred on j. On a clean lead the
+ *     envelope is a train of QRS bumps over a flat floor: its mean is a small fraction of its
+ *     peaks. Noise fills the floor and raises the mean towards the peaks. The crest factor
+ *     q = S / N measures that, whatever the lead's amplitude.
+ *  3. The lead's weight w = (q - FUSE_CREST_FLOOR)^2 where q exceeds the floor (a crest that
+ *     low is noise or no ECG at all), 0 otherwise; its gain g = w / (S * sum of the weights):
+ *     each lead is scaled to a beat level of 1 and the gains sum to 1 / S_l-weighted one, so
+ *     the fused envelope keeps a beat level near 1 wherever any lead is readable.
+ *  4. Per sample, the gains are interpolated linearly between window centres (no step at a
+ *     window boundary could pass for a peak) and E(i) = sum over leads of g_l(i) e_l(i).
+ *     A candidate's slope, for the T-wave test, fuses the leads' slopes with the same gains.
+ * Where no lead has any weight, the first lead alone is used, unscaled.
+ */
+#ifndef ECG_FUSE_CORE_H
+#define ECG_FUSE_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef FUSE_WINDOW_S
+#define FUSE_WINDOW_S 1.0     /* statistics window */
+#endif
+#ifndef FUSE_LEVEL_SPAN
+#define FUSE_LEVEL_SPAN 9     /* windows in the beat-level median (odd) */
+#endif
+#ifndef FUSE_SCALE_SPAN
+#define FUSE_SCALE_SPAN 31    /* windows in the lead's scale (odd, at most 31) */
+#endif
+#ifndef FUSE_NOISE_SPAN
+#define FUSE_NOISE_SPAN 5     /* windows in the activity median (odd) */
+#endif
+#ifndef FUSE_CREST_FLOOR
+#define FUSE_CREST_FLOOR 1.0  /* crest factors at or below this weigh nothing */
+#endif
+#ifndef FUSE_POWER
+#define FUSE_POWER 2
+#endif
+#define FUSE_MAX_LEADS 16
+
+#if defined(__CUDACC__)
+#define FUSE_FN static inline __host__ __device__
+#else
+#define FUSE_FN static inline
+#endif
+
+#if defined(__CUDA_ARCH__)
+#define FUSE_DADD(a, b) __dadd_rn((a), (b))
+#define FUSE_DSUB(a, b) __dsub_rn((a), (b))
+#define FUSE_DMUL(a, b) __dmul_rn((a), (b))
+#define FUSE_DDIV(a, b) __ddiv_rn((a), (b))
+#define FUSE_FADD(a, b) __fadd_rn((a), (b))
+#define FUSE_FMUL(a, b) __fmul_rn((a), (b))
+#else
+#define FUSE_DADD(a, b) ((a) + (b))
+#define FUSE_DSUB(a, b) ((a) - (b))
+#define FUSE_DMUL(a, b) ((a) * (b))
+#define FUSE_DDIV(a, b) ((a) / (b))
+#define FUSE_FADD(a, b) ((a) + (b))
+#define FUSE_FMUL(a, b) ((a) * (b))
+#endif
+
+/* Step 1 for window j of one lead's envelope env[0, n): its peak and mean. */
+FUSE_FN void fuse_window_stats(const float *env, size_t n, size_t win, size_t j, float *peak,
+                               double *mean)
+{
+    const size_t lo = j * win, hi = lo + win < n ? lo + win : n;
+    float top = 0.0f;
+    double sum = 0.0;
+    for (size_t i = lo; i < hi; i++) {
+        const float v = env[i];
+        top = v > top ? v : top;
+        sum = FUSE_DADD(sum, (double)v);
+    }
+    *peak = top;
+    *mean = hi > lo ? FUSE_DDIV(sum, (double)(hi - lo)) : 0.0;
+}
+
+/* Median of the span values of v centred on j (clipped to [0, n)), span odd and at most 31. */
+FUSE_FN double fuse_median_span(const double *v, size_t n, size_t j, size_t span)
+{
+    double w[31];
+    const size_t half = span / 2;
+    const size_t lo = j > half ? j - half : 0, hi = j + half + 1 < n ? j + half + 1 : n;
+    size_t m = 0;
+    for (size_t i = lo; i < hi; i++) { /* insertion sort: at most 15 values */
+        double x = v[i];
+        size_t t = m++;
+        while (t > 0 && w[t - 1] > x) {
+            w[t] = w[t - 1];
+            t--;
+        }
+        w[t] = x;
+    }
+    if (m % 2 == 1)
+        return w[m / 2];
+    return FUSE_DMUL(0.5, FUSE_DADD(w[m / 2 - 1], w[m / 2]));
+}
+
+/* Step 2 and the weight of step 3, for window j of one lead: its beat level and weight. peak
+ * holds the window peaks as doubles. */
+FUSE_FN void fuse_window_weight(const double *peak, const double *mean, size_t n_win, size_t j,
+                                double *level, double *weight)
+{
+    const double s = fuse_median_span(peak, n_win, j, FUSE_LEVEL_SPAN);
+    const double a = fuse_median_span(mean, n_win, j, FUSE_NOISE_SPAN);
+    *level = fuse_median_span(peak, n_win, j, FUSE_SCALE_SPAN);
+    *weight = 0.0;
+    if (s > 0.0 && a > 0.0) {
+        const double over = FUSE_DSUB(FUSE_DDIV(s, a), FUSE_CREST_FLOOR);
+        if (over > 0.0) {
+            double w = over;
+            for (int p = 1; p < FUSE_POWER; p++)
+                w = FUSE_DMUL(w, over);
+            *weight = w;
+        }
+    }
+}
+
+/* Step 3 for window j: the gains of the n_leads leads (level and weight: [lead * n_win + j]). */
+FUSE_FN void fuse_window_gains(const double *level, const double *weight, size_t n_leads,
+                               size_t n_win, size_t j, float *gain)
+{
+    double total = 0.0;
+    for (size_t l = 0; l < n_leads; l++)
+        total = FUSE_DADD(total, weight[l * n_win + j]);
+    for (size_t l = 0; l < n_leads; l++) {
+        const double w = weight[l * n_win + j], s = level[l * n_win + j];
+        double g = 0.0;
+        if (total > 0.0)
+            g = w > 0.0 ? FUSE_DDIV(w, FUSE_DMUL(s, total)) : 0.0;
+        else if (l == 0)
+            g = 1.0; /* no lead readable: the first lead as it is */
+        gain[l * n_win + j] = (float)g;
+    }
+}
+
+/* Step 4: lead l's gain at sample i, interpolated between window centres. */
+FUSE_FN float fuse_gain_at(const float *gain_l, size_t n_win, size_t win, size_t i)
+{
+    const size_t centre0 = win / 2;
+    if (i <= centre0 || n_win == 1)
+        return gain_l[0];
+    const size_t j = (i - centre0) / win;
+    if (j + 1 >= n_win)
+        return gain_l[n_win - 1];
+    const float frac = (float)(i - centre0 - j * win) / (float)win;
+    const float a = gain_l[j], b = gain_l[j + 1];
+    return FUSE_FADD(a, FUSE_FMUL(FUSE_FADD(b, -a), frac));
+}
+
+#endif /* ECG_FUSE_CORE_H */
