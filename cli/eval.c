@@ -297,6 +297,8 @@ static void eval_usage(FILE *out)
 {
     fprintf(out, "usage: ecgd eval [--json] [--lead N|NAME] [--model PATH|none] "
                  "[--backend auto|cpu|cuda] [--noise NAME|PATH --snr DB] DIR [RECORD...]\n"
+                 "Detection uses every lead of the records (--lead all) unless --lead names one "
+                 "or a list.\n"
                  "Without RECORD names, reads DIR/RECORDS. The model defaults to %s when it "
                  "exists; --model none scores detection only.\n"
                  "--noise runs the MIT-BIH noise stress test: noise from the WFDB record NAME "
@@ -310,7 +312,7 @@ int cli_eval(int argc, char **argv)
 {
     static char names[MAX_RECORDS][64];
     bool json = false, model_given = false;
-    const char *dir = NULL, *lead = "0", *model_path = cli_default_model_path();
+    const char *dir = NULL, *lead = "all", *model_path = cli_default_model_path();
     enum ecg_backend_kind backend = ECG_BACKEND_AUTO;
     int n_names = 0, rc = 1;
     struct ecg_error err = {0};

@@ -613,5 +613,9 @@ enum ecg_status ecg_read_file(const char *path, const struct ecg_read_opts *opts
     const struct read_source src = {.path = path};
     if (!out)
         return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "no output signal");
+    if (!path || !*path) {
+        memset(out, 0, sizeof *out);
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "no input path");
+    }
     return read_leads(&src, opts, out, err);
 }

@@ -14,6 +14,9 @@
  *    INSERT_HEIGHT times the lower of theirs. This keeps an interpolated ventricular beat
  *    (premature, no pause, but larger than its neighbours) and any beat as strong as its
  *    neighbours.
+ * The check applies only where the rhythm has a regular interval: the interquartile range of
+ * the context intervals is at most INSERT_SPREAD times their median. Atrial fibrillation has
+ * none, and its weak beats are real.
  * Each beat is judged against the decision's beats as they were (the verdicts do not depend on
  * one another's order), so the check runs in parallel; of two neighbouring insertions neither
  * passes the interval test, so a true beat is never judged against two artefacts.
@@ -32,6 +35,7 @@
 #define INSERT_HEIGHT 0.65f
 #endif
 #define INSERT_CONTEXT 4 /* intervals on each side */
+#define INSERT_SPREAD 0.3f /* interquartile range of the context, at most this share of R */
 
 #if defined(__CUDACC__)
 #define INSERT_FN static inline __host__ __device__
@@ -60,7 +64,12 @@ INSERT_FN int64_t insert_twice_median(const int64_t *pos, size_t n, size_t lo, s
         }
         rr[t] = v;
     }
-    return m % 2 ? 2 * rr[m / 2] : rr[m / 2 - 1] + rr[m / 2];
+    const int64_t twice_median = m % 2 ? 2 * rr[m / 2] : rr[m / 2 - 1] + rr[m / 2];
+    /* an irregular rhythm (atrial fibrillation) has no regular interval to split */
+    const int64_t spread = rr[(3 * m) / 4 < m ? (3 * m) / 4 : m - 1] - rr[m / 4];
+    if ((float)(2 * spread) > INSERT_SPREAD * (float)twice_median)
+        return 0;
+    return twice_median;
 }
 
 /* Whether the beats strictly between beats lo and hi are insertions: lo and hi are at most
