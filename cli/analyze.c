@@ -21,17 +21,20 @@ static void analyze_usage(FILE *out)
 {
     fprintf(out,
             "usage: ecgd analyze FILE [--format csv|f32|f64|i16|npy|edf|json|wfdb] [--fs HZ]\n"
-            "                         [--lead N|NAME] [--model PATH|none] [--backend auto|cpu|cuda]\n"
+            "                         [--lead N|NAME|LIST|all] [--embed-lead N|NAME]\n"
+            "                         [--model PATH|none] [--backend auto|cpu|cuda]\n"
             "                         [--include beats,latent,score,summary,timing]\n"
             "The format is guessed from the file name when not given. CSV and raw formats need\n"
-            "--fs. The model defaults to %s; --model none analyses the signal only.\n",
+            "--fs. --lead MLII,V1 or --lead all detects on several leads (the beat table and the\n"
+            "model read the first, or --embed-lead). The model defaults to %s; --model none\n"
+            "analyses the signal only.\n",
             cli_default_model_path());
 }
 
 static bool is_value_option(const char *arg)
 {
-    static const char *const names[] = {"--format", "--fs", "--lead", "--model", "--backend",
-                                        "--include"};
+    static const char *const names[] = {"--format", "--fs",      "--lead",   "--embed-lead",
+                                        "--model",  "--backend", "--include"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(arg, names[i]) == 0)
             return true;
@@ -79,6 +82,9 @@ int cli_analyze(int argc, char **argv)
             i++;
         } else if (strcmp(a, "--lead") == 0) {
             opts.lead = v;
+            i++;
+        } else if (strcmp(a, "--embed-lead") == 0) {
+            opts.embed_lead = v;
             i++;
         } else if (strcmp(a, "--model") == 0) {
             model_path = strcmp(v, "none") == 0 ? NULL : v;

@@ -410,8 +410,8 @@ int cli_eval(int argc, char **argv)
     struct record_stats total = {.name = "total"};
     double err_sum = 0;
     if (json)
-        printf("{\"backend\":\"%s\",\"window_ms\":%.0f,\"records\":[", ecg_engine_backend(engine),
-               MATCH_WINDOW_S * 1e3);
+        printf("{\"backend\":\"%s\",\"lead\":\"%s\",\"window_ms\":%.0f,\"records\":[",
+               ecg_engine_backend(engine), lead, MATCH_WINDOW_S * 1e3);
     else
         printf("%-8s %7s %7s %5s %5s %8s %8s %9s\n", "record", "beats", "TP", "FN", "FP", "Se%",
                "+P%", "|err| ms");

@@ -8,7 +8,8 @@
  *   application/x-npy (also application/npy)   NumPy .npy
  *   application/edf (also application/x-edf)   EDF, EDF+ or BDF
  *   application/json                       {"fs": 360, "signal": [...], "lead": "MLII"}, or a bare array
- * Query: fs (Hz), lead (index or name), model (a name from /v1/models), include (comma list),
+ * Query: fs (Hz), lead (index or name, a comma list or "all"), embed_lead, model (a name from
+ * /v1/models), include (comma list),
  * dtype. Unknown query options are refused, so that a typo cannot silently change an analysis.
  *
  * The answer is ecg_result_write_json()'s document, the same bytes `ecgd analyze` prints for the
@@ -127,7 +128,8 @@ static bool content_type_parse(struct svc_request *req, const char *header,
 }
 
 /* The query options of POST /v1/analyze. */
-static const char *const query_names[] = {"fs", "lead", "model", "include", "dtype"};
+static const char *const query_names[] = {"fs", "lead", "embed_lead", "model", "include",
+                                          "dtype"};
 
 void svc_route_details(enum svc_route route, FILE *file)
 {
@@ -156,8 +158,8 @@ static enum MHD_Result query_check_one(void *cls, enum MHD_ValueKind kind, const
         if (!strcmp(key, query_names[i]))
             return MHD_YES;
     svc_answer_error(check->req, MHD_HTTP_BAD_REQUEST, "unknown_parameter",
-                     "unknown query parameter \"%.40s\" (expected fs, lead, model, include or "
-                     "dtype)", key);
+                     "unknown query parameter \"%.40s\" (expected fs, lead, embed_lead, model, "
+                     "include or dtype)", key);
     check->bad = true;
     return MHD_NO;
 }
@@ -228,6 +230,29 @@ bool svc_analyze_prepare(struct svc_request *req)
         }
         memcpy(req->lead, lead, strlen(lead) + 1);
         req->opts.lead = req->lead;
+        if (ecg_lead_is_list(lead)) { /* refuse a malformed list before the body arrives */
+            char store[ECG_MAX_LEADS * 33];
+            const char *names[ECG_MAX_LEADS];
+            size_t n_names;
+            bool all;
+            struct ecg_error lerr = {0};
+            if (ecg_lead_list_parse(lead, store, sizeof store, names, &n_names, &all, &lerr) !=
+                ECG_OK) {
+                svc_answer_error(req, MHD_HTTP_BAD_REQUEST, lerr.code, "lead: %s", lerr.message);
+                return false;
+            }
+        }
+    }
+    const char *embed_lead = query(req, "embed_lead");
+    if (embed_lead) {
+        if (!*embed_lead || strlen(embed_lead) >= sizeof req->embed_lead) {
+            svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_lead",
+                             "embed_lead: expected a column index or a lead name of 1 to %zu "
+                             "characters", sizeof req->embed_lead - 1);
+            return false;
+        }
+        memcpy(req->embed_lead, embed_lead, strlen(embed_lead) + 1);
+        req->opts.embed_lead = req->embed_lead;
     }
 
     struct ecg_error err = {0};

@@ -124,7 +124,8 @@ struct svc_request {
 
     /* analysis options (POST /v1/analyze), parsed from headers and query */
     struct ecg_read_opts opts;
-    char lead[32];
+    char lead[ECG_MAX_LEADS * 33]; /* a lead, a comma list or "all" */
+    char embed_lead[32];
     unsigned include;
     struct svc_model *model;
 

@@ -8,18 +8,20 @@ set -euo pipefail
 dir=.gpu-run
 bundle=../shared/tools/bundle-libs
 make -j2 all build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory \
-    build/tests/gpu/test_gpu_upload build/bench/bench_gpu build/bench/http_sink
+    build/tests/gpu/test_gpu_upload build/tests/gpu/test_gpu_leads build/bench/bench_gpu \
+    build/bench/http_sink
 mkdir -p "$dir"
 for bin in build/ecgd build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory \
-           build/tests/gpu/test_gpu_upload build/bench/bench_gpu build/bench/http_sink; do
+           build/tests/gpu/test_gpu_upload build/tests/gpu/test_gpu_leads build/bench/bench_gpu \
+           build/bench/http_sink; do
     "$bundle" "$bin" "$dir" >/dev/null
 done
 # wrk drives bench_http.sh's 64-client runs on the device
 if command -v wrk >/dev/null; then
     "$bundle" "$(command -v wrk)" "$dir" >/dev/null
 fi
-if [ ! -f "$dir/data.tar.xz" ] || ! tar tJf "$dir/data.tar.xz" | grep -q "^data/ucr/"; then
-    tar cJf "$dir/data.tar.xz" -C ../shared data/mitdb data/ucr
+if [ ! -f "$dir/data.tar.xz" ] || ! tar tJf "$dir/data.tar.xz" | grep -q "^data/noise/"; then
+    tar cJf "$dir/data.tar.xz" -C ../shared data/mitdb data/ucr data/noise
 fi
 git rev-parse --short HEAD >"$dir/COMMIT"
 du -sh "$dir"

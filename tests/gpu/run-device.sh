@@ -33,6 +33,12 @@ if [[ " $parts " == *" tests "* ]]; then
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
+if [[ " $parts " == *" tests "* ]] && [ -x "$dir/test_gpu_leads" ]; then
+    echo "== the noise-robust detector: several leads, stress-test mixtures (parity)"
+    CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_leads" 2>&1 | tee "$out/leads.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
 if [[ " $parts " == *" tests "* ]] && [ -x "$dir/test_gpu_host_memory" ]; then
     echo "== pinned request bodies (engine host memory)"
     CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_host_memory" 2>&1 | tee "$out/host-memory.log"
