@@ -222,10 +222,12 @@ bool svc_analyze_prepare(struct svc_request *req)
 
     const char *lead = query(req, "lead");
     if (lead) {
-        if (!*lead || strlen(lead) >= sizeof req->lead) {
+        if (!*lead || strlen(lead) >= sizeof req->lead ||
+            (!ecg_lead_is_list(lead) && strlen(lead) >= sizeof req->embed_lead)) {
             svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_lead",
                              "lead: expected a column index or a lead name of 1 to %zu "
-                             "characters", sizeof req->lead - 1);
+                             "characters, a comma list of them or \"all\"",
+                             sizeof req->embed_lead - 1);
             return false;
         }
         memcpy(req->lead, lead, strlen(lead) + 1);
