@@ -1,7 +1,7 @@
 /*
  * bench_pipeline.c - times every stage of the CPU pipeline on a 20M-sample recording tiled from
  * the shared MIT-BIH records (lead MLII, 360 Hz), and the CSV reader against glibc's strtod on
- * the same text, in one run.
+ * the same text, and the cost of each lead added to the detection, in one run.
  *
  * usage: bench_pipeline [SAMPLES] [DATA_DIR] [MODEL]   (defaults: 20000000 ../shared/data/mitdb
  * models/default.ecgm). Prints a Markdown table.
@@ -141,6 +141,40 @@ int main(int argc, char **argv)
                best.encode_ms, (double)res->n_beats / best.encode_ms * 1e3);
     printf("| total (from samples in memory) | %.1f ms | %zu beats |\n", best.total_ms,
            res->n_beats);
+    /* The cost of each added lead: the same recording with one and with three more leads
+     * (the signal reversed and scaled: other data, the same amount of work per lead). */
+    double per_lead[4] = {0};
+    for (size_t leads = 1; leads <= 4; leads += 3) {
+        struct ecg_signal multi = sig;
+        multi.n_extra = leads - 1;
+        for (size_t l = 0; l + 1 < leads; l++) {
+            multi.extra[l] = malloc(n * sizeof(float));
+            if (!multi.extra[l])
+                return 1;
+            for (size_t i = 0; i < n; i++)
+                multi.extra[l][i] = (0.5f + 0.25f * (float)l) * sig.samples[n - 1 - i];
+        }
+        double best_ms = 1e12;
+        for (int rep = 0; rep < 3; rep++) {
+            struct ecg_result *r = NULL;
+            if (ecg_engine_analyze(engine, &multi, &r, &err) != ECG_OK) {
+                fprintf(stderr, "bench_pipeline: %zu leads: %s\n", leads, err.message);
+                return 1;
+            }
+            double ms = r->timing.resample_ms + r->timing.filter_ms + r->timing.detect_ms;
+            best_ms = ms < best_ms ? ms : best_ms;
+            ecg_result_free(r);
+        }
+        per_lead[leads - 1] = best_ms;
+        for (size_t l = 0; l + 1 < leads; l++)
+            free(multi.extra[l]);
+    }
+    printf("| resample + filter + detect, 1 lead | %.1f ms | %.1f M samples/s |\n", per_lead[0],
+           (double)n / per_lead[0] / 1e3);
+    printf("| resample + filter + detect, 4 leads | %.1f ms | +%.1f ms per added lead "
+           "(%.2fx one lead's cost) |\n",
+           per_lead[3], (per_lead[3] - per_lead[0]) / 3.0,
+           (per_lead[3] - per_lead[0]) / 3.0 / per_lead[0]);
     fprintf(stderr, "(checksum %g)\n", checksum);
     ecg_result_free(res);
     ecg_engine_destroy(engine);
