@@ -90,17 +90,24 @@ void svc_log_end(struct ecg_buf *line)
     ecg_buf_fini(line);
 }
 
-void svc_log(const char *level, const char *event, const char *fmt, ...)
+/* Begins a line with a "message" member formatted from fmt (not closed). */
+static void message_line(struct ecg_buf *line, const char *level, const char *event,
+                         const char *fmt, va_list ap)
 {
     char message[1024];
+    vsnprintf(message, sizeof message, fmt, ap);
+    svc_log_begin(line, level, event);
+    ecg_buf_puts(line, ",\"message\":");
+    svc_json_string(line, message);
+}
+
+void svc_log(const char *level, const char *event, const char *fmt, ...)
+{
+    struct ecg_buf line = {0};
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(message, sizeof message, fmt, ap);
+    message_line(&line, level, event, fmt, ap);
     va_end(ap);
-    struct ecg_buf line = {0};
-    svc_log_begin(&line, level, event);
-    ecg_buf_puts(&line, ",\"message\":");
-    svc_json_string(&line, message);
     svc_log_end(&line);
 }
 
@@ -153,15 +160,11 @@ void svc_log_noise_line(struct svc_log_limiter *limiter, struct ecg_buf *line)
 
 void svc_log_noise(struct svc_log_limiter *limiter, const char *event, const char *fmt, ...)
 {
-    char message[512];
+    struct ecg_buf line = {0};
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(message, sizeof message, fmt, ap);
+    message_line(&line, "warn", event, fmt, ap);
     va_end(ap);
-    struct ecg_buf line = {0};
-    svc_log_begin(&line, "warn", event);
-    ecg_buf_puts(&line, ",\"message\":");
-    svc_json_string(&line, message);
     svc_log_noise_line(limiter, &line);
 }
 

@@ -64,13 +64,18 @@ def check(desc, cond, detail=""):
 # ------------------------------------------------------------------ the server
 
 class Server:
-    def __init__(self, ecgd, backend, args, env=None):
+    def __init__(self, ecgd, backend, args, env=None, address_space_mb=0):
         self.log = tempfile.NamedTemporaryFile(prefix="ecgd-hostile-", suffix=".log", delete=False)
         full_env = dict(os.environ)
         full_env.update(env or {})
         cmd = [ecgd, "serve", "--bind", "127.0.0.1", "--port", "0", "--admin-port", "0",
                "--backend", backend] + args
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=full_env)
+        def limit():
+            if address_space_mb:
+                size = address_space_mb << 20
+                resource.setrlimit(resource.RLIMIT_AS, (size, size))
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=full_env,
+                                     preexec_fn=limit)
         self.port = self.admin_port = None
         deadline = time.time() + 60
         while time.time() < deadline and self.port is None:
@@ -507,11 +512,15 @@ def memory_budget(ecgd, backend, base, values):
     srv.stop()
 
 
-def json_memory(ecgd, backend, base, data, mb):
+def json_body(data, mb):
+    """A JSON document of mb MB: MIT-BIH record 101's integer samples at 360 Hz."""
     digital = mit_digital(data, mb * 1000000 // 4)
     body = ('{"fs": 360, "signal": [' + ", ".join(map(str, digital)))[: mb * 1000000 - 2]
-    body = body[: body.rfind(",")] + "]}"
-    body = body.encode()
+    return (body[: body.rfind(",")] + "]}").encode()
+
+
+def json_memory(ecgd, backend, base, data, mb):
+    body = json_body(data, mb)
     srv = Server(ecgd, backend, base)
     before = srv.hwm_kb()
     got = request("POST", "/v1/analyze?include=summary", srv.port, body,
@@ -529,6 +538,29 @@ def json_memory(ecgd, backend, base, data, mb):
               ((after - before) / 1024.0, ratio), ratio <= 4.0)
     srv.stop()
     return ratio
+
+
+def out_of_memory(ecgd, backend, base, data, body):
+    """Valid JSON bodies under a 400 MB address-space limit (ulimit -v): the documented
+    out-of-memory answer, never bad_json, and the server keeps serving."""
+    with open(ecgd, "rb") as f:
+        if b"__asan_init" in f.read():
+            skip("out of memory under ulimit -v", "AddressSanitizer reserves terabytes of "
+                 "address space")
+            return
+    srv = Server(ecgd, backend, base + ["--workers", "1"], address_space_mb=400)
+    if not srv.port:
+        skip("out of memory under ulimit -v", "the server does not start in 400 MB")
+        srv.stop()
+        return
+    got = request("POST", "/v1/analyze?include=summary", srv.port, body,
+                  {"Content-Type": "application/json"}, timeout=120)
+    check("a valid %d MB JSON body under a 400 MB address-space limit: out_of_memory "
+          "(got %d %s), never bad_json" % (len(body) // 1000000, got[0], error_code(got[2])),
+          got[0] in (500, 503) and error_code(got[2]) in ("out_of_memory", "memory_busy"),
+          got[2][:200])
+    expect("... and the server still answers", request("GET", "/healthz", srv.port), 200)
+    srv.stop()
 
 
 def log_flood(srv):
@@ -810,6 +842,7 @@ def main():
     token(args.ecgd, args.backend, base)
     memory_budget(args.ecgd, args.backend, base, values)
     json_memory(args.ecgd, args.backend, base, args.data, 50)
+    out_of_memory(args.ecgd, args.backend, base, args.data, json_body(args.data, 100))
     if args.soak:
         figures = {}
         soak_attack(args.ecgd, args.backend, base, values, figures)
