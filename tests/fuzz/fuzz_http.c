@@ -33,6 +33,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static unsigned port;
 
+/* Says why on stdout (stderr is closed for the target) and stops the run. */
+#define FAIL(why)                                                                              \
+    do {                                                                                       \
+        printf("fuzz_http: %s\n", why);                                                        \
+        fflush(stdout);                                                                        \
+        __builtin_trap();                                                                      \
+    } while (0)
+
 static void *server_main(void *arg)
 {
     (void)arg;
@@ -122,7 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static char reply[1 << 20];
     int fd = connect_server();
     if (fd < 0)
-        __builtin_trap(); /* the server stopped accepting */
+        FAIL("the server stopped accepting");
     size_t sent = 0;
     while (sent < size) {
         ssize_t n = send(fd, data + sent, size - sent, MSG_NOSIGNAL);
@@ -132,9 +140,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     shutdown(fd, SHUT_WR);
     size_t got = 0;
+    bool got_timeout = false;
     for (;;) {
         ssize_t n = recv(fd, reply + got, sizeof reply - got, 0);
-        if (n <= 0)
+        if (n < 0) {
+            got_timeout = true; /* the server kept the connection open 5 s after our FIN */
+            break;
+        }
+        if (n == 0)
             break;
         got += (size_t)n;
         if (got == sizeof reply)
@@ -148,17 +161,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!ours && got && count != 1)
         return 0; /* libmicrohttpd's own error answer (see above) */
     if (count < 0)
-        __builtin_trap(); /* a broken or truncated response */
+        FAIL(got_timeout ? "a response still incomplete 5 s after the request"
+                         : "a broken or truncated response");
     if (count > 1 && (status == 400 || status == 413 || status == 501))
-        __builtin_trap(); /* something followed a refusal of the framing */
+        FAIL("something followed a refusal of the framing");
     if (++runs % 256 == 0) {
         static const char probe[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
         fd = connect_server();
         if (fd < 0 || send(fd, probe, sizeof probe - 1, MSG_NOSIGNAL) != sizeof probe - 1)
-            __builtin_trap();
+            FAIL("the /healthz probe could not be sent");
         ssize_t n = recv(fd, reply, 64, 0);
         if (n < 12 || memcmp(reply, "HTTP/1.1 200", 12) != 0)
-            __builtin_trap();
+            FAIL("the /healthz probe was not answered 200");
         close(fd);
     }
     return 0;
