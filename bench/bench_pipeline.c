@@ -136,6 +136,10 @@ int main(int argc, char **argv)
            (double)n / best.embed_ms / 1e3);
     printf("| filter + detect + segment | %.1f ms | %.1f M samples/s |\n", fds_ms,
            (double)n / fds_ms / 1e3);
+    printf("| quality (features, verdict, NN selection, HRV) | %.1f ms | %.1f M samples/s; "
+           "%.1f %% of filter + detect (%.1f ms) |\n", best.quality_ms,
+           (double)n / best.quality_ms / 1e3, 100.0 * best.quality_ms /
+           (best.filter_ms + best.detect_ms), best.filter_ms + best.detect_ms);
     if (model)
         printf("| VAE encode + score (%zu beats) | %.1f ms | %.0f beats/s |\n", res->n_beats,
                best.encode_ms, (double)res->n_beats / best.encode_ms * 1e3);

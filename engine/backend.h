@@ -29,6 +29,8 @@
 extern "C" {
 #endif
 
+struct ecg_quality_window; /* engine/quality.h */
+
 /* Intermediate buffers a test can read back or inject, stage by stage. */
 enum ecg_stage_buf {
     ECG_BUF_INPUT = 0,  /* float[n_in]: the loaded signal, input grid */
@@ -79,6 +81,12 @@ struct ecg_backend_ops {
     enum ecg_status (*embed)(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
     /* Runs the VAE encoder and scores kept beats. Only called when the engine has a model. */
     enum ecg_status (*encode)(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
+    /* Signal-quality features (engine/quality.h) of the loaded input, copied to the host:
+     * n_win entries, the windows of ecg_quality_geometry_of(n_in, plan->fs_in_hz). Exact
+     * arithmetic: both backends give bit-identical features. Needs only load. */
+    enum ecg_status (*quality)(void *ctx, const struct ecg_plan *plan,
+                               struct ecg_quality_window *windows, size_t n_win,
+                               struct ecg_error *err);
     /* Copies the beat table into result, whose arrays the engine has allocated for n_beats
      * (latent/score/outlier are NULL when there is no model). */
     enum ecg_status (*fetch)(void *ctx, struct ecg_result *result, struct ecg_error *err);

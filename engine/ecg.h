@@ -285,6 +285,60 @@ const struct ecg_model *ecg_engine_model(const struct ecg_engine *engine);
 /* Stage timings in milliseconds. */
 struct ecg_timing {
     double read_ms, resample_ms, filter_ms, detect_ms, embed_ms, encode_ms, total_ms;
+    double quality_ms; /* quality features and verdict, rhythm statistics */
+};
+
+/* ---------------------------------------------------------------- signal quality and rhythm */
+
+/* Why a stretch of signal cannot be read (docs/RHYTHM.md defines each). */
+enum ecg_quality_reason {
+    ECG_QUALITY_OK = 0,
+    ECG_QUALITY_FLAT,     /* "flat": no signal (constant or almost, at the recording's level) */
+    ECG_QUALITY_LEAD_OFF, /* "lead_off": stuck still at a level outside the recording's range */
+    ECG_QUALITY_CLIPPED,  /* "clipped": the waves cut flat at the recording's extreme value */
+    ECG_QUALITY_NOISE,    /* "noise": broadband noise swamps the QRS complexes */
+    ECG_QUALITY_NOT_ECG,  /* "not_ecg": a smooth signal without QRS spikes (a sine...) */
+    ECG_QUALITY_REASON_COUNT
+};
+/* "ok", "flat", "lead_off", "clipped", "noise", "not_ecg"; never NULL. */
+const char *ecg_quality_reason_name(enum ecg_quality_reason reason);
+
+/* The recording's verdict, from the share of its time that is readable. */
+enum ecg_quality_verdict {
+    ECG_VERDICT_GOOD = 0,  /* "good": usable_fraction >= ECG_QUALITY_GOOD_FRACTION */
+    ECG_VERDICT_DEGRADED,  /* "degraded": between the two */
+    ECG_VERDICT_UNREADABLE /* "unreadable": usable_fraction < ECG_QUALITY_READABLE_FRACTION */
+};
+#define ECG_QUALITY_GOOD_FRACTION 0.95
+#define ECG_QUALITY_READABLE_FRACTION 0.5
+/* "good", "degraded", "unreadable"; never NULL. */
+const char *ecg_quality_verdict_name(enum ecg_quality_verdict verdict);
+
+/* An unreadable stretch, input grid: samples [start, end). */
+struct ecg_quality_segment {
+    int64_t start, end;
+    uint8_t reason; /* enum ecg_quality_reason, never OK */
+};
+
+struct ecg_quality_report {
+    struct ecg_quality_segment *segments; /* ascending, disjoint */
+    size_t n_segments;
+    double usable_fraction; /* share of the recording's samples outside every segment */
+    uint8_t verdict;        /* enum ecg_quality_verdict */
+    uint8_t reason;         /* the reason covering most unreadable time (OK when none) */
+};
+
+/*
+ * Heart rate and heart-rate variability over normal-to-normal (NN) intervals only
+ * (engine/hrv.c; docs/RHYTHM.md gives every definition). NaN where too few intervals.
+ */
+struct ecg_hrv {
+    size_t n_intervals;    /* RR intervals in the recording (beats - 1) */
+    size_t n_nn;           /* NN intervals used */
+    size_t n_successive;   /* pairs of adjacent NN intervals (RMSSD, pNN50, SD1) */
+    double hr_mean_bpm, hr_min_bpm, hr_max_bpm;
+    double nn_mean_ms, sdnn_ms, rmssd_ms, pnn50_pct, sd1_ms, sd2_ms;
+    double lf_ms2, hf_ms2, lf_hf; /* Lomb-Scargle; NaN for recordings under 2 minutes */
 };
 
 /* The analysis of one recording. Columnar per-beat arrays of length n_beats. */
@@ -307,6 +361,13 @@ struct ecg_result {
     size_t n_leads;    /* the leads detection used: leads[0] is lead, then the others */
     char leads[ECG_MAX_LEADS][32];
     struct ecg_timing timing;
+    /* signal quality (engine/quality.c) */
+    float *beat_quality;   /* 0 (unreadable) .. 1, the quality of the stretch at the R peak */
+    uint8_t *readable;     /* 1 when the R peak lies outside every unreadable segment */
+    struct ecg_quality_report quality;
+    /* rhythm (engine/hrv.c) */
+    uint8_t *nn;           /* 1 when rr_ms[i] is a normal-to-normal interval used by hrv */
+    struct ecg_hrv hrv;
 };
 void ecg_result_free(struct ecg_result *result);
 

@@ -20,7 +20,15 @@
 
 #include "backend.h"
 #include "ecg.h"
+#include "hrv.h"
 #include "plan.h"
+#include "quality.h"
+
+/* A growable array of quality features, kept between requests. */
+struct window_buf {
+    struct ecg_quality_window *w;
+    size_t cap;
+};
 
 struct ecg_engine {
     const struct ecg_backend_ops *ops;
@@ -39,6 +47,7 @@ struct ecg_engine {
      * resampler's filter costs more than a short strip's analysis at some rates). Used only
      * by the thread holding the context. */
     struct ecg_plan *plans;
+    struct window_buf *windows; /* per worker context: the quality features of a request */
 };
 
 /* A streaming upload: the host bytes (authoritative) and the backend's copy of them. */
@@ -131,7 +140,8 @@ struct ecg_engine *ecg_engine_create(const struct ecg_engine_config *config, str
     engine->ctx = calloc(engine->n_ctx, sizeof *engine->ctx);
     engine->busy = calloc(engine->n_ctx, sizeof *engine->busy);
     engine->plans = calloc(engine->n_ctx, sizeof *engine->plans);
-    if (!engine->ctx || !engine->busy || !engine->plans) {
+    engine->windows = calloc(engine->n_ctx, sizeof *engine->windows);
+    if (!engine->ctx || !engine->busy || !engine->plans || !engine->windows) {
         ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "worker contexts");
         goto fail;
     }
@@ -161,6 +171,10 @@ void ecg_engine_destroy(struct ecg_engine *engine)
         for (unsigned i = 0; i < engine->n_ctx; i++)
             ecg_plan_fini(&engine->plans[i]);
     free(engine->plans);
+    if (engine->windows)
+        for (unsigned i = 0; i < engine->n_ctx; i++)
+            free(engine->windows[i].w);
+    free(engine->windows);
     free(engine->ctx);
     free(engine->busy);
     pthread_cond_destroy(&engine->released);
@@ -229,9 +243,13 @@ static void release_ctx(struct ecg_engine *engine, unsigned slot)
     pthread_mutex_unlock(&engine->lock);
 }
 
-/* A result and its arrays are one allocation (a request makes one, not nine). */
+/* A result and its arrays are one allocation (a request makes one, not nine), plus the quality
+ * segments when there are any. */
 void ecg_result_free(struct ecg_result *result)
 {
+    if (!result)
+        return;
+    ecg_quality_fini(result);
     free(result);
 }
 
@@ -245,7 +263,7 @@ static struct ecg_result *result_alloc(size_t k, uint32_t latent_dim, bool with_
 {
     size_t m = k ? k : 1; /* every array non-NULL */
     size_t i64 = align8(m * sizeof(int64_t)), f32 = align8(m * sizeof(float)), u8 = align8(m);
-    size_t bytes = align8(sizeof(struct ecg_result)) + 3 * i64 + f32 + u8;
+    size_t bytes = align8(sizeof(struct ecg_result)) + 3 * i64 + 2 * f32 + 3 * u8;
     if (with_model)
         bytes += align8(m * latent_dim * sizeof(float)) + f32 + u8;
     char *block = calloc(1, bytes);
@@ -259,6 +277,9 @@ static struct ecg_result *result_alloc(size_t k, uint32_t latent_dim, bool with_
     r->end = (int64_t *)p, p += i64;
     r->rr_ms = (float *)p, p += f32;
     r->kept = (uint8_t *)p, p += u8;
+    r->beat_quality = (float *)p, p += f32;
+    r->readable = (uint8_t *)p, p += u8;
+    r->nn = (uint8_t *)p, p += u8;
     if (with_model) {
         r->latent_dim = latent_dim;
         r->latent = (float *)p, p += align8(m * latent_dim * sizeof(float));
@@ -283,6 +304,22 @@ static enum ecg_status slot_plan(struct ecg_engine *engine, unsigned slot, doubl
     if (status != ECG_OK)
         memset(p, 0, sizeof *p);
     return status;
+}
+
+/* The slot's feature buffer, grown to n windows. */
+static enum ecg_status slot_windows(struct ecg_engine *engine, unsigned slot, size_t n,
+                                    struct ecg_quality_window **w, struct ecg_error *err)
+{
+    struct window_buf *b = &engine->windows[slot];
+    if (n > b->cap) {
+        struct ecg_quality_window *grown = realloc(b->w, n * sizeof *grown);
+        if (!grown)
+            return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n);
+        b->w = grown;
+        b->cap = n;
+    }
+    *w = b->w;
+    return ECG_OK;
 }
 
 /* The shared body of the analyze entry points: input is a decoded signal, or raw bytes (bytes and
@@ -365,6 +402,8 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
     struct ecg_result *result = NULL;
     struct ecg_timing timing = {0};
     float *emb = NULL;
+    struct ecg_quality_window *windows = NULL;
+    struct ecg_quality_geometry quality_geom = {0};
     size_t n_in = 0, n_beats = 0;
     double fs_hz = 0.0;
     struct lead_names leads = {0};
@@ -403,6 +442,11 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
     STAGE(embed_ms, ops->embed(ctx, plan, err));
     if (engine->model)
         STAGE(encode_ms, ops->encode(ctx, plan, err));
+    quality_geom = ecg_quality_geometry_of(n_in, fs_hz);
+    status = slot_windows(engine, slot, quality_geom.n_win, &windows, err);
+    if (status != ECG_OK)
+        goto out;
+    STAGE(quality_ms, ops->quality(ctx, plan, windows, quality_geom.n_win, err));
 #undef STAGE
 
     result = result_alloc(n_beats, engine->latent_dim, engine->model != NULL);
@@ -434,6 +478,14 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
     snprintf(result->lead, sizeof result->lead, "%s", leads.name[0]);
     result->n_leads = leads.n;
     memcpy(result->leads, leads.name, sizeof result->leads);
+    /* the verdict and the rhythm statistics: host code shared by every backend */
+    t = now_ms();
+    status = ecg_quality_assess(windows, quality_geom.n_win, result, err);
+    if (status == ECG_OK)
+        status = ecg_hrv_assess(result, err);
+    if (status != ECG_OK)
+        goto out;
+    timing.quality_ms += now_ms() - t;
     timing.total_ms = now_ms() - t0;
     result->timing = timing;
     *out = result;

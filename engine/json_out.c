@@ -166,6 +166,9 @@ static size_t el_bool(const uint8_t *v, size_t i, char *t)
     return 5;
 }
 static size_t el_kept(const struct ecg_result *r, size_t i, char *t) { return el_bool(r->kept, i, t); }
+static size_t el_readable(const struct ecg_result *r, size_t i, char *t) { return el_bool(r->readable, i, t); }
+static size_t el_nn(const struct ecg_result *r, size_t i, char *t) { return el_bool(r->nn, i, t); }
+static size_t el_quality(const struct ecg_result *r, size_t i, char *t) { return format_g6(r->beat_quality[i], t); }
 
 static size_t el_outlier(const struct ecg_result *r, size_t i, char *t)
 {
@@ -217,50 +220,71 @@ static void put_array(struct ecg_buf *out, bool *first, const char *name,
         out->data[out->len] = '\0';
 }
 
+/* The rhythm summary: heart rate and HRV over the normal-to-normal intervals only (hrv.c). */
 static void put_summary(struct ecg_buf *out, const struct ecg_result *r)
 {
-    size_t kept = 0, outliers = 0, n_rr = 0;
-    double rr_sum = 0, rr_sq = 0, rr_min = INFINITY, rr_max = 0, diff_sq = 0;
-    size_t n_diff = 0;
-    double prev = NAN;
+    const struct ecg_hrv *h = &r->hrv;
+    size_t kept = 0, outliers = 0;
     for (size_t i = 0; i < r->n_beats; i++) {
         kept += r->kept[i];
         if (r->outlier && r->kept[i])
             outliers += r->outlier[i];
-        double rr = r->rr_ms[i];
-        if (isfinite(rr)) {
-            n_rr++;
-            rr_sum += rr;
-            rr_sq += rr * rr;
-            rr_min = rr < rr_min ? rr : rr_min;
-            rr_max = rr > rr_max ? rr : rr_max;
-            if (isfinite(prev)) {
-                diff_sq += (rr - prev) * (rr - prev);
-                n_diff++;
-            }
-        }
-        prev = rr;
     }
     ecg_buf_printf(out, ",\"summary\":{\"beats\":%zu,\"kept\":%zu", r->n_beats, kept);
     if (r->outlier)
         ecg_buf_printf(out, ",\"outliers\":%zu", outliers);
-    double mean = n_rr ? rr_sum / (double)n_rr : NAN;
-    double var = n_rr > 1 ? (rr_sq - rr_sum * mean) / (double)(n_rr - 1) : NAN;
-    double sdnn = isfinite(var) ? sqrt(var > 0 ? var : 0) : NAN;
-    double rmssd = n_diff ? sqrt(diff_sq / (double)n_diff) : NAN;
-    ecg_buf_puts(out, ",\"heart_rate_bpm\":{\"mean\":");
-    put_number(out, n_rr ? 60000.0 / mean : NAN);
-    ecg_buf_puts(out, ",\"min\":");
-    put_number(out, n_rr ? 60000.0 / rr_max : NAN);
-    ecg_buf_puts(out, ",\"max\":");
-    put_number(out, n_rr ? 60000.0 / rr_min : NAN);
-    ecg_buf_puts(out, "},\"rr_ms\":{\"mean\":");
-    put_number(out, mean);
-    ecg_buf_puts(out, ",\"sdnn\":");
-    put_number(out, sdnn);
-    ecg_buf_puts(out, ",\"rmssd\":");
-    put_number(out, rmssd);
+    ecg_buf_printf(out, ",\"intervals\":{\"all\":%zu,\"nn\":%zu,\"nn_successive\":%zu,"
+                   "\"used\":\"nn\"}", h->n_intervals, h->n_nn, h->n_successive);
+    const struct {
+        const char *open; /* text before the value: key, and the object it opens or closes */
+        double v;
+    } rows[] = {{",\"heart_rate_bpm\":{\"mean\":", h->hr_mean_bpm},
+                {",\"min\":", h->hr_min_bpm},
+                {",\"max\":", h->hr_max_bpm},
+                {"},\"rr_ms\":{\"mean\":", h->nn_mean_ms},
+                {",\"sdnn\":", h->sdnn_ms},
+                {",\"rmssd\":", h->rmssd_ms},
+                {"},\"hrv\":{\"sdnn_ms\":", h->sdnn_ms},
+                {",\"rmssd_ms\":", h->rmssd_ms},
+                {",\"pnn50_pct\":", h->pnn50_pct},
+                {",\"sd1_ms\":", h->sd1_ms},
+                {",\"sd2_ms\":", h->sd2_ms},
+                {",\"lf_ms2\":", h->lf_ms2},
+                {",\"hf_ms2\":", h->hf_ms2},
+                {",\"lf_hf\":", h->lf_hf}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        ecg_buf_puts(out, rows[i].open);
+        put_number(out, rows[i].v);
+    }
     ecg_buf_puts(out, "}}");
+}
+
+/* The quality verdict and the unreadable stretches (quality.c), in seconds and samples. */
+static void put_quality(struct ecg_buf *out, const struct ecg_result *r)
+{
+    const struct ecg_quality_report *q = &r->quality;
+    ecg_buf_puts(out, ",\"quality\":{\"verdict\":");
+    put_string(out, ecg_quality_verdict_name((enum ecg_quality_verdict)q->verdict));
+    ecg_buf_puts(out, ",\"reason\":");
+    if (q->reason == ECG_QUALITY_OK)
+        ecg_buf_puts(out, "null");
+    else
+        put_string(out, ecg_quality_reason_name((enum ecg_quality_reason)q->reason));
+    ecg_buf_puts(out, ",\"usable_fraction\":");
+    put_number(out, q->usable_fraction);
+    ecg_buf_puts(out, ",\"segments\":[");
+    for (size_t i = 0; i < q->n_segments; i++) {
+        const struct ecg_quality_segment *s = &q->segments[i];
+        ecg_buf_puts(out, i ? ",{\"start\":" : "{\"start\":");
+        put_number(out, (double)s->start / r->fs_hz);
+        ecg_buf_puts(out, ",\"end\":");
+        put_number(out, (double)s->end / r->fs_hz);
+        ecg_buf_printf(out, ",\"start_sample\":%lld,\"end_sample\":%lld,\"reason\":",
+                       (long long)s->start, (long long)s->end);
+        put_string(out, ecg_quality_reason_name((enum ecg_quality_reason)s->reason));
+        ecg_buf_puts(out, "}");
+    }
+    ecg_buf_puts(out, "]}");
 }
 
 static void put_timing(struct ecg_buf *out, const struct ecg_timing *t)
@@ -270,7 +294,7 @@ static void put_timing(struct ecg_buf *out, const struct ecg_timing *t)
         double v;
     } rows[] = {{"read", t->read_ms},     {"resample", t->resample_ms}, {"filter", t->filter_ms},
                 {"detect", t->detect_ms}, {"embed", t->embed_ms},       {"encode", t->encode_ms},
-                {"total", t->total_ms}};
+                {"quality", t->quality_ms}, {"total", t->total_ms}};
     ecg_buf_puts(out, ",\"timing_ms\":{");
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         ecg_buf_printf(out, "%s\"%s\":%.3f", i ? "," : "", rows[i].name, rows[i].v);
@@ -310,6 +334,7 @@ void ecg_result_write_json(const struct ecg_result *r, const struct ecg_engine *
     }
     ecg_buf_puts(out, "]");
     ecg_buf_puts(out, "}");
+    put_quality(out, r);
     if (include & ECG_INCLUDE_SUMMARY)
         put_summary(out, r);
     bool with_model = r->latent != NULL;
@@ -323,6 +348,12 @@ void ecg_result_write_json(const struct ecg_result *r, const struct ecg_engine *
             put_array(out, &first, "end", r, el_end, 20);
             put_array(out, &first, "rr_ms", r, el_rr, 16);
             put_array(out, &first, "kept", r, el_kept, 5);
+            if (r->beat_quality && r->readable) {
+                put_array(out, &first, "quality", r, el_quality, 16);
+                put_array(out, &first, "readable", r, el_readable, 5);
+            }
+            if (r->nn)
+                put_array(out, &first, "nn", r, el_nn, 5);
         }
         if (with_model && (include & ECG_INCLUDE_LATENT))
             put_array(out, &first, "latent", r, el_latent, 2 + 17 * (size_t)r->latent_dim);

@@ -727,6 +727,7 @@ extern "C" const struct ecg_backend_ops ecg_cuda_backend = {
     /* .detect = */ cuda_detect,
     /* .embed = */ cuda_embed,
     /* .encode = */ cuda_encode,
+    /* .quality = */ cuda_quality,
     /* .fetch = */ cuda_fetch,
     /* .read_buf = */ cuda_read_buf,
     /* .write_buf = */ cuda_write_buf,

@@ -13,6 +13,7 @@
  *   cuda_detect.cu    NMS candidates, refinement (twin of engine/cpu/detect.c)
  *   cuda_decide.cu    the detector's adaptive pass (twin of engine/cpu/decide.c)
  *   cuda_embed.cu     segmentation, median/MAD, embedding (twin of segment.c / embed)
+ *   cuda_quality.cu   signal-quality features (twin of engine/cpu/quality_features.c)
  *   cuda_vae.cu       VAE: the path choice, the block-per-beat kernel, the score (twin of
  *                     engine/cpu/vae.c); cuda_vae_warp.cu (the default architecture, one warp
  *                     per beat) and cuda_vae_cudnn.cu (cuDNN layer by layer), see cuda_vae.h
@@ -221,6 +222,10 @@ enum ecg_status cuda_decide(struct cuda_ctx *ctx, const struct detect_args *a, s
                             struct detect_profile *prof, struct ecg_error *err);
 enum ecg_status cuda_embed(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 enum ecg_status cuda_encode(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
+/* Signal-quality features (cuda_quality.cu; the backend op of that name, backend.h). */
+enum ecg_status cuda_quality(void *ctx, const struct ecg_plan *plan,
+                             struct ecg_quality_window *windows, size_t n_win,
+                             struct ecg_error *err);
 /* Whether the CPU reference takes its AVX2/FMA code paths on this host: the device kernels
  * that mirror it bit for bit follow the same arithmetic. */
 bool cuda_host_has_avx2_fma(void);

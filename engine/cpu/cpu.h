@@ -201,6 +201,15 @@ enum ecg_status cpu_vae_decode_with(const struct ecg_model *model, const float *
                                     enum cpu_vae_isa isa, float *out,
                                     struct ecg_error *err) ECG_WUR;
 
+/*
+ * Signal-quality features (engine/quality.h) of x (n samples at fs_hz, input grid): one entry
+ * per window of ecg_quality_geometry_of(n, fs_hz), written to windows (caller-allocated).
+ * Exact arithmetic: the CUDA twin (gpu/cuda_quality.cu) gives bit-identical values.
+ */
+struct ecg_quality_window;
+void cpu_quality_features(const float *x, size_t n, double fs_hz,
+                          struct ecg_quality_window *windows);
+
 #ifdef __cplusplus
 }
 #endif

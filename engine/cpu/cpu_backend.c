@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "cpu.h"
+#include "quality.h"
 
 struct cpu_state {
     const struct ecg_model *model;
@@ -284,6 +285,19 @@ static enum ecg_status cpu_encode_stage(void *ctx, const struct ecg_plan *plan,
     return status;
 }
 
+static enum ecg_status cpu_quality_stage(void *ctx, const struct ecg_plan *plan,
+                                         struct ecg_quality_window *windows, size_t n_win,
+                                         struct ecg_error *err)
+{
+    struct cpu_ctx *c = ctx;
+    struct ecg_quality_geometry g = ecg_quality_geometry_of(c->n_in, plan->fs_in_hz);
+    if (g.n_win != n_win)
+        return ecg_fail(err, ECG_ERR_INTERNAL, "internal", "quality: %zu windows, expected %zu",
+                        n_win, g.n_win);
+    cpu_quality_features(c->x, c->n_in, plan->fs_in_hz, windows);
+    return ECG_OK;
+}
+
 static enum ecg_status cpu_fetch(void *ctx, struct ecg_result *r, struct ecg_error *err)
 {
     struct cpu_ctx *c = ctx;
@@ -381,6 +395,7 @@ const struct ecg_backend_ops ecg_cpu_backend = {
     .detect = cpu_detect_stage,
     .embed = cpu_embed_stage,
     .encode = cpu_encode_stage,
+    .quality = cpu_quality_stage,
     .fetch = cpu_fetch,
     .read_buf = cpu_read_buf,
     .write_buf = cpu_write_buf,

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # bundle.sh - builds here and packs what the GPU machine needs into .gpu-run/ (git-ignored):
 # ecgd, the GPU test and benchmark binaries, the non-system libraries they link
-# (../shared/tools/bundle-libs) and a copy of the shared MIT-BIH records (data.tar.xz, made once).
+# (../shared/tools/bundle-libs) and a copy of the shared MIT-BIH records and NSTDB noises
+# (data.tar.xz, made once).
 # Then, on the device: tar xJf .gpu-run/data.tar.xz -C .gpu-run &&
 #   LD_LIBRARY_PATH=.gpu-run/lib bash tests/gpu/run-device.sh .gpu-run
 set -euo pipefail
 dir=.gpu-run
 bundle=../shared/tools/bundle-libs
 make -j2 all build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory \
-    build/tests/gpu/test_gpu_upload build/tests/gpu/test_gpu_leads build/bench/bench_gpu \
-    build/bench/http_sink
+    build/tests/gpu/test_gpu_upload build/tests/gpu/test_gpu_leads \
+    build/tests/gpu/test_gpu_quality build/bench/bench_gpu build/bench/http_sink
 mkdir -p "$dir"
 for bin in build/ecgd build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory \
-           build/tests/gpu/test_gpu_upload build/tests/gpu/test_gpu_leads build/bench/bench_gpu \
+           build/tests/gpu/test_gpu_upload build/tests/gpu/test_gpu_leads \
+           build/tests/gpu/test_gpu_quality build/bench/bench_gpu \
            build/bench/http_sink; do
     "$bundle" "$bin" "$dir" >/dev/null
 done

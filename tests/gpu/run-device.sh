@@ -39,6 +39,12 @@ if [[ " $parts " == *" tests "* ]] && [ -x "$dir/test_gpu_leads" ]; then
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
+if [[ " $parts " == *" tests "* ]] && [ -x "$dir/test_gpu_quality" ]; then
+    echo "== signal-quality features and verdict (bit-identical to the CPU)"
+    CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_quality" 2>&1 | tee "$out/quality.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
 if [[ " $parts " == *" tests "* ]] && [ -x "$dir/test_gpu_host_memory" ]; then
     echo "== pinned request bodies (engine host memory)"
     CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_host_memory" 2>&1 | tee "$out/host-memory.log"
@@ -97,6 +103,16 @@ if [[ " $parts " == *" sanitize "* ]]; then
             fi
             [ "$rc" -eq 0 ] || status=1
         done
+        if [ -x "$dir/test_gpu_quality" ]; then
+            echo "== compute-sanitizer --tool memcheck, quality features (quick subset)"
+            ECG_GPU_QUICK=1 CMOCKA_MESSAGE_OUTPUT=stdout \
+                timeout 240 compute-sanitizer --tool memcheck --error-exitcode 42 \
+                --leak-check no "$dir/test_gpu_quality" >"$out/sanitize-quality.log" 2>&1
+            rc=$?
+            tail -n 8 "$out/sanitize-quality.log"
+            echo "sanitizer memcheck (quality) exit $rc"
+            [ "$rc" -eq 0 ] || status=1
+        fi
         if [ -x "$dir/test_gpu_upload" ]; then
             # the parsers reading a streamed body in place: exactly its bytes, no slack after them
             echo "== compute-sanitizer --tool memcheck, uploads (quick subset)"

@@ -1,0 +1,353 @@
+/*
+ * quality.c - the signal-quality verdict, from the per-window features a backend computed
+ * (quality.h). Backend-neutral: both backends hand over bit-identical features and this file
+ * draws the same verdict from them. docs/RHYTHM.md documents the method; the thresholds below
+ * were set on the 22 shared MIT-BIH records (none of their windows is flagged apart from the
+ * ventricular flutter of 207 and a few seconds of 108, 116, 201, 203 and 208) and on the NSTDB
+ * noise recordings, and are stated in seconds or as ratios so that they carry to any rate and
+ * any amplitude unit.
+ *
+ * Each window gets at most one reason, tried in this order:
+ *   lead_off / flat  the window's range is at most FLAT_REL of the recording's typical window
+ *                    range (the median over windows), or it is exactly constant: lead_off when
+ *                    its level lies outside the recording's usual span by more than one typical
+ *                    range or sits at the recording's extreme value (a rail), or when it is
+ *                    pinned to a recording extreme for half the window; flat otherwise (and
+ *                    when the whole recording is still);
+ *   clipped          a plateau (samples equal to a neighbour) at the recording's global maximum
+ *                    or minimum lasting at least CLIP_MIN_S in the window, or of any length
+ *                    (2 samples) when that extreme is a rail: at least CLIP_MIN_WINDOWS
+ *                    windows plateau at exactly that value (a clean recording reaches its
+ *                    maximum once; a clipped one again and again);
+ *   not_ecg          the kurtosis of the QRS-band difference over the window and its two
+ *                    neighbours is below NOT_ECG_KURT (a sine has 1.5, Gaussian noise 3, ECG
+ *                    5 to 30: its energy comes in QRS spikes);
+ *   noise            that kurtosis is below NOISE_KURT, or the HF ratio (power of the
+ *                    second difference per sample over the QRS-band power per sample, same
+ *                    three windows) exceeds NOISE_HF (white noise: 3; ECG: 0.004 to 0.08), or
+ *                    the window's range exceeds NOISE_RANGE x the typical range (motion
+ *                    artefacts; the largest clean window is 4.3x).
+ * Then a readable gap of at most BRIDGE_S between two windows unreadable for the same reason
+ * joins them. A readable window's score is the smallest of three margins in [0, 1] (kurtosis,
+ * HF ratio, range); an unreadable one scores 0.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quality.h"
+
+#define FLAT_REL 0.02
+#define LEAD_OFF_SPAN 1.0
+#define RAIL_SHARE 0.5
+#define CLIP_MIN_S 0.02
+#define CLIP_MIN_WINDOWS 5
+#define NOT_ECG_KURT 2.2
+#define NOISE_KURT 4.0
+#define GOOD_KURT 8.0
+#define NOISE_HF 0.3
+#define GOOD_HF 0.05
+#define NOISE_RANGE 5.0
+#define NOISE_REL_KURT 0.3
+#define NOISE_REL_POWER 16.0
+#define BRIDGE_S 3.0
+#define GOOD_RANGE 3.0
+
+const char *ecg_quality_reason_name(enum ecg_quality_reason reason)
+{
+    switch (reason) {
+    case ECG_QUALITY_OK: return "ok";
+    case ECG_QUALITY_FLAT: return "flat";
+    case ECG_QUALITY_LEAD_OFF: return "lead_off";
+    case ECG_QUALITY_CLIPPED: return "clipped";
+    case ECG_QUALITY_NOISE: return "noise";
+    case ECG_QUALITY_NOT_ECG: return "not_ecg";
+    case ECG_QUALITY_REASON_COUNT: break;
+    }
+    return "unknown";
+}
+
+const char *ecg_quality_verdict_name(enum ecg_quality_verdict verdict)
+{
+    switch (verdict) {
+    case ECG_VERDICT_GOOD: return "good";
+    case ECG_VERDICT_DEGRADED: return "degraded";
+    case ECG_VERDICT_UNREADABLE: return "unreadable";
+    }
+    return "unknown";
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of v[0, n) (sorts v); 0 for n == 0. */
+static double median_of(double *v, size_t n)
+{
+    if (!n)
+        return 0.0;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The recording-wide references every window is compared with. */
+struct quality_refs {
+    double typical_range;  /* median window range */
+    double usual_lo, usual_hi; /* median window minimum and maximum */
+    float global_min, global_max;
+    bool all_still;        /* every window is flat: nothing to call a rail */
+    double typical_kurtosis; /* median over windows of the 3-window kurtosis */
+    double typical_power;    /* median over windows of the QRS-band power per sample */
+    bool rail_top, rail_bottom; /* CLIP_MIN_WINDOWS windows plateau at that global extreme */
+};
+
+static void context_stats(const struct ecg_quality_window *w, size_t n_win, size_t j,
+                          double still_range, double *kurtosis, double *hf_ratio,
+                          double *power);
+
+static enum ecg_status recording_refs(const struct ecg_quality_window *w, size_t n_win,
+                                      struct quality_refs *refs, struct ecg_error *err)
+{
+    double *tmp = malloc(3 * (n_win ? n_win : 1) * sizeof *tmp);
+    if (!tmp)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
+    double *range = tmp, *lo = tmp + n_win, *hi = tmp + 2 * n_win;
+    refs->global_min = w[0].x_min;
+    refs->global_max = w[0].x_max;
+    for (size_t j = 0; j < n_win; j++) {
+        range[j] = (double)w[j].x_max - (double)w[j].x_min;
+        lo[j] = w[j].x_min;
+        hi[j] = w[j].x_max;
+        refs->global_min = w[j].x_min < refs->global_min ? w[j].x_min : refs->global_min;
+        refs->global_max = w[j].x_max > refs->global_max ? w[j].x_max : refs->global_max;
+    }
+    refs->typical_range = median_of(range, n_win);
+    refs->usual_lo = median_of(lo, n_win);
+    refs->usual_hi = median_of(hi, n_win);
+    /* NaN kurtosis (a still stretch) sorts as the largest: it never lowers the median */
+    for (size_t j = 0; j < n_win; j++) {
+        double hf_ratio;
+        context_stats(w, n_win, j, FLAT_REL * refs->typical_range, &range[j], &hf_ratio,
+                      &lo[j]);
+        range[j] = isnan(range[j]) ? INFINITY : range[j];
+        lo[j] = isnan(lo[j]) ? 0.0 : lo[j];
+    }
+    size_t at_top = 0, at_bottom = 0;
+    for (size_t j = 0; j < n_win; j++) {
+        at_top += w[j].x_max == refs->global_max && w[j].n_at_max >= 2;
+        at_bottom += w[j].x_min == refs->global_min && w[j].n_at_min >= 2;
+    }
+    refs->rail_top = at_top >= CLIP_MIN_WINDOWS;
+    refs->rail_bottom = at_bottom >= CLIP_MIN_WINDOWS;
+    refs->typical_kurtosis = median_of(range, n_win);
+    refs->typical_power = median_of(lo, n_win);
+    refs->all_still = true;
+    for (size_t j = 0; j < n_win; j++) {
+        double r = (double)w[j].x_max - (double)w[j].x_min;
+        if (r > FLAT_REL * refs->typical_range)
+            refs->all_still = false;
+    }
+    free(tmp);
+    return ECG_OK;
+}
+
+/* Kurtosis of the QRS-band difference, HF ratio and QRS-band power per sample over windows
+ * [j - 1, j + 1] (NaN where undefined). A still neighbour (range at most still_range: flat or
+ * lead-off) is left out: the step into it is no property of window j. */
+static void context_stats(const struct ecg_quality_window *w, size_t n_win, size_t j,
+                          double still_range, double *kurtosis, double *hf_ratio,
+                          double *power)
+{
+    size_t lo = j ? j - 1 : 0, hi = j + 1 < n_win ? j + 1 : j;
+    double n = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, h2 = 0, hn = 0;
+    for (size_t k = lo; k <= hi; k++) {
+        if (k != j && (double)w[k].x_max - (double)w[k].x_min <= still_range)
+            continue;
+        n += w[k].qrs_n;
+        s1 += w[k].qrs_s1;
+        s2 += w[k].qrs_s2;
+        s3 += w[k].qrs_s3;
+        s4 += w[k].qrs_s4;
+        h2 += w[k].hf_s2;
+        hn += w[k].hf_n;
+    }
+    *kurtosis = NAN;
+    *hf_ratio = NAN;
+    *power = NAN;
+    if (n < 4)
+        return;
+    *power = s2 / n;
+    double m = s1 / n;
+    double m2 = s2 / n - m * m;
+    double m4 = s4 / n - 4 * m * s3 / n + 6 * m * m * s2 / n - 3 * m * m * m * m;
+    if (m2 > 0)
+        *kurtosis = m4 / (m2 * m2);
+    if (s2 > 0 && hn > 0)
+        *hf_ratio = (h2 / hn) / (s2 / n);
+}
+
+static double clamp01(double v)
+{
+    return v < 0 ? 0 : v > 1 ? 1 : v;
+}
+
+static enum ecg_quality_reason classify_window(const struct ecg_quality_window *w, size_t n_win,
+                                               size_t j, const struct quality_refs *refs,
+                                               size_t clip_min, float *score)
+{
+    const struct ecg_quality_window *x = &w[j];
+    double range = (double)x->x_max - (double)x->x_min;
+    *score = 0.0f;
+    if (range == 0.0 || range <= FLAT_REL * refs->typical_range || refs->all_still) {
+        double level = 0.5 * ((double)x->x_min + (double)x->x_max);
+        double span = LEAD_OFF_SPAN * refs->typical_range;
+        bool outside = level > refs->usual_hi + span || level < refs->usual_lo - span;
+        bool at_rail = x->x_max == refs->global_max || x->x_min == refs->global_min;
+        if (!refs->all_still && (outside || at_rail))
+            return ECG_QUALITY_LEAD_OFF;
+        return ECG_QUALITY_FLAT;
+    }
+    bool top = x->x_max == refs->global_max, bottom = x->x_min == refs->global_min;
+    if ((top && x->n_at_max >= RAIL_SHARE * x->n) || (bottom && x->n_at_min >= RAIL_SHARE * x->n))
+        return ECG_QUALITY_LEAD_OFF;
+    if ((top && x->n_at_max >= (refs->rail_top ? 2 : clip_min)) ||
+        (bottom && x->n_at_min >= (refs->rail_bottom ? 2 : clip_min)))
+        return ECG_QUALITY_CLIPPED;
+    double kurtosis, hf_ratio, power;
+    context_stats(w, n_win, j, FLAT_REL * refs->typical_range, &kurtosis, &hf_ratio, &power);
+    if (!(kurtosis >= NOT_ECG_KURT))
+        return ECG_QUALITY_NOT_ECG;
+    double range_ratio = refs->typical_range > 0 ? range / refs->typical_range : 1.0;
+    if (kurtosis < NOISE_KURT || kurtosis < NOISE_REL_KURT * refs->typical_kurtosis ||
+        !(hf_ratio <= NOISE_HF) || range_ratio > NOISE_RANGE ||
+        power > NOISE_REL_POWER * refs->typical_power)
+        return ECG_QUALITY_NOISE;
+    double q = clamp01((kurtosis - NOISE_KURT) / (GOOD_KURT - NOISE_KURT));
+    q = fmin(q, clamp01((NOISE_HF - hf_ratio) / (NOISE_HF - GOOD_HF)));
+    q = fmin(q, clamp01((NOISE_RANGE - range_ratio) / (NOISE_RANGE - GOOD_RANGE)));
+    *score = (float)q;
+    return ECG_QUALITY_OK;
+}
+
+enum ecg_status ecg_quality_classify(const struct ecg_quality_window *windows, size_t n_win,
+                                     double fs_hz, uint8_t *reason, float *score,
+                                     struct ecg_error *err)
+{
+    if (!n_win)
+        return ECG_OK;
+    struct quality_refs refs = {0};
+    enum ecg_status status = recording_refs(windows, n_win, &refs, err);
+    if (status != ECG_OK)
+        return status;
+    size_t clip_min = ecg_quality_round_lag(CLIP_MIN_S * fs_hz);
+    if (clip_min < 3)
+        clip_min = 3;
+    for (size_t j = 0; j < n_win; j++)
+        reason[j] = (uint8_t)classify_window(windows, n_win, j, &refs, clip_min, &score[j]);
+    /* Noise comes and goes within a bad stretch: a readable gap of at most BRIDGE_S between
+     * two windows unreadable for the same reason is taken as part of the stretch. */
+    size_t bridge = ecg_quality_round_lag(BRIDGE_S / ECG_QUALITY_WINDOW_S);
+    for (size_t j = 1; j < n_win; j++) {
+        if (reason[j] != ECG_QUALITY_OK || reason[j - 1] == ECG_QUALITY_OK)
+            continue;
+        size_t k = j;
+        while (k < n_win && reason[k] == ECG_QUALITY_OK && k - j < bridge)
+            k++;
+        if (k < n_win && k - j <= bridge && reason[k] == reason[j - 1]) {
+            for (size_t i = j; i < k; i++) {
+                reason[i] = reason[j - 1];
+                score[i] = 0.0f;
+            }
+        }
+        j = k;
+    }
+    return ECG_OK;
+}
+
+void ecg_quality_fini(struct ecg_result *result)
+{
+    free(result->quality.segments);
+    memset(&result->quality, 0, sizeof result->quality);
+}
+
+/* Runs of windows with the same reason become segments (input grid). */
+static enum ecg_status build_segments(const uint8_t *reason, size_t n_win, size_t len,
+                                      size_t n_samples, struct ecg_quality_report *q,
+                                      struct ecg_error *err)
+{
+    size_t n_seg = 0;
+    for (size_t j = 0; j < n_win; j++)
+        n_seg += reason[j] != ECG_QUALITY_OK && (j == 0 || reason[j - 1] != reason[j]);
+    q->segments = n_seg ? malloc(n_seg * sizeof *q->segments) : NULL;
+    if (n_seg && !q->segments)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu segments", n_seg);
+    size_t s = 0, bad = 0;
+    size_t by_reason[ECG_QUALITY_REASON_COUNT] = {0};
+    for (size_t j = 0; j < n_win; j++) {
+        if (reason[j] == ECG_QUALITY_OK)
+            continue;
+        size_t start = j * len, end = (j + 1) * len < n_samples ? (j + 1) * len : n_samples;
+        by_reason[reason[j]] += end - start;
+        bad += end - start;
+        if (j > 0 && reason[j - 1] == reason[j]) {
+            q->segments[s - 1].end = (int64_t)end;
+            continue;
+        }
+        q->segments[s].start = (int64_t)start;
+        q->segments[s].end = (int64_t)end;
+        q->segments[s].reason = reason[j];
+        s++;
+    }
+    q->n_segments = s;
+    q->usable_fraction = n_samples ? 1.0 - (double)bad / (double)n_samples : 0.0;
+    q->reason = ECG_QUALITY_OK;
+    for (int r = 1; r < ECG_QUALITY_REASON_COUNT; r++) {
+        if (by_reason[r] > by_reason[q->reason] || (q->reason == ECG_QUALITY_OK && by_reason[r]))
+            q->reason = (uint8_t)r;
+    }
+    q->verdict = q->usable_fraction >= ECG_QUALITY_GOOD_FRACTION       ? ECG_VERDICT_GOOD
+                 : q->usable_fraction >= ECG_QUALITY_READABLE_FRACTION ? ECG_VERDICT_DEGRADED
+                                                                       : ECG_VERDICT_UNREADABLE;
+    return ECG_OK;
+}
+
+enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows, size_t n_win,
+                                   struct ecg_result *r, struct ecg_error *err)
+{
+    struct ecg_quality_geometry g = ecg_quality_geometry_of(r->n_samples, r->fs_hz);
+    uint8_t *reason = NULL;
+    float *score = NULL;
+    enum ecg_status status = ECG_OK;
+    memset(&r->quality, 0, sizeof r->quality);
+    if (g.n_win != n_win || !r->beat_quality || !r->readable) {
+        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal", "quality: %zu windows, expected %zu",
+                          n_win, g.n_win);
+        goto out;
+    }
+    /* one block: the reasons after the scores */
+    score = malloc((n_win ? n_win : 1) * (sizeof *score + 1));
+    reason = score ? (uint8_t *)(score + n_win) : NULL;
+    if (!score) {
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
+        goto out;
+    }
+    status = ecg_quality_classify(windows, n_win, r->fs_hz, reason, score, err);
+    if (status == ECG_OK)
+        status = build_segments(reason, n_win, g.len, r->n_samples, &r->quality, err);
+    if (status != ECG_OK)
+        goto out;
+    for (size_t i = 0; i < r->n_beats; i++) {
+        int64_t p = r->r_peak[i];
+        size_t j = p <= 0 ? 0 : (size_t)p / g.len;
+        j = j < n_win ? j : n_win - 1;
+        r->readable[i] = reason[j] == ECG_QUALITY_OK;
+        r->beat_quality[i] = score[j];
+    }
+out:
+    if (status != ECG_OK)
+        ecg_quality_fini(r);
+    free(score);
+    return status;
+}

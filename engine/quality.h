@@ -1,0 +1,99 @@
+/*
+ * quality.h - signal quality: per-window features (computed by a backend) and the verdict drawn
+ * from them (engine/quality.c, backend-neutral). docs/RHYTHM.md documents the method.
+ *
+ * The recording is cut into windows of ECG_QUALITY_WINDOW_S on the input grid. A backend
+ * operation (cpu_quality_features in engine/cpu/quality_features.c, its twin in
+ * gpu/cuda_quality.cu) fills one struct ecg_quality_window per window from the input samples,
+ * with exact arithmetic only (float min/max and comparisons, integer counts, double sums taken
+ * in sample order by one thread per window, no fused multiply-add), so that both backends give
+ * bit-identical features and hence the same verdict. Everything with a threshold lives in
+ * quality.c and runs on the host for both.
+ *
+ * Threading: pure functions of their arguments; the caller owns every array.
+ */
+#ifndef ECG_QUALITY_H
+#define ECG_QUALITY_H
+
+#include <math.h>
+
+#include "ecg.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ECG_QUALITY_WINDOW_S 1.0  /* window length */
+#define ECG_QUALITY_QRS_LAG_S 0.02 /* QRS-band difference x[i] - x[i - lag]: gain peaks at 25 Hz */
+#define ECG_QUALITY_HF_RATE_HZ 250.0 /* the HF second difference's lag is fs / this (>= 1) */
+
+/* The window grid and difference lags for a recording of n samples at fs_hz (input grid).
+ * Window j covers [j * len, min(n, (j + 1) * len)). */
+struct ecg_quality_geometry {
+    size_t len;      /* samples per window */
+    size_t n_win;    /* ceil(n / len) */
+    size_t lag_qrs;  /* QRS-band difference lag */
+    size_t lag_hf;   /* HF second-difference lag */
+};
+
+static inline size_t ecg_quality_round_lag(double samples)
+{
+    double r = floor(samples + 0.5);
+    return r < 1.0 ? 1 : (size_t)r;
+}
+
+static inline struct ecg_quality_geometry ecg_quality_geometry_of(size_t n, double fs_hz)
+{
+    struct ecg_quality_geometry g;
+    g.len = ecg_quality_round_lag(fs_hz * ECG_QUALITY_WINDOW_S);
+    g.n_win = (n + g.len - 1) / g.len;
+    g.lag_qrs = ecg_quality_round_lag(fs_hz * ECG_QUALITY_QRS_LAG_S);
+    g.lag_hf = ecg_quality_round_lag(fs_hz / ECG_QUALITY_HF_RATE_HZ);
+    return g;
+}
+
+/*
+ * Features of one window [a, b) of the input x (n samples in all). The differences stay inside
+ * the window, so that a step into a neighbouring stretch (a lead falling off) shows in the
+ * window where it happens and nowhere else; the plateau test looks at the neighbours outside.
+ *   n          b - a
+ *   x_min/max  extreme sample values
+ *   n_repeat   samples equal to their predecessor (i > 0)
+ *   n_at_max   samples equal to x_max that have an equal neighbour (a plateau at the top);
+ *   n_at_min   likewise at x_min
+ *   qrs_n      number of QRS-band differences d = x[i] - x[i - lag_qrs] taken (i >= a + lag)
+ *   qrs_s1..s4 sums of d, d^2, d^3 (= d^2 * d) and d^4 (= d^2 * d^2), in sample order
+ *   hf_s2      sum of h^2, h = (x[i + L] - x[i]) - (x[i] - x[i - L]), L = lag_hf, over
+ *              i in [a + L, b - L); hf_n of them
+ * All differences are taken in double from the float samples.
+ */
+struct ecg_quality_window {
+    uint32_t n, n_repeat, n_at_max, n_at_min, qrs_n, hf_n;
+    float x_min, x_max;
+    double qrs_s1, qrs_s2, qrs_s3, qrs_s4, hf_s2;
+};
+
+/* Per-window decision, exposed for tests: the reason (enum ecg_quality_reason, OK when
+ * readable) and a score in [0, 1] (0 when unreadable). windows/n_win as the backend filled them
+ * for a recording at fs_hz; reason and score have n_win entries. ECG_ERR_NOMEM or ECG_OK. */
+enum ecg_status ecg_quality_classify(const struct ecg_quality_window *windows, size_t n_win,
+                                     double fs_hz, uint8_t *reason, float *score,
+                                     struct ecg_error *err) ECG_WUR;
+
+/*
+ * Fills result's quality part from the window features: result->quality (segments, allocated
+ * here when there are any; usable fraction, verdict, dominant reason), and the caller-allocated
+ * beat_quality and readable (n_beats entries: the score of the window holding each R peak).
+ * Needs result->r_peak, n_samples, fs_hz. On failure the report is left empty.
+ */
+enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows, size_t n_win,
+                                   struct ecg_result *result, struct ecg_error *err) ECG_WUR;
+
+/* Frees what ecg_quality_assess allocated in result (the segments) and empties the report. */
+void ecg_quality_fini(struct ecg_result *result);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ECG_QUALITY_H */

@@ -1,0 +1,445 @@
+/*
+ * test_quality.c - the signal-quality verdict (engine/quality.c, docs/RHYTHM.md) end to end on
+ * the CPU backend: a flat line, a clipped recording, white noise, sines and a lead-off stretch
+ * each get their documented verdict; unreadable stretches inserted into real MIT-BIH records
+ * (flat, lead-off, white noise, electrode-motion noise from the NSTDB) are found within 2 s of
+ * where they were put; the clean shared records stay readable; beats in unreadable stretches
+ * are still reported, flagged; the JSON answer carries the verdict.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "cpu/cpu.h"
+#include "ecg.h"
+#include "quality.h"
+
+#define MITDB ECG_SHARED_DATA "/mitdb"
+#define NOISE ECG_SHARED_DATA "/noise"
+
+static const char *const records[] = {"101", "106", "108", "109", "112", "114", "115", "116",
+                                      "118", "119", "122", "124", "201", "203", "205", "207",
+                                      "208", "209", "215", "220", "223", "230"};
+#define N_RECORDS (sizeof records / sizeof records[0])
+
+static struct ecg_engine *engine_cpu(void)
+{
+    struct ecg_error err = {0};
+    struct ecg_engine_config config = {.backend = ECG_BACKEND_CPU, .workers = 1};
+    struct ecg_engine *engine = ecg_engine_create(&config, &err);
+    if (!engine)
+        fail_msg("engine: %s", err.message);
+    return engine;
+}
+
+static void read_path(const char *path, struct ecg_signal *sig)
+{
+    struct ecg_error err = {0};
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB};
+    if (ecg_read_file(path, &opts, sig, &err) != ECG_OK)
+        fail_msg("%s: %s", path, err.message);
+}
+
+/* The first seconds of a record (or all of it for seconds <= 0). */
+static void read_record(const char *name, double seconds, struct ecg_signal *sig)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", MITDB, name);
+    read_path(path, sig);
+    if (seconds > 0 && (size_t)(seconds * sig->fs_hz) < sig->n)
+        sig->n = (size_t)(seconds * sig->fs_hz);
+}
+
+static struct ecg_signal synthetic(size_t n, double fs_hz)
+{
+    struct ecg_signal sig = {.n = n, .fs_hz = fs_hz};
+    sig.samples = calloc(n, sizeof *sig.samples);
+    assert_non_null(sig.samples);
+    return sig;
+}
+
+/* Deterministic standard normal numbers (xorshift64* and Box-Muller). */
+static double gauss(uint64_t *s)
+{
+    double u[2];
+    for (int k = 0; k < 2; k++) {
+        *s ^= *s >> 12;
+        *s ^= *s << 25;
+        *s ^= *s >> 27;
+        u[k] = ((double)((*s * 2685821657736338717ull) >> 11) + 0.5) / 9007199254740992.0;
+    }
+    return sqrt(-2.0 * log(u[0])) * cos(2.0 * M_PI * u[1]);
+}
+
+static struct ecg_result *analyze(struct ecg_engine *engine, const struct ecg_signal *sig)
+{
+    struct ecg_result *res = NULL;
+    struct ecg_error err = {0};
+    if (ecg_engine_analyze(engine, sig, &res, &err) != ECG_OK)
+        fail_msg("analyze: %s", err.message);
+    return res;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static float median_of(const float *v, size_t n)
+{
+    float *tmp = malloc(n * sizeof *tmp);
+    assert_non_null(tmp);
+    memcpy(tmp, v, n * sizeof *tmp);
+    qsort(tmp, n, sizeof *tmp, cmp_float);
+    float m = tmp[n / 2];
+    free(tmp);
+    return m;
+}
+
+/* The whole recording is one unreadable segment for reason, and every beat is flagged. */
+static void assert_unreadable(const struct ecg_result *res, enum ecg_quality_reason reason)
+{
+    const struct ecg_quality_report *q = &res->quality;
+    if (q->verdict != ECG_VERDICT_UNREADABLE || q->reason != reason)
+        fail_msg("verdict %s (%s), expected unreadable (%s); usable %.3f",
+                 ecg_quality_verdict_name(q->verdict), ecg_quality_reason_name(q->reason),
+                 ecg_quality_reason_name(reason), q->usable_fraction);
+    assert_true(q->usable_fraction < ECG_QUALITY_READABLE_FRACTION);
+    for (size_t i = 0; i < res->n_beats; i++) {
+        assert_int_equal(res->readable[i], 0);
+        assert_true(res->beat_quality[i] == 0.0f);
+    }
+}
+
+static void test_flat_line(void **state)
+{
+    struct ecg_engine *engine = engine_cpu();
+    const double levels[] = {0.0, 1.25, -300.0};
+    for (size_t k = 0; k < 3; k++) {
+        struct ecg_signal sig = synthetic(60 * 360, 360.0);
+        for (size_t i = 0; i < sig.n; i++)
+            sig.samples[i] = (float)levels[k];
+        struct ecg_result *res = analyze(engine, &sig);
+        assert_unreadable(res, ECG_QUALITY_FLAT);
+        assert_true(res->quality.usable_fraction == 0.0);
+        assert_int_equal(res->quality.n_segments, 1);
+        assert_int_equal(res->quality.segments[0].start, 0);
+        assert_int_equal(res->quality.segments[0].end, (int64_t)sig.n);
+        ecg_result_free(res);
+        ecg_signal_free(&sig);
+    }
+    ecg_engine_destroy(engine);
+}
+
+/* An amplifier with too much gain: the record cut at +-40 % of its largest excursion. */
+static void test_clipped(void **state)
+{
+    struct ecg_engine *engine = engine_cpu();
+    const char *names[] = {"118", "101", "209"};
+    for (size_t r = 0; r < 3; r++) {
+        struct ecg_signal sig = {0};
+        read_record(names[r], 120.0, &sig);
+        float med = median_of(sig.samples, sig.n), top = 0;
+        for (size_t i = 0; i < sig.n; i++)
+            top = fmaxf(top, fabsf(sig.samples[i] - med));
+        float lo = med - 0.4f * top, hi = med + 0.4f * top;
+        for (size_t i = 0; i < sig.n; i++)
+            sig.samples[i] = fminf(hi, fmaxf(lo, sig.samples[i]));
+        struct ecg_result *res = analyze(engine, &sig);
+        assert_unreadable(res, ECG_QUALITY_CLIPPED);
+        /* the beats are still reported */
+        assert_true(res->n_beats > 100);
+        ecg_result_free(res);
+        ecg_signal_free(&sig);
+    }
+    ecg_engine_destroy(engine);
+}
+
+static void test_white_noise(void **state)
+{
+    struct ecg_engine *engine = engine_cpu();
+    const double rates[] = {360.0, 250.0, 1000.0, 128.0};
+    for (size_t k = 0; k < 4; k++) {
+        uint64_t seed = 0x9e3779b97f4a7c15ull + k;
+        struct ecg_signal sig = synthetic((size_t)(60 * rates[k]), rates[k]);
+        for (size_t i = 0; i < sig.n; i++)
+            sig.samples[i] = (float)(0.5 * gauss(&seed));
+        struct ecg_result *res = analyze(engine, &sig);
+        assert_unreadable(res, ECG_QUALITY_NOISE);
+        assert_true(res->quality.usable_fraction == 0.0);
+        ecg_result_free(res);
+        ecg_signal_free(&sig);
+    }
+    ecg_engine_destroy(engine);
+}
+
+/* Sines at a heart rate (1.2 Hz: a naive detector finds 72 "beats" a minute), at respiration
+ * plus heart rate, and in the QRS band. */
+static void test_sine(void **state)
+{
+    struct ecg_engine *engine = engine_cpu();
+    const double freq[][2] = {{1.2, 0.0}, {0.3, 1.1}, {15.0, 0.0}};
+    for (size_t k = 0; k < 3; k++) {
+        struct ecg_signal sig = synthetic(60 * 500, 500.0);
+        for (size_t i = 0; i < sig.n; i++) {
+            double t = (double)i / sig.fs_hz;
+            sig.samples[i] = (float)(sin(2 * M_PI * freq[k][0] * t) +
+                                     0.5 * sin(2 * M_PI * freq[k][1] * t));
+        }
+        struct ecg_result *res = analyze(engine, &sig);
+        assert_unreadable(res, ECG_QUALITY_NOT_ECG);
+        ecg_result_free(res);
+        ecg_signal_free(&sig);
+    }
+    ecg_engine_destroy(engine);
+}
+
+/* The unreadable segments overlapping [a, b) (seconds): exactly one, of that reason, whose
+ * ends lie within 2 s of a and b. */
+static void assert_found(const struct ecg_result *res, double a, double b,
+                         enum ecg_quality_reason reason, const char *what)
+{
+    size_t found = 0;
+    for (size_t s = 0; s < res->quality.n_segments; s++) {
+        const struct ecg_quality_segment *seg = &res->quality.segments[s];
+        double start = (double)seg->start / res->fs_hz, end = (double)seg->end / res->fs_hz;
+        if (end <= a - 2.0 || start >= b + 2.0)
+            continue;
+        found++;
+        if (fabs(start - a) > 2.0 || fabs(end - b) > 2.0 || seg->reason != reason)
+            fail_msg("%s inserted at [%g, %g) s: found [%g, %g) s, %s", what, a, b, start, end,
+                     ecg_quality_reason_name(seg->reason));
+    }
+    if (found != 1)
+        fail_msg("%s inserted at [%g, %g) s: %zu segments overlap it", what, a, b, found);
+}
+
+/* Every segment lies within 2 s of one of the inserted stretches. */
+static void assert_nothing_else(const struct ecg_result *res, const double (*at)[2], size_t n)
+{
+    for (size_t s = 0; s < res->quality.n_segments; s++) {
+        double start = (double)res->quality.segments[s].start / res->fs_hz;
+        double end = (double)res->quality.segments[s].end / res->fs_hz;
+        bool near = false;
+        for (size_t k = 0; k < n; k++)
+            near = near || (start >= at[k][0] - 2.0 && end <= at[k][1] + 2.0);
+        if (!near)
+            fail_msg("segment [%g, %g) s (%s) where nothing was inserted", start, end,
+                     ecg_quality_reason_name(res->quality.segments[s].reason));
+    }
+}
+
+static void test_lead_off_stretch(void **state)
+{
+    struct ecg_engine *engine = engine_cpu();
+    struct ecg_signal sig = {0};
+    read_record("118", 120.0, &sig);
+    float top = sig.samples[0];
+    for (size_t i = 0; i < sig.n; i++)
+        top = fmaxf(top, sig.samples[i]);
+    /* the amplifier pinned 3 mV above anything the record reaches */
+    for (size_t i = 40 * 360; i < 60 * 360; i++)
+        sig.samples[i] = top + 3.0f;
+    struct ecg_result *res = analyze(engine, &sig);
+    const double at[][2] = {{40.0, 60.0}};
+    assert_found(res, 40.0, 60.0, ECG_QUALITY_LEAD_OFF, "lead-off");
+    assert_nothing_else(res, at, 1);
+    assert_int_equal(res->quality.verdict, ECG_VERDICT_DEGRADED);
+    assert_int_equal(res->quality.reason, ECG_QUALITY_LEAD_OFF);
+    assert_true(fabs(res->quality.usable_fraction - 100.0 / 120.0) < 2.0 / 120.0);
+    /* beats are still reported on both sides; those in the stretch are flagged */
+    size_t before = 0, after = 0;
+    for (size_t i = 0; i < res->n_beats; i++) {
+        double t = (double)res->r_peak[i] / 360.0;
+        before += t < 38.0;
+        after += t > 62.0;
+        if (t > 41.0 && t < 59.0)
+            assert_int_equal(res->readable[i], 0);
+        if (t < 38.0 || t > 62.0) {
+            assert_int_equal(res->readable[i], 1);
+            assert_true(res->beat_quality[i] > 0.0f && res->beat_quality[i] <= 1.0f);
+        }
+    }
+    assert_true(before > 40 && after > 40);
+    ecg_result_free(res);
+    ecg_signal_free(&sig);
+    ecg_engine_destroy(engine);
+}
+
+/*
+ * A mixed recording: 6 minutes of a real record with four unreadable stretches put in: a flat
+ * line at the record's median, white noise of 1 mV RMS, electrode-motion noise (NSTDB em_a,
+ * 8 x its recorded amplitude: about -10 dB SNR in the NSTDB sense) and a lead-off at the rail.
+ */
+static void test_mixed_recording(void **state)
+{
+    struct ecg_engine *engine = engine_cpu();
+    struct ecg_signal em = {0};
+    read_path(NOISE "/em_a", &em);
+    const char *names[] = {"118", "101", "209", "215"};
+    const double at[][2] = {{30, 45}, {90, 110}, {170, 200}, {260, 275}};
+    const enum ecg_quality_reason why[] = {ECG_QUALITY_FLAT, ECG_QUALITY_NOISE,
+                                           ECG_QUALITY_NOISE, ECG_QUALITY_LEAD_OFF};
+    for (size_t r = 0; r < 4; r++) {
+        struct ecg_signal sig = {0};
+        read_record(names[r], 360.0, &sig);
+        float med = median_of(sig.samples, sig.n);
+        uint64_t seed = 42 + r;
+        for (size_t k = 0; k < 4; k++) {
+            for (size_t i = (size_t)(at[k][0] * 360); i < (size_t)(at[k][1] * 360); i++) {
+                float *x = &sig.samples[i];
+                switch (k) {
+                case 0: *x = med; break;
+                case 1: *x += (float)gauss(&seed); break;
+                case 2: *x += 8.0f * em.samples[i + 360 * 600]; break;
+                default: break;
+                }
+            }
+        }
+        /* the rail: 2 mV above anything else in the recording */
+        float top = sig.samples[0];
+        for (size_t i = 0; i < sig.n; i++)
+            top = fmaxf(top, sig.samples[i]);
+        for (size_t i = (size_t)(at[3][0] * 360); i < (size_t)(at[3][1] * 360); i++)
+            sig.samples[i] = top + 2.0f;
+        struct ecg_result *res = analyze(engine, &sig);
+        for (size_t k = 0; k < 4; k++) {
+            char what[64];
+            snprintf(what, sizeof what, "%s: %s", names[r], ecg_quality_reason_name(why[k]));
+            assert_found(res, at[k][0], at[k][1], why[k], what);
+        }
+        assert_nothing_else(res, at, 4);
+        assert_int_equal(res->quality.verdict, ECG_VERDICT_DEGRADED);
+        ecg_result_free(res);
+        ecg_signal_free(&sig);
+    }
+    ecg_signal_free(&em);
+    ecg_engine_destroy(engine);
+}
+
+/* The shared records are clinical recordings, noisy in places (108's baseline, 207's
+ * ventricular flutter) but readable: at least 90 % of each, 99 % of most. */
+static void test_clean_records(void **state)
+{
+    size_t mostly = 0;
+    for (size_t r = 0; r < N_RECORDS; r++) {
+        struct ecg_signal sig = {0};
+        struct ecg_error err = {0};
+        read_record(records[r], 0, &sig);
+        struct ecg_quality_geometry g = ecg_quality_geometry_of(sig.n, sig.fs_hz);
+        struct ecg_quality_window *w = calloc(g.n_win, sizeof *w);
+        uint8_t *reason = malloc(g.n_win);
+        float *score = malloc(g.n_win * sizeof *score);
+        assert_true(w && reason && score);
+        cpu_quality_features(sig.samples, sig.n, sig.fs_hz, w);
+        assert_int_equal(ecg_quality_classify(w, g.n_win, sig.fs_hz, reason, score, &err),
+                         ECG_OK);
+        size_t bad = 0;
+        for (size_t j = 0; j < g.n_win; j++) {
+            bad += reason[j] != ECG_QUALITY_OK;
+            assert_true(score[j] >= 0.0f && score[j] <= 1.0f);
+            assert_true(reason[j] == ECG_QUALITY_OK || score[j] == 0.0f);
+        }
+        double usable = 1.0 - (double)bad / (double)g.n_win;
+        printf("# %s: usable %.4f\n", records[r], usable);
+        if (usable < 0.9)
+            fail_msg("record %s: only %.1f %% readable", records[r], 100 * usable);
+        mostly += usable >= 0.99;
+        free(w);
+        free(reason);
+        free(score);
+        ecg_signal_free(&sig);
+    }
+    assert_true(mostly >= N_RECORDS - 4);
+}
+
+/* The features: exact counts on a hand-made signal. */
+static void test_features(void **state)
+{
+    float x[20] = {0, 0, 0, 1, 2, 2, 5, 5, 5, 1, 3, -1, -1, 0, 0, 0, 0, 0, 0, 0};
+    struct ecg_quality_window w[2];
+    /* 10 Hz: windows of 10 samples, QRS lag 1 (0.2 rounds to 0: at least 1), HF lag 1 */
+    struct ecg_quality_geometry g = ecg_quality_geometry_of(20, 10.0);
+    assert_int_equal(g.len, 10);
+    assert_int_equal(g.n_win, 2);
+    assert_int_equal(g.lag_qrs, 1);
+    assert_int_equal(g.lag_hf, 1);
+    cpu_quality_features(x, 20, 10.0, w);
+    assert_int_equal(w[0].n, 10);
+    assert_true(w[0].x_min == 0.0f && w[0].x_max == 5.0f);
+    assert_int_equal(w[0].n_repeat, 5);  /* 0=0, 0=0, 2=2, 5=5, 5=5 */
+    assert_int_equal(w[0].n_at_max, 3);  /* 5, 5, 5 */
+    assert_int_equal(w[0].n_at_min, 3);  /* 0, 0, 0 */
+    assert_int_equal(w[0].qrs_n, 9);
+    /* d = 0 0 1 1 0 3 0 0 -4 */
+    assert_true(w[0].qrs_s1 == 1.0 && w[0].qrs_s2 == 27.0 && w[0].qrs_s4 == 1 + 1 + 81 + 256);
+    assert_true(w[0].qrs_s3 == 1 + 1 + 27 - 64);
+    assert_int_equal(w[1].n_at_min, 2); /* -1, -1 (the window's minimum) */
+    assert_int_equal(w[1].hf_n, 8);     /* differences stay inside the window */
+    assert_int_equal(w[1].qrs_n, 9);
+    /* 1000 Hz: QRS lag 20 samples, HF lag 4, windows of 1000 */
+    g = ecg_quality_geometry_of(2500, 1000.0);
+    assert_int_equal(g.len, 1000);
+    assert_int_equal(g.n_win, 3);
+    assert_int_equal(g.lag_qrs, 20);
+    assert_int_equal(g.lag_hf, 4);
+}
+
+static void test_json(void **state)
+{
+    struct ecg_engine *engine = engine_cpu();
+    struct ecg_signal sig = {0};
+    read_record("118", 120.0, &sig);
+    for (size_t i = 50 * 360; i < 70 * 360; i++)
+        sig.samples[i] = 0.0f;
+    struct ecg_result *res = analyze(engine, &sig);
+    struct ecg_buf out = {0};
+    ecg_result_write_json(res, engine, ECG_INCLUDE_ALL, &out);
+    cJSON *doc = cJSON_Parse(out.data);
+    assert_non_null(doc);
+    cJSON *q = cJSON_GetObjectItem(doc, "quality");
+    assert_string_equal(cJSON_GetObjectItem(q, "verdict")->valuestring, "degraded");
+    assert_string_equal(cJSON_GetObjectItem(q, "reason")->valuestring, "flat");
+    cJSON *segs = cJSON_GetObjectItem(q, "segments");
+    assert_int_equal(cJSON_GetArraySize(segs), 1);
+    cJSON *s0 = cJSON_GetArrayItem(segs, 0);
+    assert_string_equal(cJSON_GetObjectItem(s0, "reason")->valuestring, "flat");
+    double start = cJSON_GetObjectItem(s0, "start")->valuedouble;
+    double start_sample = cJSON_GetObjectItem(s0, "start_sample")->valuedouble;
+    assert_true(fabs(start * 360.0 - start_sample) < 0.5);
+    assert_true(fabs(start - 50.0) <= 2.0);
+    cJSON *beats = cJSON_GetObjectItem(doc, "beats");
+    const char *cols[] = {"quality", "readable", "nn"};
+    for (size_t c = 0; c < 3; c++)
+        assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(beats, cols[c])),
+                         (int)res->n_beats);
+    cJSON *intervals = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "summary"), "intervals");
+    assert_string_equal(cJSON_GetObjectItem(intervals, "used")->valuestring, "nn");
+    assert_int_equal(cJSON_GetObjectItem(intervals, "nn")->valuedouble, res->hrv.n_nn);
+    cJSON_Delete(doc);
+    ecg_buf_fini(&out);
+    ecg_result_free(res);
+    ecg_signal_free(&sig);
+    ecg_engine_destroy(engine);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_features),       cmocka_unit_test(test_flat_line),
+        cmocka_unit_test(test_clipped),        cmocka_unit_test(test_white_noise),
+        cmocka_unit_test(test_sine),           cmocka_unit_test(test_lead_off_stretch),
+        cmocka_unit_test(test_mixed_recording), cmocka_unit_test(test_clean_records),
+        cmocka_unit_test(test_json),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
