@@ -21,7 +21,7 @@ static const char *const conn_event_names[SVC_CONN_EVENT_COUNT] = {
 };
 
 static const char *const stage_names[SVC_STAGE_COUNT] = {
-    "read", "resample", "filter", "detect", "embed", "encode", "total",
+    "read", "resample", "filter", "detect", "embed", "encode", "quality", "total",
 };
 
 void svc_metrics_init(struct svc_metrics *metrics)
@@ -73,7 +73,7 @@ void svc_metrics_analysis(struct svc_metrics *metrics, const struct ecg_timing *
 {
     const double stage_ms[SVC_STAGE_COUNT] = {
         timing->read_ms,  timing->resample_ms, timing->filter_ms, timing->detect_ms,
-        timing->embed_ms, timing->encode_ms,   timing->total_ms,
+        timing->embed_ms, timing->encode_ms,   timing->quality_ms, timing->total_ms,
     };
     pthread_mutex_lock(&metrics->mutex);
     for (size_t i = 0; i < SVC_STAGE_COUNT; i++)
