@@ -103,27 +103,19 @@ if [[ " $parts " == *" sanitize "* ]]; then
             fi
             [ "$rc" -eq 0 ] || status=1
         done
-        if [ -x "$dir/test_gpu_quality" ]; then
-            echo "== compute-sanitizer --tool memcheck, quality features (quick subset)"
+        # uploads: the parsers reading a streamed body in place (exactly its bytes, no slack
+        # after them); quality: the per-window features kernel
+        for part in upload quality; do
+            [ -x "$dir/test_gpu_$part" ] || continue
+            echo "== compute-sanitizer --tool memcheck, $part (quick subset)"
             ECG_GPU_QUICK=1 CMOCKA_MESSAGE_OUTPUT=stdout \
                 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 42 \
-                --leak-check no "$dir/test_gpu_quality" >"$out/sanitize-quality.log" 2>&1
+                --leak-check no "$dir/test_gpu_$part" >"$out/sanitize-$part.log" 2>&1
             rc=$?
-            tail -n 8 "$out/sanitize-quality.log"
-            echo "sanitizer memcheck (quality) exit $rc"
+            tail -n 25 "$out/sanitize-$part.log"
+            echo "sanitizer memcheck ($part) exit $rc"
             [ "$rc" -eq 0 ] || status=1
-        fi
-        if [ -x "$dir/test_gpu_upload" ]; then
-            # the parsers reading a streamed body in place: exactly its bytes, no slack after them
-            echo "== compute-sanitizer --tool memcheck, uploads (quick subset)"
-            ECG_GPU_QUICK=1 CMOCKA_MESSAGE_OUTPUT=stdout \
-                timeout 240 compute-sanitizer --tool memcheck --error-exitcode 42 \
-                --leak-check no "$dir/test_gpu_upload" >"$out/sanitize-upload.log" 2>&1
-            rc=$?
-            tail -n 25 "$out/sanitize-upload.log"
-            echo "sanitizer memcheck (uploads) exit $rc"
-            [ "$rc" -eq 0 ] || status=1
-        fi
+        done
     else
         echo "compute-sanitizer not found"
     fi

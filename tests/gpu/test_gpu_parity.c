@@ -34,6 +34,7 @@
 #include <cmocka.h>
 #include <edflib.h>
 
+#include "gpu_pair.h"
 #include "reader_fixtures.h"
 
 #include "backend.h"
@@ -47,29 +48,6 @@ static const char *const records[] = {"101", "106", "108", "109", "112", "114", 
 #define N_RECORDS (sizeof records / sizeof records[0])
 
 /* ---------------------------------------------------------------- fixtures */
-
-struct pair {
-    const struct ecg_backend_ops *cpu, *gpu;
-    void *cpu_state, *gpu_state;
-    void *cpu_ctx, *gpu_ctx;
-    struct ecg_model *model;
-};
-
-static bool device_present(void)
-{
-    const struct ecg_backend_ops *gpu = ecg_cuda_backend_ops();
-    if (!gpu)
-        return false;
-    struct ecg_engine_config config = {.backend = ECG_BACKEND_CUDA, .device = -1};
-    struct ecg_error err = {0};
-    void *state = NULL;
-    if (gpu->open(&config, &state, &err) != ECG_OK) {
-        printf("# no CUDA device: %s\n", err.message);
-        return false;
-    }
-    gpu->close(state);
-    return true;
-}
 
 /* A model with random weights and a fixed calibration (the network, not its training, is
  * under test). */
@@ -101,48 +79,9 @@ static struct ecg_model *random_model(uint64_t seed)
 
 static int setup(void **state)
 {
-    if (!device_present()) {
-        *state = NULL;
-        return 0;
-    }
-    struct pair *p = calloc(1, sizeof *p);
-    assert_non_null(p);
-    p->model = random_model(7);
-    struct ecg_engine_config config = {.backend = ECG_BACKEND_CUDA, .model = p->model,
-                                       .device = -1};
-    struct ecg_error err = {0};
-    p->cpu = &ecg_cpu_backend;
-    p->gpu = ecg_cuda_backend_ops();
-    assert_int_equal(p->cpu->open(&config, &p->cpu_state, &err), ECG_OK);
-    assert_int_equal(p->gpu->open(&config, &p->gpu_state, &err), ECG_OK);
-    assert_int_equal(p->cpu->ctx_create(p->cpu_state, &p->cpu_ctx, &err), ECG_OK);
-    assert_int_equal(p->gpu->ctx_create(p->gpu_state, &p->gpu_ctx, &err), ECG_OK);
-    printf("# device: %s\n", p->gpu->device(p->gpu_state));
-    *state = p;
+    *state = pair_open(ecg_cuda_backend_ops() ? random_model(7) : NULL);
     return 0;
 }
-
-static int teardown(void **state)
-{
-    struct pair *p = *state;
-    if (!p)
-        return 0;
-    p->cpu->ctx_destroy(p->cpu_ctx);
-    p->gpu->ctx_destroy(p->gpu_ctx);
-    p->cpu->close(p->cpu_state);
-    p->gpu->close(p->gpu_state);
-    ecg_model_free(p->model);
-    free(p);
-    return 0;
-}
-
-#define NEED_DEVICE(state)                                                                    \
-    do {                                                                                      \
-        if (!*(state)) {                                                                      \
-            printf("# SKIP: no CUDA device on this machine\n");                               \
-            skip();                                                                           \
-        }                                                                                     \
-    } while (0)
 
 static bool quick(void)
 {
@@ -1467,5 +1406,5 @@ int main(void)
         cmocka_set_test_filter(only);
     if (leave && *leave)
         cmocka_set_skip_filter(leave);
-    return cmocka_run_group_tests_name("gpu_parity", tests, setup, teardown);
+    return cmocka_run_group_tests_name("gpu_parity", tests, setup, pair_teardown);
 }

@@ -26,6 +26,7 @@
 
 #include "backend.h"
 #include "ecg.h"
+#include "gpu_pair.h"
 #include "plan.h"
 #include "quality.h"
 
@@ -34,54 +35,11 @@ static const char *const records[] = {"101", "106", "108", "109", "112", "114", 
                                       "208", "209", "215", "220", "223", "230"};
 #define N_RECORDS (sizeof records / sizeof records[0])
 
-struct pair {
-    const struct ecg_backend_ops *cpu, *gpu;
-    void *cpu_state, *gpu_state, *cpu_ctx, *gpu_ctx;
-};
-
 static int setup(void **state)
 {
-    *state = NULL;
-    const struct ecg_backend_ops *gpu = ecg_cuda_backend_ops();
-    struct ecg_engine_config config = {.backend = ECG_BACKEND_CUDA, .device = -1};
-    struct ecg_error err = {0};
-    struct pair *p = calloc(1, sizeof *p);
-    assert_non_null(p);
-    if (!gpu || gpu->open(&config, &p->gpu_state, &err) != ECG_OK) {
-        printf("# no CUDA device: %s\n", gpu ? err.message : "built without CUDA");
-        free(p);
-        return 0;
-    }
-    p->cpu = &ecg_cpu_backend;
-    p->gpu = gpu;
-    assert_int_equal(p->cpu->open(&config, &p->cpu_state, &err), ECG_OK);
-    assert_int_equal(p->cpu->ctx_create(p->cpu_state, &p->cpu_ctx, &err), ECG_OK);
-    assert_int_equal(p->gpu->ctx_create(p->gpu_state, &p->gpu_ctx, &err), ECG_OK);
-    printf("# device: %s\n", p->gpu->device(p->gpu_state));
-    *state = p;
+    *state = pair_open(NULL);
     return 0;
 }
-
-static int teardown(void **state)
-{
-    struct pair *p = *state;
-    if (!p)
-        return 0;
-    p->cpu->ctx_destroy(p->cpu_ctx);
-    p->gpu->ctx_destroy(p->gpu_ctx);
-    p->cpu->close(p->cpu_state);
-    p->gpu->close(p->gpu_state);
-    free(p);
-    return 0;
-}
-
-#define NEED_DEVICE(state)                                                                    \
-    do {                                                                                      \
-        if (!*(state)) {                                                                      \
-            printf("# SKIP: no CUDA device on this machine\n");                               \
-            skip();                                                                           \
-        }                                                                                     \
-    } while (0)
 
 static size_t n_records(void)
 {
@@ -308,5 +266,5 @@ int main(void)
         cmocka_unit_test(test_features_records),
         cmocka_unit_test(test_engine_quality),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, pair_teardown);
 }
