@@ -77,19 +77,52 @@ const char *ecg_quality_verdict_name(enum ecg_quality_verdict verdict)
     return "unknown";
 }
 
-static int cmp_double(const void *a, const void *b)
+/* The k-th smallest of v[0, n) (k < n), by quickselect (reorders v): O(n) on average, and no
+ * value is NaN (callers map NaN first). */
+static double select_kth(double *v, size_t n, size_t k)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    size_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        double pivot = v[lo + (hi - lo) / 2];
+        size_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] < pivot)
+                i++;
+            while (v[j] > pivot)
+                j--;
+            if (i <= j) {
+                double tmp = v[i];
+                v[i] = v[j];
+                v[j] = tmp;
+                i++;
+                if (j == 0)
+                    break;
+                j--;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            return v[k];
+    }
+    return v[k];
 }
 
-/* Median of v[0, n) (sorts v); 0 for n == 0. */
+/* Median of v[0, n) (reorders v); 0 for n == 0. */
 static double median_of(double *v, size_t n)
 {
     if (!n)
         return 0.0;
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    double upper = select_kth(v, n, n / 2);
+    if (n % 2)
+        return upper;
+    /* the lower middle is the largest value below index n / 2 after the selection */
+    double lower = v[0];
+    for (size_t i = 1; i < n / 2; i++)
+        lower = v[i] > lower ? v[i] : lower;
+    return 0.5 * (lower + upper);
 }
 
 /* The recording-wide references every window is compared with. */
