@@ -131,7 +131,27 @@ struct ecg_backend_ops {
     enum ecg_status (*load_upload)(void *ctx, void *up, size_t len,
                                    const struct ecg_read_opts *opts, size_t *n, double *fs_hz,
                                    char lead[32], bool *from_device, struct ecg_error *err);
+
+    /* Kept traces (ecg.h, struct ecg_trace), all four required:
+     * trace_keep: copies the ctx's loaded input signal (ECG_BUF_INPUT) into new memory of the
+     *   backend's own (CUDA: device memory on the ctx's device); *bytes gets what it holds.
+     * trace_minmax: ecg_minmax() of the kept samples, computed where they are (the engine has
+     *   checked the range; B = min(n_buckets, end - start) >= 1). Any thread, concurrently on
+     *   the same trace.
+     * trace_read: copies samples [start, start + n) to host. Any thread.
+     * trace_free: frees it (NULL ok). */
+    enum ecg_status (*trace_keep)(void *ctx, void **trace, size_t *bytes, struct ecg_error *err);
+    enum ecg_status (*trace_minmax)(void *trace, size_t start, size_t end, size_t n_buckets,
+                                    struct ecg_minmax *out, struct ecg_error *err);
+    enum ecg_status (*trace_read)(void *trace, size_t start, size_t n, float *host,
+                                  struct ecg_error *err);
+    void (*trace_free)(void *trace);
 };
+
+/* engine/trace.c: wraps a backend trace of n samples into the public object (NULL when out of
+ * memory: the backend trace is then freed). */
+struct ecg_trace *ecg_trace_wrap(const struct ecg_backend_ops *ops, void *backend, size_t n,
+                                 size_t bytes);
 
 extern const struct ecg_backend_ops ecg_cpu_backend;
 /* NULL in a build without CUDA. Defined by the one file that decides (engine/backends.c). */

@@ -473,6 +473,57 @@ enum ecg_status ecg_engine_analyze_embed(struct ecg_engine *engine,
                                          struct ecg_result **out, float **embedding,
                                          struct ecg_error *err) ECG_WUR;
 
+/*
+ * Kept recordings, for browsing an analysis after it is answered (the service's /v1/analyses):
+ * a trace is the input-grid signal of one analysis kept in the backend's memory (device memory
+ * with CUDA, host memory on the CPU), reduced there for drawing and read back in small windows.
+ *
+ * Ownership and threading: a trace belongs to its caller and must be freed (ecg_trace_free)
+ * before its engine is destroyed. Reading a trace (len, bytes, minmax, read) is thread-safe:
+ * several threads may reduce the same trace at once; freeing it must wait for them.
+ */
+struct ecg_trace;
+
+/*
+ * ecg_engine_analyze_bytes() (up NULL) or ecg_engine_analyze_upload() (up not NULL; buf is
+ * ignored) that also keeps the loaded signal as *trace and, when embedding is not NULL, hands
+ * back the embedded beats as ecg_engine_analyze_embed() does. Same contract; on failure *out,
+ * *trace and *embedding are NULL.
+ */
+enum ecg_status ecg_engine_analyze_keep(struct ecg_engine *engine, struct ecg_upload *up,
+                                        const void *buf, size_t len,
+                                        const struct ecg_read_opts *opts, struct ecg_result **out,
+                                        struct ecg_trace **trace, float **embedding,
+                                        struct ecg_error *err) ECG_WUR;
+
+/* Samples in the trace, and the bytes of memory it holds (host or device). NULL: 0. */
+size_t ecg_trace_len(const struct ecg_trace *trace);
+size_t ecg_trace_bytes(const struct ecg_trace *trace);
+
+/*
+ * Min/max decimation (the reduction of M4 without first/last): the samples [start, end) are cut
+ * into B = min(n_buckets, end - start) buckets, bucket b covering
+ * [start + floor(b * len / B), start + floor((b + 1) * len / B)), and out[b] gets the index and
+ * value of its smallest and of its largest sample (of equal values, the first). The CPU backend
+ * computes it with ecg_minmax() (the reference), CUDA on the device copy; results are identical.
+ * *n_out gets B. ECG_ERR_ARG when start >= end, end > len or n_buckets is 0.
+ */
+struct ecg_minmax {
+    int64_t i_min, i_max;
+    float v_min, v_max;
+};
+enum ecg_status ecg_trace_minmax(const struct ecg_trace *trace, size_t start, size_t end,
+                                 size_t n_buckets, struct ecg_minmax *out, size_t *n_out,
+                                 struct ecg_error *err) ECG_WUR;
+/* The same reduction of host samples x (the reference); returns B. */
+size_t ecg_minmax(const float *x, size_t start, size_t end, size_t n_buckets,
+                  struct ecg_minmax *out);
+
+/* Copies samples [start, start + n) of the trace into out. ECG_ERR_ARG when out of range. */
+enum ecg_status ecg_trace_read(const struct ecg_trace *trace, size_t start, size_t n, float *out,
+                               struct ecg_error *err) ECG_WUR;
+void ecg_trace_free(struct ecg_trace *trace);
+
 /* Shortest recording the engine analyses, in seconds (shorter ones get ECG_ERR_UNSUPPORTED). */
 #define ECG_MIN_DURATION_S 2.0
 

@@ -330,6 +330,7 @@ struct analyze_input {
     size_t len;
     const struct ecg_read_opts *opts;
     struct ecg_upload *upload;
+    struct ecg_trace **trace; /* keep the loaded signal here (ecg_engine_analyze_keep) */
 };
 
 /* The labels of the leads an analysis used, the first one the model's. */
@@ -473,6 +474,18 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
             goto out;
         }
     }
+    if (in->trace) {
+        void *kept = NULL;
+        size_t kept_bytes = 0;
+        status = ops->trace_keep(ctx, &kept, &kept_bytes, err);
+        if (status != ECG_OK)
+            goto out;
+        *in->trace = ecg_trace_wrap(ops, kept, n_in, kept_bytes);
+        if (!*in->trace) {
+            status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "trace");
+            goto out;
+        }
+    }
     result->n_samples = n_in;
     result->fs_hz = fs_hz;
     snprintf(result->lead, sizeof result->lead, "%s", leads.name[0]);
@@ -495,6 +508,10 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
         emb = NULL;
     }
 out:
+    if (status != ECG_OK && in->trace) {
+        ecg_trace_free(*in->trace);
+        *in->trace = NULL;
+    }
     release_ctx(engine, slot);
     ecg_result_free(result);
     free(emb);
@@ -577,6 +594,31 @@ enum ecg_status ecg_engine_analyze_upload(struct ecg_engine *engine, struct ecg_
     struct analyze_input in = {.bytes = up->buf, .len = len, .opts = opts ? opts : &defaults,
                                .upload = up};
     return analyze(engine, &in, out, NULL, err);
+}
+
+enum ecg_status ecg_engine_analyze_keep(struct ecg_engine *engine, struct ecg_upload *up,
+                                        const void *buf, size_t len,
+                                        const struct ecg_read_opts *opts, struct ecg_result **out,
+                                        struct ecg_trace **trace, float **embedding,
+                                        struct ecg_error *err)
+{
+    struct ecg_read_opts defaults = {0};
+    struct analyze_input in = {.bytes = buf, .len = len, .opts = opts ? opts : &defaults,
+                               .trace = trace};
+    *out = NULL;
+    *trace = NULL;
+    if (embedding)
+        *embedding = NULL;
+    if (up) {
+        up->used_device = false;
+        if (len > up->cap)
+            return ecg_fail(err, ECG_ERR_ARG, "bad_argument",
+                            "analyze_keep: length %zu exceeds the upload's capacity of %zu "
+                            "bytes", len, up->cap);
+        in.bytes = up->buf;
+        in.upload = up->engine == engine ? up : NULL;
+    }
+    return analyze(engine, &in, out, embedding, err);
 }
 
 bool ecg_upload_used_device(const struct ecg_upload *up)

@@ -738,4 +738,8 @@ extern "C" const struct ecg_backend_ops ecg_cuda_backend = {
     /* .upload_free = */ cuda_upload_free,
     /* .upload_prefers_ctx = */ cuda_upload_prefers_ctx,
     /* .load_upload = */ cuda_load_upload,
+    /* .trace_keep = */ cuda_trace_keep,
+    /* .trace_minmax = */ cuda_trace_minmax,
+    /* .trace_read = */ cuda_trace_read,
+    /* .trace_free = */ cuda_trace_free,
 };

@@ -14,6 +14,7 @@
  *   cuda_decide.cu    the detector's adaptive pass (twin of engine/cpu/decide.c)
  *   cuda_embed.cu     segmentation, median/MAD, embedding (twin of segment.c / embed)
  *   cuda_quality.cu   signal-quality features (twin of engine/cpu/quality_features.c)
+ *   cuda_trace.cu     kept traces and their min/max decimation (twin of engine/trace.c)
  *   cuda_vae.cu       VAE: the path choice, the block-per-beat kernel, the score (twin of
  *                     engine/cpu/vae.c); cuda_vae_warp.cu (the default architecture, one warp
  *                     per beat) and cuda_vae_cudnn.cu (cuDNN layer by layer), see cuda_vae.h
@@ -208,6 +209,13 @@ enum ecg_status cuda_load_upload(void *ctx, void *up, size_t len,
                                  char lead[32], bool *from_device, struct ecg_error *err);
 enum ecg_status cuda_load_extra(void *ctx, const float *const *leads, size_t n_leads, size_t n,
                                 struct ecg_error *err);
+/* Kept traces (cuda_trace.cu), the backend ops of the same names (backend.h). */
+enum ecg_status cuda_trace_keep(void *ctx, void **trace, size_t *bytes, struct ecg_error *err);
+enum ecg_status cuda_trace_minmax(void *trace, size_t start, size_t end, size_t buckets,
+                                  struct ecg_minmax *out, struct ecg_error *err);
+enum ecg_status cuda_trace_read(void *trace, size_t start, size_t n, float *host,
+                                struct ecg_error *err);
+void cuda_trace_free(void *trace);
 enum ecg_status cuda_resample(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 enum ecg_status cuda_filter(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 enum ecg_status cuda_detect(void *ctx, const struct ecg_plan *plan, size_t *n_beats,

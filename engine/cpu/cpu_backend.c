@@ -380,6 +380,59 @@ static enum ecg_status cpu_write_buf(void *ctx, enum ecg_stage_buf which, const 
     }
 }
 
+/* ---- kept traces: a host copy of the input; the reduction is ecg_minmax(), the reference */
+
+struct cpu_trace {
+    float *x;
+    size_t n;
+};
+
+static enum ecg_status cpu_trace_keep(void *ctx, void **trace, size_t *bytes,
+                                      struct ecg_error *err)
+{
+    struct cpu_ctx *c = ctx;
+    struct cpu_trace *t = calloc(1, sizeof *t);
+    float *x = malloc((c->n_in ? c->n_in : 1) * sizeof *x);
+    if (!t || !x) {
+        free(t);
+        free(x);
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "trace of %zu samples", c->n_in);
+    }
+    memcpy(x, c->x, c->n_in * sizeof *x);
+    t->x = x;
+    t->n = c->n_in;
+    *trace = t;
+    *bytes = sizeof *t + c->n_in * sizeof *x;
+    return ECG_OK;
+}
+
+static enum ecg_status cpu_trace_minmax(void *trace, size_t start, size_t end, size_t n_buckets,
+                                        struct ecg_minmax *out, struct ecg_error *err)
+{
+    struct cpu_trace *t = trace;
+    (void)err;
+    ecg_minmax(t->x, start, end, n_buckets, out);
+    return ECG_OK;
+}
+
+static enum ecg_status cpu_trace_read(void *trace, size_t start, size_t n, float *host,
+                                      struct ecg_error *err)
+{
+    struct cpu_trace *t = trace;
+    (void)err;
+    memcpy(host, t->x + start, n * sizeof *host);
+    return ECG_OK;
+}
+
+static void cpu_trace_free(void *trace)
+{
+    struct cpu_trace *t = trace;
+    if (!t)
+        return;
+    free(t->x);
+    free(t);
+}
+
 const struct ecg_backend_ops ecg_cpu_backend = {
     .name = "cpu",
     .open = cpu_open,
@@ -399,4 +452,8 @@ const struct ecg_backend_ops ecg_cpu_backend = {
     .fetch = cpu_fetch,
     .read_buf = cpu_read_buf,
     .write_buf = cpu_write_buf,
+    .trace_keep = cpu_trace_keep,
+    .trace_minmax = cpu_trace_minmax,
+    .trace_read = cpu_trace_read,
+    .trace_free = cpu_trace_free,
 };

@@ -10,11 +10,12 @@ dir=.gpu-run
 bundle=../shared/tools/bundle-libs
 make -j2 all build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory \
     build/tests/gpu/test_gpu_upload build/tests/gpu/test_gpu_leads \
-    build/tests/gpu/test_gpu_quality build/bench/bench_gpu build/bench/http_sink
+    build/tests/gpu/test_gpu_quality build/tests/gpu/test_gpu_trace build/bench/bench_gpu \
+    build/bench/http_sink
 mkdir -p "$dir"
 for bin in build/ecgd build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory \
            build/tests/gpu/test_gpu_upload build/tests/gpu/test_gpu_leads \
-           build/tests/gpu/test_gpu_quality build/bench/bench_gpu \
+           build/tests/gpu/test_gpu_quality build/tests/gpu/test_gpu_trace build/bench/bench_gpu \
            build/bench/http_sink; do
     "$bundle" "$bin" "$dir" >/dev/null
 done

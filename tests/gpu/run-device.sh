@@ -14,6 +14,8 @@
 # HTTP sink, a CUDA-backed and a CPU-backed server on the same machine in one run, every figure
 # also as a ratio to the sink (STRIP_SIZES, STRIP_DURATION (default 5s per cell), BIG_CONNS,
 # WRK_THREADS override).
+# "tests" includes test_gpu_trace (kept traces, min/max decimation on the device); "http"
+# includes tests/e2e/test_analyses.sh (/v1/analyses) against a CUDA-backed server.
 # Logs and tables go to $OUT when it is set, else to DIR/out.
 set -u
 dir=${1:-.gpu-run}
@@ -55,6 +57,22 @@ if [[ " $parts " == *" tests "* ]] && [ -x "$dir/test_gpu_upload" ]; then
     echo "== request bodies streamed to the device as they arrive (uploads)"
     CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_upload" 2>&1 | tee "$out/upload.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+if [[ " $parts " == *" tests "* ]] && [ -x "$dir/test_gpu_trace" ]; then
+    echo "== kept traces: min/max decimation on the device against the CPU reference"
+    CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_trace" 2>&1 | tee "$out/trace.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+if [[ " $parts " == *" http "* ]] && [ -x "$dir/ecgd" ] && command -v curl >/dev/null; then
+    echo "== analyses resource (/v1/analyses) against a CUDA-backed server"
+    ECGD=$dir/ecgd ECGD_TEST_BACKEND=cuda ECG_SHARED_DATA=$dir/data timeout 400 \
+        bash tests/e2e/test_analyses.sh >"$out/analyses.log" 2>&1
+    rc=$?
+    grep -E '^not ok' "$out/analyses.log" | head -20
+    echo "analyses: $(grep -c '^ok' "$out/analyses.log") ok, $(grep -c '^not ok' "$out/analyses.log") not ok, exit $rc"
+    [ "$rc" -eq 0 ] || status=1
 fi
 
 if [[ " $parts " == *" http "* ]] && [ -x "$dir/ecgd" ] && command -v curl >/dev/null; then
