@@ -243,6 +243,12 @@ enum MHD_Result svc_admission_headers(struct svc_request *req, const char *versi
     if (!framing_ok(req, version, &declared, &has_length))
         return refuse_framing(req);
 
+    /* CORS preflights carry no token (browsers never send one): answered for known routes. */
+    if (!strcmp(req->method, "OPTIONS") && req->route != SVC_ROUTE_UNKNOWN &&
+        route_on_listener(req)) {
+        svc_cors_preflight(req);
+        return answer_refusal(req);
+    }
     /* The token first: without it, which paths exist and what they accept is not told. */
     if (path_needs_token(req) && !svc_token_ok(srv, req->conn)) {
         svc_answer_error(req, MHD_HTTP_UNAUTHORIZED, "unauthorized",
@@ -254,9 +260,7 @@ enum MHD_Result svc_admission_headers(struct svc_request *req, const char *versi
         return REFUSE(req, MHD_HTTP_NOT_FOUND, "not_found", "no route %s %.200s%s", req->method,
                       req->path, req->admin ? " on the admin port" : "");
     bool is_get = route_is_get(req->route);
-    bool method_ok = is_get ? !strcmp(req->method, "GET") || !strcmp(req->method, "HEAD")
-                            : !strcmp(req->method, def->method);
-    if (!method_ok) {
+    if (!svc_route_allows(def, req->method)) {
         svc_answer_error(req, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
                          "%s does not accept %s (allowed: %s)", def->pattern, req->method,
                          def->allow);
@@ -284,7 +288,8 @@ enum MHD_Result svc_admission_headers(struct svc_request *req, const char *versi
                       def->pattern, declared, req->body_limit);
 
     bool needs_models = req->route == SVC_ROUTE_ANALYZE || req->route == SVC_ROUTE_MODELS ||
-                        req->route == SVC_ROUTE_MODEL || req->route == SVC_ROUTE_DECODE;
+                        req->route == SVC_ROUTE_MODEL || req->route == SVC_ROUTE_DECODE ||
+                        req->route == SVC_ROUTE_ANALYSES;
     if (needs_models && !atomic_load(&srv->ready)) {
         svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
                          "the engine and models are still loading");
@@ -294,8 +299,9 @@ enum MHD_Result svc_admission_headers(struct svc_request *req, const char *versi
     if (is_get)
         return MHD_YES;
 
-    bool prepared = req->route == SVC_ROUTE_ANALYZE ? svc_analyze_prepare(req)
-                                                    : svc_decode_prepare(req);
+    bool prepared = req->route == SVC_ROUTE_ANALYZE    ? svc_analyze_prepare(req)
+                    : req->route == SVC_ROUTE_ANALYSES ? svc_analyses_prepare(req)
+                                                       : svc_decode_prepare(req);
     if (!prepared)
         return answer_refusal(req);
     req->opts.max_samples = svc_memory_max_samples(&srv->memory);
@@ -341,6 +347,8 @@ static void request_job(struct svc_job *job, bool cancelled)
         req->retry_after_s = 1;
     } else if (req->route == SVC_ROUTE_ANALYZE) {
         svc_analyze_run(req);
+    } else if (req->route == SVC_ROUTE_ANALYSES) {
+        svc_analyses_run(req);
     } else {
         svc_decode_run(req);
     }
@@ -399,6 +407,8 @@ enum MHD_Result svc_admission_complete(struct svc_request *req)
         return answer_unavailable(req, "memory_busy",
                                   "the analysis does not fit in the memory budget now; retry "
                                   "later");
+    if (req->route == SVC_ROUTE_ANALYSES && svc_analyses_async(req))
+        return svc_answer_send(req); /* 202: the analysis goes on without this request */
     req->phase = SVC_PHASE_WORKING;
     req->job.run = request_job;
     MHD_suspend_connection(req->conn);

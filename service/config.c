@@ -71,6 +71,18 @@ static const struct opt_def opts[] = {
      1u << 24, "MB", "memory the requests may reserve together; a request whose worst case "
      "does not fit gets 503 + Retry-After (0 = 3/4 of the cgroup memory.max, else of RAM; "
      "default 0)"},
+    {"--store-mb", "ECGD_STORE_MB", OPT_MB, FIELD(store_bytes), 1, 1u << 20, "MB",
+     "memory cap in MiB of the analyses kept for browsing (/v1/analyses; host and device "
+     "memory; never written to disk; default 1024)"},
+    {"--store-ttl-s", "ECGD_STORE_TTL_S", OPT_UINT, FIELD(store_ttl_s), 1, 30u * 86400u, "S",
+     "a kept analysis unused for this long is dropped (default 3600)"},
+    {"--async-mb", "ECGD_ASYNC_MB", OPT_MB, FIELD(async_min_bytes), 0, 1u << 20, "MB",
+     "POST /v1/analyses bodies of at least this many MiB sent with Prefer: respond-async are "
+     "answered 202 at once (default 100)"},
+    {"--cors-origin", "ECGD_CORS_ORIGIN", OPT_STR, FIELD(cors_origin), 0, 0, "ORIGINS",
+     "origins allowed to call the API from a browser, comma-separated "
+     "(https://a.example,https://b.example) or *; the token is still required (default: "
+     "none)"},
 };
 
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -95,6 +107,9 @@ static void config_defaults(struct svc_config *cfg)
     cfg->header_timeout_s = SVC_DEFAULT_HEADER_TIMEOUT_S;
     cfg->min_upload_kib_s = SVC_DEFAULT_MIN_UPLOAD_KIB_S;
     cfg->max_conns_per_ip = SVC_DEFAULT_MAX_CONNS_PER_IP;
+    cfg->store_bytes = (size_t)SVC_DEFAULT_STORE_MB << 20;
+    cfg->store_ttl_s = SVC_DEFAULT_STORE_TTL_S;
+    cfg->async_min_bytes = (size_t)SVC_DEFAULT_ASYNC_MB << 20;
 }
 
 /* Parses a whole decimal integer within [min, max]; false on anything else. */
@@ -174,7 +189,9 @@ static void print_help(FILE *out)
             "\n"
             "routes: POST /v1/analyze, GET /v1/models, GET /v1/models/{name},\n"
             "        POST /v1/models/{name}/decode, GET /v1/info, GET /healthz, GET /readyz,\n"
-            "        GET /v2/health/live, GET /v2/health/ready, GET /metrics, GET /openapi.json\n"
+            "        GET /v2/health/live, GET /v2/health/ready, GET /metrics, GET /openapi.json,\n"
+            "        POST /v1/analyses, GET|DELETE /v1/analyses/{id}, GET .../signal,\n"
+            "        GET .../beats/{k}, GET / (the dashboard page)\n"
             "signals: SIGTERM or SIGINT stop accepting, finish in-flight requests (up to\n"
             "        --drain-s), then exit 0. SIGHUP rescans the model directory (where the\n"
             "        registry supports it; logged either way); SIGUSR1 and SIGUSR2 are logged\n"
@@ -288,9 +305,13 @@ void svc_config_write_json(const struct svc_config *cfg, struct ecg_buf *out)
                    ",\"workers\":%u,\"io_threads\":%u,\"max_body_bytes\":%zu,\"timeout_s\":%u,"
                    "\"queue_depth\":%u,\"drain_s\":%u,\"token\":%s,\"admin_port\":%d,"
                    "\"header_timeout_s\":%u,\"min_upload_kib_s\":%u,\"max_conns_per_ip\":%u,"
-                   "\"memory_budget_bytes\":%zu}",
+                   "\"memory_budget_bytes\":%zu,\"store_bytes\":%zu,\"store_ttl_s\":%u,"
+                   "\"async_min_bytes\":%zu,\"cors_origin\":",
                    cfg->workers, cfg->io_threads, cfg->max_body_bytes, cfg->timeout_s,
                    cfg->queue_depth, cfg->drain_s, cfg->token[0] ? "\"(set)\"" : "null",
                    cfg->admin_port, cfg->header_timeout_s, cfg->min_upload_kib_s,
-                   cfg->max_conns_per_ip, cfg->memory_budget_bytes);
+                   cfg->max_conns_per_ip, cfg->memory_budget_bytes, cfg->store_bytes,
+                   cfg->store_ttl_s, cfg->async_min_bytes);
+    put_string(out, cfg->cors_origin);
+    ecg_buf_puts(out, "}");
 }

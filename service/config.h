@@ -26,6 +26,9 @@
 #define SVC_DEFAULT_HEADER_TIMEOUT_S 10u
 #define SVC_DEFAULT_MIN_UPLOAD_KIB_S 4u
 #define SVC_DEFAULT_MAX_CONNS_PER_IP 64u
+#define SVC_DEFAULT_STORE_MB 1024u
+#define SVC_DEFAULT_STORE_TTL_S 3600u
+#define SVC_DEFAULT_ASYNC_MB 100u
 
 struct svc_config {
     char bind[64];                 /* numeric IPv4 or IPv6 address to listen on */
@@ -46,6 +49,10 @@ struct svc_config {
     unsigned min_upload_kib_s;     /* slower bodies are cut (after header_timeout_s of grace) */
     unsigned max_conns_per_ip;     /* connections one client address may hold; 0 = no limit */
     size_t memory_budget_bytes;    /* 0 = from the cgroup limit, else from physical memory */
+    size_t store_bytes;            /* memory cap of the analyses kept for browsing */
+    unsigned store_ttl_s;          /* a kept analysis unused this long is dropped */
+    size_t async_min_bytes;        /* Prefer: respond-async is honoured from this body size */
+    char cors_origin[1024];        /* allowed origins, comma-separated, or "*"; "" = none */
 };
 
 enum svc_config_action {

@@ -52,6 +52,8 @@ static void answer_reset(struct svc_request *req)
     req->retry_after_s = 0;
     req->www_authenticate = false;
     /* close_connection stays: it is about the connection, not the answer */
+    req->location[0] = '\0';
+    req->cache_control = NULL;
 }
 
 void svc_answer_error(struct svc_request *req, unsigned http_status, const char *code,
@@ -124,7 +126,8 @@ enum MHD_Result svc_answer_send(struct svc_request *req)
     if (req->content_type)
         MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, req->content_type);
     MHD_add_response_header(response, "X-Request-Id", req->id);
-    MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL,
+                            req->cache_control ? req->cache_control : "no-store");
     if (req->allow)
         MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, req->allow);
     if (req->retry_after_s) {
@@ -132,6 +135,9 @@ enum MHD_Result svc_answer_send(struct svc_request *req)
         snprintf(seconds, sizeof seconds, "%u", req->retry_after_s);
         MHD_add_response_header(response, MHD_HTTP_HEADER_RETRY_AFTER, seconds);
     }
+    if (req->location[0])
+        MHD_add_response_header(response, MHD_HTTP_HEADER_LOCATION, req->location);
+    svc_cors_headers(req, response);
     if (req->www_authenticate)
         MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                 "Bearer realm=\"ecgd\"");

@@ -85,7 +85,7 @@ void svc_request_headers(struct svc_request *req, const char *url, const char *m
 
 size_t svc_request_estimate(const struct svc_request *req, size_t body_bytes)
 {
-    if (req->route == SVC_ROUTE_ANALYZE)
+    if (req->route == SVC_ROUTE_ANALYZE || req->route == SVC_ROUTE_ANALYSES)
         return svc_memory_estimate(req->opts.format, body_bytes, req->opts.fs_hz);
     /* decode: cJSON's tree of a small document, and the beats it asks for */
     return body_bytes > SIZE_MAX / 16 ? SIZE_MAX : body_bytes * 16;
@@ -101,7 +101,8 @@ void svc_request_upload_free(struct svc_request *req)
 
 void svc_request_upload_begin(struct svc_request *req, size_t cap)
 {
-    if (req->route != SVC_ROUTE_ANALYZE || req->upload || !req->body || !cap)
+    bool analysis = req->route == SVC_ROUTE_ANALYZE || req->route == SVC_ROUTE_ANALYSES;
+    if (!analysis || req->upload || !req->body || !cap)
         return;
     struct ecg_engine *engine = svc_registry_engine_if_created(&req->srv->registry, req->model);
     if (!engine)

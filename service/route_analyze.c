@@ -281,42 +281,64 @@ bool svc_analyze_prepare(struct svc_request *req)
     return true;
 }
 
-void svc_analyze_run(struct svc_request *req)
+struct ecg_result *svc_analyze_body(struct svc_request *req, struct ecg_engine **engine_out,
+                                    struct ecg_trace **trace, float **embedding)
 {
     struct svc_server *srv = req->srv;
     struct ecg_error err = {0};
     struct ecg_result *result = NULL;
-    struct ecg_buf body = {0};
 
     if (!req->body_len) {
         svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "empty_body",
                          "the request body is empty: send the recording");
-        goto out;
+        return NULL;
     }
     struct ecg_engine *engine = svc_registry_engine(&srv->registry, req->model, &err);
     if (!engine) {
         svc_answer_ecg_error(req, &err);
-        goto out;
+        return NULL;
     }
     /* The body streamed to the device while it arrived (server.c) when that could start on
      * this very engine and the body fits the upload (always: server.c begins uploads within
      * the buffer and the limit); otherwise the host bytes alone. */
     bool streamed = req->upload && req->upload_engine == engine &&
                     req->body_len <= req->upload_cap;
-    enum ecg_status status =
-        streamed ? ecg_engine_analyze_upload(engine, req->upload, req->body_len, &req->opts,
-                                             &result, &err)
-                 : ecg_engine_analyze_bytes(engine, req->body, req->body_len, &req->opts, &result,
-                                            &err);
+    enum ecg_status status;
+    if (trace)
+        status = ecg_engine_analyze_keep(engine, streamed ? req->upload : NULL, req->body,
+                                         req->body_len, &req->opts, &result, trace, embedding,
+                                         &err);
+    else if (streamed)
+        status = ecg_engine_analyze_upload(engine, req->upload, req->body_len, &req->opts,
+                                           &result, &err);
+    else
+        status = ecg_engine_analyze_bytes(engine, req->body, req->body_len, &req->opts, &result,
+                                          &err);
     if (streamed && ecg_upload_used_device(req->upload))
         svc_metrics_upload_streamed(&srv->metrics);
     if (status != ECG_OK) {
         svc_answer_ecg_error(req, &err);
-        goto out;
+        return NULL;
     }
     /* The recording is no longer needed: give its buffer back before rendering. */
     svc_request_release_body(req);
+    uint64_t outliers = 0;
+    if (result->outlier)
+        for (size_t i = 0; i < result->n_beats; i++)
+            outliers += result->outlier[i] != 0;
+    svc_metrics_analysis(&srv->metrics, &result->timing, result->n_samples, result->n_beats,
+                         outliers);
+    *engine_out = engine;
+    return result;
+}
 
+void svc_analyze_run(struct svc_request *req)
+{
+    struct ecg_engine *engine = NULL;
+    struct ecg_buf body = {0};
+    struct ecg_result *result = svc_analyze_body(req, &engine, NULL, NULL);
+    if (!result)
+        return;
     ecg_result_write_json(result, engine, req->include, &body);
     if (body.failed) {
         svc_answer_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out_of_memory",
@@ -324,12 +346,6 @@ void svc_analyze_run(struct svc_request *req)
                          result->n_beats);
         goto out;
     }
-    uint64_t outliers = 0;
-    if (result->outlier)
-        for (size_t i = 0; i < result->n_beats; i++)
-            outliers += result->outlier[i] != 0;
-    svc_metrics_analysis(&srv->metrics, &result->timing, result->n_samples, result->n_beats,
-                         outliers);
     svc_answer_body(req, MHD_HTTP_OK, &body, "application/json");
 out:
     ecg_buf_fini(&body);

@@ -104,6 +104,7 @@ static void route_metrics(struct svc_request *req)
     };
     struct ecg_buf body = {0};
     svc_metrics_render(&srv->metrics, &gauges, &body);
+    svc_store_metrics(&srv->store, &body);
     svc_answer_body(req, MHD_HTTP_OK, &body, "text/plain; version=0.0.4; charset=utf-8");
 }
 
@@ -142,7 +143,17 @@ void svc_route_get(struct svc_request *req)
     case SVC_ROUTE_MODEL:
         svc_model_get(req);
         return;
+    case SVC_ROUTE_ANALYSIS:
+    case SVC_ROUTE_ANALYSIS_SIGNAL:
+    case SVC_ROUTE_ANALYSIS_BEAT:
+        svc_analyses_get(req);
+        return;
+    case SVC_ROUTE_PAGE:
+    case SVC_ROUTE_ASSET:
+        svc_web_get(req);
+        return;
     case SVC_ROUTE_ANALYZE:
+    case SVC_ROUTE_ANALYSES:
     case SVC_ROUTE_DECODE:
     case SVC_ROUTE_UNKNOWN:
     case SVC_ROUTE_COUNT:

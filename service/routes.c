@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "routes.h"
+#include "server.h"
 
 static const struct svc_route_def route_defs[SVC_ROUTE_COUNT] = {
     [SVC_ROUTE_ANALYZE] = {SVC_ROUTE_ANALYZE, "/v1/analyze", "POST", "POST", true},
@@ -17,6 +18,15 @@ static const struct svc_route_def route_defs[SVC_ROUTE_COUNT] = {
     [SVC_ROUTE_READY] = {SVC_ROUTE_READY, "/v2/health/ready", "GET", "GET, HEAD", false},
     [SVC_ROUTE_METRICS] = {SVC_ROUTE_METRICS, "/metrics", "GET", "GET, HEAD", false},
     [SVC_ROUTE_OPENAPI] = {SVC_ROUTE_OPENAPI, "/openapi.json", "GET", "GET, HEAD", false},
+    [SVC_ROUTE_ANALYSES] = {SVC_ROUTE_ANALYSES, "/v1/analyses", "POST", "POST", true},
+    [SVC_ROUTE_ANALYSIS] = {SVC_ROUTE_ANALYSIS, "/v1/analyses/{id}", "GET", "GET, HEAD, DELETE",
+                            true},
+    [SVC_ROUTE_ANALYSIS_SIGNAL] = {SVC_ROUTE_ANALYSIS_SIGNAL, "/v1/analyses/{id}/signal", "GET",
+                                   "GET, HEAD", true},
+    [SVC_ROUTE_ANALYSIS_BEAT] = {SVC_ROUTE_ANALYSIS_BEAT, "/v1/analyses/{id}/beats/{k}", "GET",
+                                 "GET, HEAD", true},
+    [SVC_ROUTE_PAGE] = {SVC_ROUTE_PAGE, "/", "GET", "GET, HEAD", false},
+    [SVC_ROUTE_ASSET] = {SVC_ROUTE_ASSET, "/ui/{file}", "GET", "GET, HEAD", false},
     [SVC_ROUTE_UNKNOWN] = {SVC_ROUTE_UNKNOWN, "other", "", "", false},
 };
 
@@ -41,18 +51,34 @@ static bool valid_model_name(const char *name, size_t len)
     return true;
 }
 
+bool svc_route_allows(const struct svc_route_def *def, const char *method)
+{
+    size_t len = strlen(method);
+    for (const char *p = def->allow; len && (p = strstr(p, method)); p += len)
+        if ((p == def->allow || p[-1] == ' ') && (p[len] == ',' || p[len] == '\0'))
+            return true;
+    return false;
+}
+
 enum svc_route svc_route_match(const char *path, char *name, size_t name_size)
 {
     static const enum svc_route fixed[] = {
         SVC_ROUTE_ANALYZE, SVC_ROUTE_MODELS, SVC_ROUTE_INFO,    SVC_ROUTE_HEALTHZ,
         SVC_ROUTE_READYZ,  SVC_ROUTE_LIVE,   SVC_ROUTE_READY,   SVC_ROUTE_METRICS,
-        SVC_ROUTE_OPENAPI,
+        SVC_ROUTE_OPENAPI, SVC_ROUTE_ANALYSES, SVC_ROUTE_PAGE,
     };
     if (name_size)
         name[0] = '\0';
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         if (!strcmp(path, route_defs[fixed[i]].pattern))
             return fixed[i];
+    if (!strncmp(path, "/v1/analyses/", 13))
+        return svc_analyses_match(path, name, name_size);
+    if (!strncmp(path, "/ui/", 4) && valid_model_name(path + 4, strlen(path + 4)) &&
+        strlen(path + 4) < name_size) {
+        memcpy(name, path + 4, strlen(path + 4) + 1);
+        return SVC_ROUTE_ASSET;
+    }
 
     static const char prefix[] = "/v1/models/";
     if (strncmp(path, prefix, sizeof prefix - 1))

@@ -133,6 +133,7 @@ int ecg_service_main(int argc, char **argv)
     svc_body_pool_init(&srv->bodies, pool_bytes);
     svc_memory_init(&srv->memory, srv->cfg.memory_budget_bytes, &srv->bodies);
     svc_registry_init(&srv->registry, &srv->cfg);
+    svc_store_init(&srv->store, srv->cfg.store_bytes, srv->cfg.store_ttl_s);
     atomic_init(&srv->ready, false);
     atomic_init(&srv->draining, false);
     atomic_init(&srv->closing, false);
@@ -201,6 +202,7 @@ out:
     if (listening)
         svc_listeners_stop(srv);
     svc_body_pool_fini(&srv->bodies); /* before the engine that allocated them goes */
+    svc_store_fini(&srv->store);      /* its traces live in the engines' memory */
     svc_registry_fini(&srv->registry);
     svc_log_limiter_fini(&srv->noise);
     svc_metrics_fini(&srv->metrics);

@@ -48,6 +48,7 @@
 #include "metrics.h"
 #include "registry.h"
 #include "routes.h"
+#include "store.h"
 
 /* One listening daemon; its address is the libmicrohttpd callbacks' closure. */
 struct svc_listener {
@@ -67,6 +68,7 @@ struct svc_server {
     struct svc_registry registry;
     struct svc_jobs jobs;
     struct svc_body_pool bodies;  /* request-body buffers, reused across requests */
+    struct svc_store store;       /* analyses kept for browsing (/v1/analyses) */
     atomic_bool ready;            /* engine and default model loaded (release/acquire) */
     atomic_bool draining;         /* SIGTERM received */
     atomic_bool closing;          /* drain over: bodies still arriving are refused */
@@ -92,7 +94,7 @@ struct svc_request {
     struct MHD_Connection *conn;
     enum svc_route route;
     enum svc_phase phase;
-    char model_name[64];      /* {name} of model routes; "" elsewhere */
+    char model_name[64];      /* {name} of model routes, {id} of analyses, {file} of assets */
     char method[12];
     char path[256];           /* for the access log (truncated) */
     char id[64];
@@ -138,6 +140,9 @@ struct svc_request {
     bool www_authenticate;    /* 401 */
     bool close_connection;    /* Connection: close (framing not trusted, or a body left unread) */
     bool answer_pending;      /* a refusal decided from the headers, sent at the final call */
+    char location[96];        /* Location header when not empty */
+    const char *cache_control; /* Cache-Control header; NULL = no-store */
+    bool prefer_async;        /* POST /v1/analyses with Prefer: respond-async */
 };
 
 /* ---- request.c: the request object and its body */
@@ -224,6 +229,40 @@ void svc_analyze_run(struct svc_request *req);
 /* Prints the query options, content types and codings a route takes, for --list-routes
  * (svc_route_details_fn). */
 void svc_route_details(enum svc_route route, FILE *file);
+
+/*
+ * Runs the engine on req's body (from its streamed device copy when there is one), records the
+ * analysis metrics and gives the body back. With trace not NULL, also keeps the signal and the
+ * embedded beats (ecg_engine_analyze_keep). Returns the result and its engine, or NULL with an
+ * error answer set.
+ */
+struct ecg_result *svc_analyze_body(struct svc_request *req, struct ecg_engine **engine,
+                                    struct ecg_trace **trace, float **embedding);
+
+/* ---- route_analyses.c: /v1/analyses, analyses kept in srv->store */
+
+/* The {id} of an analyses path (SVC_ROUTE_ANALYSIS*), or SVC_ROUTE_UNKNOWN. */
+enum svc_route svc_analyses_match(const char *path, char *id, size_t id_size);
+/* Checks POST /v1/analyses when the headers arrive (as svc_analyze_prepare, plus Prefer). */
+bool svc_analyses_prepare(struct svc_request *req);
+/* Once the body is in: when the client asked for it and the body is large, hands the body to
+ * an asynchronous analysis and sets the 202 answer; returns true then (send it). */
+bool svc_analyses_async(struct svc_request *req);
+/* The job of POST /v1/analyses: analyses, keeps, answers 201 (on a worker thread). */
+void svc_analyses_run(struct svc_request *req);
+/* GET/DELETE /v1/analyses/{id}, GET .../signal, GET .../beats/{k} (on the HTTP thread). */
+void svc_analyses_get(struct svc_request *req);
+
+/* ---- cors.c: cross-origin requests (--cors-origin) */
+
+/* Answers an OPTIONS request (preflight): 204 with Allow, and the CORS headers when the
+ * Origin is allowed. */
+void svc_cors_preflight(struct svc_request *req);
+/* Adds Access-Control-Allow-Origin and friends to an answer when the Origin is allowed. */
+void svc_cors_headers(const struct svc_request *req, struct MHD_Response *response);
+
+/* ---- web.c: the dashboard page and its assets, embedded in the binary */
+void svc_web_get(struct svc_request *req);
 
 /* ---- route_models.c */
 void svc_models_list(struct svc_request *req);
