@@ -15,11 +15,12 @@ ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         build-essential make libmicrohttpd-dev libcjson-dev libfftw3-dev libedf-dev \
-        libcurl4-openssl-dev \
+        libcurl4-openssl-dev nodejs npm \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-# CUDA=1: kernels for sm_80 and sm_90 plus PTX. The libraries ecgd links besides glibc and CUDA
+# CUDA=1: kernels for sm_80 and sm_90 plus PTX. make runs `npm ci` (package-lock.json) for uPlot,
+# which the binary embeds with the dashboard page. The libraries ecgd links besides glibc and CUDA
 # are copied next to it, so the runtime image needs no -dev packages and no package names that
 # change between releases.
 RUN make -j"$(nproc)" CUDA=1 build/ecgd \

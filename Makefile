@@ -71,6 +71,15 @@ $(BUILD)/engine/cpu/vae_f32_generic.o: CFLAGS += -Wno-psabi
 # service/openapi.c embeds service/openapi.json (.incbin): rebuild it when the JSON changes.
 $(BUILD)/service/openapi.o: service/openapi.json
 
+# service/web.c embeds the dashboard (web/) and uPlot from node_modules, installed by `npm ci`
+# from package-lock.json; the stamp (shared with scripts/install-deps.sh, which writes the lock
+# file's hash) reruns it when the lock file is newer.
+WEB_FILES := web/index.html web/app.js web/app.css tests/data/mitdb_100s.csv
+$(BUILD)/service/web.o: $(WEB_FILES) node_modules/.ecgd-lock.sha256
+node_modules/.ecgd-lock.sha256: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	sha256sum package-lock.json | cut -d' ' -f1 >$@
+
 $(BUILD)/%.o: %.cu $(wildcard engine/*.h engine/cpu/*.h gpu/*.h gpu/*.cuh models/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@

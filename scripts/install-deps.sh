@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# npm test tools (the OpenAPI linter and validator of tests/e2e/test_openapi.sh).
+# npm packages: uPlot (embedded in the binary with the dashboard page; the Makefile runs the same
+# npm ci when the stamp is older than the lock file) and the test tools (the OpenAPI linter and
+# validator of tests/e2e/test_openapi.sh, puppeteer-core for tests/e2e/test_browser.sh).
 npm_tools() {
     command -v npm >/dev/null || { echo "install-deps: npm not found: the OpenAPI test needs it" >&2; return 0; }
     local stamp=node_modules/.ecgd-lock.sha256 want
@@ -19,7 +21,8 @@ npm_tools
 
 pkgs=(build-essential pkg-config libmicrohttpd-dev libcjson-dev libfftw3-dev libedf-dev
       libcmocka-dev libcurl4-openssl-dev curl python3 python3-numpy python3-yaml wrk
-      zlib1g-dev libzstd-dev libssl-dev)
+      zlib1g-dev libzstd-dev libssl-dev chromium)
+# chromium: the dashboard's browser tests (tests/e2e/test_browser.sh, headless).
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
