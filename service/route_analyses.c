@@ -322,10 +322,22 @@ static void answer_json(struct svc_request *req, unsigned status, struct ecg_buf
     svc_answer_body(req, status, body, "application/json");
 }
 
+static const char *const signal_options[] = {"lead", "start_s", "end_s", "points", NULL};
+static const char *const analysis_options[] = {"include", NULL};
+
+void svc_analyses_details(enum svc_route route, FILE *file)
+{
+    const char *const *names = route == SVC_ROUTE_ANALYSIS          ? analysis_options
+                               : route == SVC_ROUTE_ANALYSIS_SIGNAL ? signal_options
+                                                                    : NULL;
+    for (; names && *names; names++)
+        fprintf(file, "  query %s\n", *names);
+}
+
 /* GET .../signal: the window [start_s, end_s) reduced to about `points` points. */
 static void get_signal(struct svc_request *req, const struct svc_analysis *entry)
 {
-    static const char *const known[] = {"lead", "start_s", "end_s", "points", NULL};
+    const char *const *known = signal_options;
     const struct ecg_result *r = entry->result;
     struct ecg_minmax *buckets = NULL;
     float *raw = NULL;
@@ -494,6 +506,45 @@ static void answer_missing(struct svc_request *req, bool expired)
                          req->model_name);
 }
 
+/* Parses include= into *include (all when absent); false with an error answer. */
+static bool include_option(struct svc_request *req, unsigned *include)
+{
+    const char *list = query(req, "include");
+    struct ecg_error err = {0};
+    *include = ECG_INCLUDE_ALL;
+    if (!query_only(req, analysis_options, "include"))
+        return false;
+    if (list && !ecg_include_parse(list, include, &err)) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, err.code, "%s", err.message);
+        return false;
+    }
+    return true;
+}
+
+/* DELETE: 204; with include=, 200 and the analysis as it was (taken and dropped at once). */
+static void delete_analysis(struct svc_request *req)
+{
+    struct svc_server *srv = req->srv;
+    unsigned include = 0;
+    bool expired = false;
+    if (!include_option(req, &include))
+        return;
+    struct svc_analysis *entry = query(req, "include")
+                                     ? svc_store_get(&srv->store, req->model_name, &expired)
+                                     : NULL;
+    if (!svc_store_delete(&srv->store, req->model_name)) {
+        answer_missing(req, false);
+    } else if (entry && svc_analysis_state(&srv->store, entry) == SVC_ANALYSIS_DONE) {
+        struct ecg_buf body = {0};
+        analysis_json(entry, include, &body);
+        answer_json(req, MHD_HTTP_OK, &body);
+        ecg_buf_fini(&body);
+    } else {
+        svc_answer_body(req, MHD_HTTP_NO_CONTENT, &(struct ecg_buf){0}, NULL);
+    }
+    svc_analysis_put(entry);
+}
+
 void svc_analyses_get(struct svc_request *req)
 {
     struct svc_server *srv = req->srv;
@@ -503,10 +554,7 @@ void svc_analyses_get(struct svc_request *req)
         return;
     }
     if (!strcmp(req->method, "DELETE")) {
-        if (svc_store_delete(&srv->store, req->model_name))
-            svc_answer_body(req, MHD_HTTP_NO_CONTENT, &(struct ecg_buf){0}, NULL);
-        else
-            answer_missing(req, false);
+        delete_analysis(req);
         return;
     }
     struct svc_analysis *entry = svc_store_get(&srv->store, req->model_name, &expired);
@@ -535,16 +583,9 @@ void svc_analyses_get(struct svc_request *req)
         } else if (req->route == SVC_ROUTE_ANALYSIS_BEAT) {
             get_beat(req, entry);
         } else {
-            static const char *const known[] = {"include", NULL};
-            unsigned include = ECG_INCLUDE_ALL;
-            const char *list = query(req, "include");
-            struct ecg_error err = {0};
-            if (!query_only(req, known, "include"))
+            unsigned include = 0;
+            if (!include_option(req, &include))
                 break;
-            if (list && !ecg_include_parse(list, &include, &err)) {
-                svc_answer_error(req, MHD_HTTP_BAD_REQUEST, err.code, "%s", err.message);
-                break;
-            }
             analysis_json(entry, include, &body);
             answer_json(req, MHD_HTTP_OK, &body);
         }

@@ -135,7 +135,8 @@ void svc_route_details(enum svc_route route, FILE *file)
 {
     if (route == SVC_ROUTE_DECODE)
         fprintf(file, "  content-type application/json\n");
-    if (route != SVC_ROUTE_ANALYZE)
+    svc_analyses_details(route, file);
+    if (route != SVC_ROUTE_ANALYZE && route != SVC_ROUTE_ANALYSES)
         return;
     for (size_t i = 0; i < sizeof query_names / sizeof query_names[0]; i++)
         fprintf(file, "  query %s\n", query_names[i]);

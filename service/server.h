@@ -250,6 +250,8 @@ bool svc_analyses_prepare(struct svc_request *req);
 bool svc_analyses_async(struct svc_request *req);
 /* The job of POST /v1/analyses: analyses, keeps, answers 201 (on a worker thread). */
 void svc_analyses_run(struct svc_request *req);
+/* The query options of the analyses routes, for --list-routes (svc_route_details). */
+void svc_analyses_details(enum svc_route route, FILE *file);
 /* GET/DELETE /v1/analyses/{id}, GET .../signal, GET .../beats/{k} (on the HTTP thread). */
 void svc_analyses_get(struct svc_request *req);
 

@@ -181,8 +181,14 @@ code=$(req GET "/v1/analyses/$id/signal")
 check "after DELETE: 404 not_found" test "$code" = 404 -a "$(err_code)" = not_found
 code=$(req DELETE "/v1/analyses/$id")
 check "DELETE again: 404" test "$code" = 404
-check "metrics count the deletion and an empty store" \
-    test "$(metric 'ecgd_analyses_removed_total{reason="deleted"}')" = 1 -a "$(metric ecgd_analyses_stored)" = 0
+req POST '/v1/analyses?fs=360' -H 'Content-Type: text/csv' --data-binary @"$tmp/106-2min.csv" >/dev/null
+id2=$(json x "d['id']")
+code=$(req DELETE "/v1/analyses/$id2?include=summary")
+check "DELETE with include=summary: 200 and the dropped analysis' summary, then 404" \
+    bash -c "[ $code = 200 ] && [ \"\$(json x \"d['id'] == '$id2' and 'summary' in d and 'beats' not in d\")\" = True ] && \
+             [ \$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$PORT/v1/analyses/$id2) = 404 ]"
+check "metrics count the deletions and an empty store" \
+    test "$(metric 'ecgd_analyses_removed_total{reason="deleted"}')" = 2 -a "$(metric ecgd_analyses_stored)" = 0
 
 # ------------------------------------------------------------------ the page
 code=$(req GET /)

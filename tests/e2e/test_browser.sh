@@ -12,7 +12,7 @@ BACKEND=${ECGD_TEST_BACKEND:-cpu}
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 tmp=$(mktemp -d)
 pid=
-cleanup() { [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null; rm -rf "$tmp"; }
+cleanup() { [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 
 if [ ! -x "$CHROMIUM" ] || ! command -v node >/dev/null || [ ! -d node_modules/puppeteer-core ]; then

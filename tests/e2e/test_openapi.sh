@@ -55,10 +55,20 @@ else
     grep -v '^ok' "$tmp/check" | sed 's/^/# /'
 fi
 
-# The live server answers every documented operation (model routes with the served model).
+# The live server answers every documented operation (model routes with the served model,
+# analyses routes with a kept analysis: DELETE with one of its own, a dashboard file).
+kept_id() {
+    curl -s -X POST -H 'Content-Type: text/csv' --data-binary @tests/data/mitdb_100s.csv \
+        "http://127.0.0.1:$PORT/v1/analyses?fs=360" | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])'
+}
+id=$(kept_id)
+id_deleted=$(kept_id)
 bad=""
 while read -r method path; do
     url=${path//\{name\}/default}
+    url=${url//\{k\}/0}
+    url=${url//\{file\}/app.js}
+    if [ "$method" = DELETE ]; then url=${url//\{id\}/$id_deleted}; else url=${url//\{id\}/$id}; fi
     args=()
     [ "$method" = HEAD ] && args=(-I)
     [ "$method" = POST ] && args=(-H 'Content-Type: application/json' --data-binary '{}')
