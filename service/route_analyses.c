@@ -311,6 +311,17 @@ static void put_floats(struct ecg_buf *out, const char *key, const float *values
     ecg_buf_puts(out, "]");
 }
 
+/* A window or beat that could not be read: the engine's error, or no memory for it. */
+static void answer_read_failure(struct svc_request *req, const struct ecg_error *err,
+                                const char *what)
+{
+    if (err->code[0])
+        svc_answer_ecg_error(req, err);
+    else
+        svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory", "no memory for %s",
+                         what);
+}
+
 static void answer_json(struct svc_request *req, unsigned status, struct ecg_buf *body)
 {
     if (body->failed) {
@@ -418,11 +429,7 @@ static void get_signal(struct svc_request *req, const struct svc_analysis *entry
     answer_json(req, MHD_HTTP_OK, &body);
     goto out;
 fail:
-    if (err.code[0])
-        svc_answer_ecg_error(req, &err);
-    else
-        svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
-                         "no memory for a window of %zu samples", len);
+    answer_read_failure(req, &err, "the window");
 out:
     ecg_buf_fini(&body);
     free(buckets);
@@ -484,11 +491,7 @@ static void get_beat(struct svc_request *req, const struct svc_analysis *entry)
     answer_json(req, MHD_HTTP_OK, &body);
     goto out;
 fail:
-    if (err.code[0])
-        svc_answer_ecg_error(req, &err);
-    else
-        svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
-                         "no memory for beat %llu", k);
+    answer_read_failure(req, &err, "the beat");
 out:
     ecg_buf_fini(&body);
     free(samples);

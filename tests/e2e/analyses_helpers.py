@@ -26,10 +26,12 @@ def mitcsv(data_dir, record, out, seconds="0"):
 def long_f32(data_dir, out, hours):
     """A long float32 recording at 360 Hz: the 30-minute records of the shared data repeated."""
     samples = []
+    need = int(float(hours) * 3600 * 360)
     for record in ("101", "106", "108", "109", "112", "114", "115", "116", "118"):
+        if len(samples) >= need:
+            break
         fs, digital, gains, bases, names = read_mit212(data_dir, record, 10 ** 9)
         samples.extend((a - bases[0]) / gains[0] for a in digital[0])
-    need = int(float(hours) * 3600 * 360)
     with open(out, "wb") as f:
         written = 0
         while written < need:

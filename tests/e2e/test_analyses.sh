@@ -14,28 +14,9 @@
 # Usage: ECGD=build/ecgd tests/e2e/test_analyses.sh   (run from the repository root)
 set -u
 ECGD=${ECGD:-build/ecgd}
-DATA=${ECG_SHARED_DATA:-../shared/data}
 HERE=$(cd "$(dirname "$0")" && pwd)
 HELP="python3 $HERE/analyses_helpers.py"
-BACKEND=${ECGD_TEST_BACKEND:-cpu}
-tmp=$(mktemp -d)
-server_pids=()
-n=0
-failures=0
-
-cleanup() {
-    for pid in "${server_pids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); failures=$((failures + 1)); echo "not ok $n - $1"; }
-check() {
-    local desc=$1
-    shift
-    if "$@"; then ok "$desc"; else not_ok "$desc"; fi
-}
+source "$HERE/lib.sh"
 
 if [ ! -x "$ECGD" ]; then echo "not ok 1 - $ECGD is not built"; exit 1; fi
 if [ ! -f "$DATA/mitdb/101.dat" ]; then echo "skip 1 - shared data not found at $DATA"; exit 0; fi
@@ -44,35 +25,8 @@ if [ ! -f "$MODEL" ]; then echo "skip 1 - no model at $MODEL"; exit 0; fi
 mkdir -p "$tmp/models"
 cp "$MODEL" "$tmp/models/default.ecgm"
 
-# start_server LOG ARGS...: a server on a free port; sets SERVER_PID and PORT once it is ready.
-start_server() {
-    local log=$1
-    shift
-    "$ECGD" serve --bind 127.0.0.1 --port 0 --backend "$BACKEND" --model-dir "$tmp/models" \
-        "$@" 2>"$log" &
-    SERVER_PID=$!
-    server_pids+=("$SERVER_PID")
-    PORT=
-    for _ in $(seq 1 600); do
-        if grep -q '"event":"ready"' "$log" 2>/dev/null; then
-            PORT=$(grep -m1 '"event":"listening"' "$log" | grep -o '"port":[0-9]*' | head -1 |
-                   cut -d: -f2)
-            break
-        fi
-        kill -0 "$SERVER_PID" 2>/dev/null || break
-        sleep 0.05
-    done
-    [ -n "$PORT" ]
-}
 stop_server() { kill -TERM "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
 
-# req METHOD PATH [CURL ARGS...]: body to $tmp/body, headers to $tmp/headers; prints the status.
-req() {
-    local method=$1 path=$2
-    shift 2
-    curl -s --max-time 120 -X "$method" -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' \
-        "http://127.0.0.1:$PORT$path" "$@"
-}
 header() { grep -i "^$1:" "$tmp/headers" | head -1 | cut -d' ' -f2- | tr -d '\r'; }
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$tmp/body"; }
 err_code() { json x "d['error']['code']" 2>/dev/null; }
@@ -89,7 +43,7 @@ done
 "$ECGD" analyze "$csv" --fs 360 --model "$MODEL" >"$tmp/cli.json" 2>/dev/null
 
 # ------------------------------------------------------------------ create, fetch
-start_server "$tmp/a.log" --workers 2 || { echo "not ok 1 - server did not start"; cat "$tmp/a.log"; exit 1; }
+start_server "$tmp/a.log" --model-dir "$tmp/models" --workers 2 || { echo "not ok 1 - server did not start"; cat "$tmp/a.log"; exit 1; }
 main_pid=$SERVER_PID
 code=$(req POST '/v1/analyses?fs=360' -H 'Content-Type: text/csv' --data-binary @"$csv")
 id=$(json x "d['id']" 2>/dev/null)
@@ -209,16 +163,16 @@ stop_server "$main_pid"
 
 # ------------------------------------------------------------------ 202 and progress, CORS, token
 TOKEN=s3cret
-start_server "$tmp/b.log" --workers 2 --async-mb 1 --token "$TOKEN" \
+start_server "$tmp/b.log" --model-dir "$tmp/models" --workers 2 --async-mb 1 --token "$TOKEN" \
     --cors-origin 'http://dash.example, http://other.example' ||
     { not_ok "server with --async-mb, --token, --cors-origin started"; cat "$tmp/b.log"; }
 auth=(-H "Authorization: Bearer $TOKEN")
-$HELP long_f32 "$DATA" "$tmp/long.f32" 2
+$HELP long_f32 "$DATA" "$tmp/long.f32" 1
 code=$(req POST '/v1/analyses?fs=360' "${auth[@]}" -H 'Content-Type: application/octet-stream' \
        -H 'Prefer: respond-async' --data-binary @"$tmp/long.f32")
 location=$(header Location)
 aid=$(json x "d['id']" 2>/dev/null)
-check "Prefer: respond-async, 10 MB body: 202 with Location and a running progress document" \
+check "Prefer: respond-async, 5 MB body: 202 with Location and a running progress document" \
     bash -c "[ $code = 202 ] && [ '$location' = /v1/analyses/$aid ] && [ \"\$(json x \"d['status']\")\" = running ]"
 saw_running=0
 final=
@@ -233,13 +187,14 @@ for _ in $(seq 1 1200); do
     fi
     sleep 0.05
 done
+# (on a GPU the hour may be analysed before the first poll: then 200 at once)
 check "polling the Location: 202 running, then 200 with the analysis" \
-    test "$saw_running" = 1 -a "$final" = 200
+    bash -c "[ $saw_running = 1 -o $BACKEND = cuda ] && [ '$final' = 200 ]"
 beats_async=$(json x "len(d['beats']['r_peak'])")
 req POST '/v1/analyze?fs=360' "${auth[@]}" -H 'Content-Type: application/octet-stream' \
     --data-binary @"$tmp/long.f32" >/dev/null
 check "the asynchronous analysis equals /v1/analyze's ($beats_async beats)" \
-    test "$beats_async" = "$(json x "len(d['beats']['r_peak'])")" -a "$beats_async" -gt 7000
+    test "$beats_async" = "$(json x "len(d['beats']['r_peak'])")" -a "$beats_async" -gt 3500
 code=$(req POST '/v1/analyses?fs=360' "${auth[@]}" -H 'Content-Type: text/csv' \
        -H 'Prefer: respond-async' --data-binary @"$tmp/106-2min.csv")
 check "Prefer: respond-async with a body under --async-mb: answered 201 at once" test "$code" = 201
@@ -288,7 +243,7 @@ stop_server "$SERVER_PID"
 
 # ------------------------------------------------------------------ memory cap, expiry
 CAP_MB=2
-start_server "$tmp/c.log" --workers 2 --queue-depth 64 --store-mb "$CAP_MB" --store-ttl-s 600 ||
+start_server "$tmp/c.log" --model-dir "$tmp/models" --workers 2 --queue-depth 64 --store-mb "$CAP_MB" --store-ttl-s 600 ||
     { not_ok "server with --store-mb started"; cat "$tmp/c.log"; }
 cap=$((CAP_MB << 20))
 # 64 parallel uploads of eight different 2-minute recordings, while the store's bytes are sampled.
@@ -329,7 +284,7 @@ code=$(req POST '/v1/analyses?fs=360' -H 'Content-Type: text/csv' --data-binary 
 check "an analysis larger than the whole cap: 413 too_large_to_keep" \
     test "$code" = 413 -a "$(err_code)" = too_large_to_keep
 stop_server "$SERVER_PID"
-start_server "$tmp/d.log" --workers 1 --store-ttl-s 1 ||
+start_server "$tmp/d.log" --model-dir "$tmp/models" --workers 1 --store-ttl-s 1 ||
     { not_ok "server with --store-ttl-s 1 started"; cat "$tmp/d.log"; }
 code=$(req POST '/v1/analyses?fs=360' -H 'Content-Type: text/csv' --data-binary @"$tmp/108-2min.csv")
 ttl_id=$(json x "d['id']")

@@ -7,13 +7,9 @@
 # Usage: ECGD=build/ecgd tests/e2e/test_browser.sh   (run from the repository root)
 set -u
 ECGD=${ECGD:-build/ecgd}
-DATA=${ECG_SHARED_DATA:-../shared/data}
-BACKEND=${ECGD_TEST_BACKEND:-cpu}
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
-tmp=$(mktemp -d)
-pid=
-cleanup() { [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/lib.sh"
 
 if [ ! -x "$CHROMIUM" ] || ! command -v node >/dev/null || [ ! -d node_modules/puppeteer-core ]; then
     echo "skip 1 - browser tests: chromium ($CHROMIUM), node or node_modules/puppeteer-core missing (scripts/install-deps.sh, npm ci)"
@@ -26,17 +22,10 @@ fi
 shots=${ECGD_SCREENSHOT_DIR:-$tmp/shots}
 mkdir -p "$shots"
 python3 tests/e2e/analyses_helpers.py mitcsv "$DATA" 101 "$tmp/mitdb-101.csv" || exit 1
-"$ECGD" serve --bind 127.0.0.1 --port 0 --backend "$BACKEND" --workers 2 >"$tmp/log" 2>&1 &
-pid=$!
-port=
-for _ in $(seq 1 300); do
-    port=$(grep -m1 '"event":"ready"' "$tmp/log" >/dev/null && grep -m1 '"event":"listening"' "$tmp/log" | grep -o '"port":[0-9]*' | head -1 | cut -d: -f2)
-    [ -n "$port" ] && break
-    sleep 0.1
-done
-if [ -z "$port" ]; then
+if ! start_server "$tmp/log" --workers 2; then
     echo "not ok 1 - browser tests: the server did not start"
-    cat "$tmp/log"
+    sed 's/^/# /' "$tmp/log"
     exit 1
 fi
+port=$PORT
 node tests/browser/dashboard.mjs "http://127.0.0.1:$port" "$tmp/mitdb-101.csv" 360 "$shots"
