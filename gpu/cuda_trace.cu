@@ -4,10 +4,12 @@
  * into device memory of its own, the min/max decimation computed there, and small windows read
  * back.
  *
- * A trace lives on the device of the ctx that analysed it, in plain cudaMalloc memory (not the
- * ctx's stream-ordered pool: it outlives the request and is freed by whichever thread drops the
- * analysis). Reductions run on the calling thread's per-thread default stream, so any number
- * of HTTP threads may reduce the same trace at once; each call waits for its own work only.
+ * A trace lives on the device of the ctx that analysed it, in the device's stream-ordered pool
+ * (allocated on the ctx's stream, complete before trace_keep returns; freed on the freeing
+ * thread's per-thread stream: a plain cudaFree would wait for every stream of the device, and
+ * with it for every analysis in flight). Reductions run on the calling thread's per-thread
+ * default stream, so any number of HTTP threads may reduce the same trace at once; each call
+ * waits for its own work only.
  */
 #include <stdlib.h>
 
@@ -97,7 +99,7 @@ enum ecg_status cuda_trace_keep(void *ctx_ptr, void **trace, size_t *bytes,
     ECG_TRY(ctx_enter(ctx, err));
     t->ordinal = ctx->dev->ordinal;
     t->n = ctx->n_in;
-    CUDA_TRY(cudaMalloc((void **)&t->d_x, (t->n ? t->n : 1) * sizeof(float)));
+    CUDA_TRY(cudaMallocAsync((void **)&t->d_x, (t->n ? t->n : 1) * sizeof(float), ctx->stream));
     if (t->n)
         CUDA_TRY(cudaMemcpyAsync(t->d_x, ctx->input.ptr, t->n * sizeof(float),
                                  cudaMemcpyDeviceToDevice, ctx->stream));
@@ -150,8 +152,9 @@ void cuda_trace_free(void *trace)
     struct cuda_trace *t = (struct cuda_trace *)trace;
     if (!t)
         return;
-    if (t->d_x && cudaSetDevice(t->ordinal) == cudaSuccess)
-        (void)cudaFree(t->d_x);
+    if (t->d_x && cudaSetDevice(t->ordinal) == cudaSuccess &&
+        cudaFreeAsync(t->d_x, cudaStreamPerThread) == cudaSuccess)
+        (void)cudaStreamSynchronize(cudaStreamPerThread);
     (void)cudaGetLastError();
     free(t);
 }

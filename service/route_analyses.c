@@ -60,7 +60,7 @@ enum svc_route svc_analyses_match(const char *path, char *id, size_t id_size)
         return SVC_ROUTE_UNKNOWN;
     }
     /* A malformed id is a path of no resource: 404 like any other unknown id. */
-    if (len >= id_size)
+    if (!len || len >= id_size)
         return SVC_ROUTE_UNKNOWN;
     memcpy(id, segment, len);
     id[len] = '\0';

@@ -52,7 +52,7 @@
   // Uploads with XMLHttpRequest (fetch has no upload progress); large bodies ask for 202.
   function upload(blob, name) {
     const type = contentType(name);
-    const needsFs = type === 'text/csv' || type === 'application/octet-stream';
+    const needsFs = ['text/csv', 'application/octet-stream', 'application/x-npy'].includes(type);
     const url = '/v1/analyses' + (needsFs ? `?fs=${encodeURIComponent($('fs').value)}` : '');
     const xhr = new XMLHttpRequest();
     const t0 = performance.now();

@@ -163,17 +163,27 @@ stop_server "$main_pid"
 
 # ------------------------------------------------------------------ 202 and progress, CORS, token
 TOKEN=s3cret
-start_server "$tmp/b.log" --model-dir "$tmp/models" --workers 2 --async-mb 1 --token "$TOKEN" \
+start_server "$tmp/b.log" --model-dir "$tmp/models" --workers 1 --async-mb 1 --token "$TOKEN" \
     --cors-origin 'http://dash.example, http://other.example' ||
     { not_ok "server with --async-mb, --token, --cors-origin started"; cat "$tmp/b.log"; }
 auth=(-H "Authorization: Bearer $TOKEN")
 $HELP long_f32 "$DATA" "$tmp/long.f32" 1
+cat "$tmp/long.f32" "$tmp/long.f32" "$tmp/long.f32" "$tmp/long.f32" >"$tmp/blocker.f32"
+# The one worker busy with a 4-hour analysis first, so that the asynchronous one is still waiting
+# when its Location is first read (on a GPU both may be done by then: 200 at once is accepted).
+curl -s -o /dev/null -X POST "${auth[@]}" -H 'Content-Type: application/octet-stream' \
+    --data-binary @"$tmp/blocker.f32" "http://127.0.0.1:$PORT/v1/analyze?fs=360" &
+blocker=$!
+for _ in $(seq 1 200); do
+    curl -s "http://127.0.0.1:$PORT/metrics" | grep -q '^ecgd_analysis_running 1$' && break
+    sleep 0.02
+done
 code=$(req POST '/v1/analyses?fs=360' "${auth[@]}" -H 'Content-Type: application/octet-stream' \
        -H 'Prefer: respond-async' --data-binary @"$tmp/long.f32")
 location=$(header Location)
-aid=$(json x "d['id']" 2>/dev/null)
-check "Prefer: respond-async, 5 MB body: 202 with Location and a running progress document" \
-    bash -c "[ $code = 202 ] && [ '$location' = /v1/analyses/$aid ] && [ \"\$(json x \"d['status']\")\" = running ]"
+cp "$tmp/body" "$tmp/accepted.json"
+cp "$tmp/headers" "$tmp/accepted.headers"
+accepted=$code
 saw_running=0
 final=
 for _ in $(seq 1 1200); do
@@ -187,10 +197,14 @@ for _ in $(seq 1 1200); do
     fi
     sleep 0.05
 done
-# (on a GPU the hour may be analysed before the first poll: then 200 at once)
+wait "$blocker"
+beats_async=$(json x "len(d['beats']['r_peak'])")
+cp "$tmp/accepted.json" "$tmp/body"
+aid=$(json x "d['id']" 2>/dev/null)
+check "Prefer: respond-async, 5 MB body: 202 with Location and a running progress document" \
+    bash -c "[ $accepted = 202 ] && [ '$location' = /v1/analyses/$aid ] && [ \"\$(json x \"d['status']\")\" = running ]"
 check "polling the Location: 202 running, then 200 with the analysis" \
     bash -c "[ $saw_running = 1 -o $BACKEND = cuda ] && [ '$final' = 200 ]"
-beats_async=$(json x "len(d['beats']['r_peak'])")
 req POST '/v1/analyze?fs=360' "${auth[@]}" -H 'Content-Type: application/octet-stream' \
     --data-binary @"$tmp/long.f32" >/dev/null
 check "the asynchronous analysis equals /v1/analyze's ($beats_async beats)" \

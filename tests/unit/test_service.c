@@ -38,8 +38,27 @@ static void test_route_match(void **state)
 
     /* Not routes: trailing slashes, empty or hidden names, traversal, other characters,
      * extra segments, names too long. */
+    /* The analyses resource (the {id} in name), the dashboard page and its files. */
+    assert_int_equal(svc_route_match("/", name, sizeof name), SVC_ROUTE_PAGE);
+    assert_int_equal(svc_route_match("/ui/app.js", name, sizeof name), SVC_ROUTE_ASSET);
+    assert_string_equal(name, "app.js");
+    assert_int_equal(svc_route_match("/v1/analyses", name, sizeof name), SVC_ROUTE_ANALYSES);
+    assert_int_equal(svc_route_match("/v1/analyses/0f3a", name, sizeof name), SVC_ROUTE_ANALYSIS);
+    assert_string_equal(name, "0f3a");
+    assert_int_equal(svc_route_match("/v1/analyses/0f3a/signal", name, sizeof name),
+                     SVC_ROUTE_ANALYSIS_SIGNAL);
+    assert_int_equal(svc_route_match("/v1/analyses/0f3a/beats/12", name, sizeof name),
+                     SVC_ROUTE_ANALYSIS_BEAT);
+    assert_string_equal(name, "0f3a");
+
+    /* Not routes: trailing slashes, empty or hidden names, traversal, other characters,
+     * extra segments, names too long. */
     static const char *const unknown[] = {
-        "/",          "/healthz/",          "/v1/analyze/",      "/v1/models/",
+        "/ui/../x",   "/ui/.hidden",        "/ui/",              "/v1/analyses/a/beats/",
+        "/v1/analyses/", "/v1/analyses//signal",
+        "/v1/analyses/a/beats/1a", "/v1/analyses/a/beats/-1", "/v1/analyses/a/other",
+        "/v1/analyses/a/signal/", "/v1/analyses/a/beats/1234567890123",
+        "/healthz/",          "/v1/analyze/",      "/v1/models/",
         "/v1/models/..", "/v1/models/.hidden", "/v1/models/a/b",  "/v1/models/a b",
         "/v1/models/a%2Fb", "/v1/models/a/decode/x", "/V1/ANALYZE", "/metricsx",
     };
