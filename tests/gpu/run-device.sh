@@ -15,7 +15,8 @@
 # also as a ratio to the sink (STRIP_SIZES, STRIP_DURATION (default 5s per cell), BIG_CONNS,
 # WRK_THREADS override).
 # "tests" includes test_gpu_trace (kept traces, min/max decimation on the device); "http"
-# includes tests/e2e/test_analyses.sh (/v1/analyses) against a CUDA-backed server.
+# includes tests/e2e/test_analyses.sh (/v1/analyses) against a CUDA-backed server; "dashboard"
+# (not in the default set) runs bench/bench_dashboard.sh against a CUDA- and a CPU-backed server.
 # Logs and tables go to $OUT when it is set, else to DIR/out.
 set -u
 dir=${1:-.gpu-run}
@@ -155,6 +156,15 @@ if [[ " $parts " == *" strips "* ]] && [ -x "$dir/ecgd" ] && [ -x "$dir/wrk" ] &
         timeout 570 bash bench/bench_strips.sh 2>&1 | tee "$out/strips.log" |
         grep -E '^# |^\|'
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [[ " $parts " == *" dashboard "* ]] && [ -x "$dir/ecgd" ]; then
+    # GET .../signal of a 20-hour recording at 2,000 points, CUDA then CPU backend (the page-load
+    # half needs chromium and is skipped where there is none)
+    for backend in cuda cpu; do
+        echo "== dashboard signal windows, $backend backend"
+        ECGD=$dir/ecgd BACKEND=$backend ECG_SHARED_DATA=$dir/data timeout 300 \
+            bash bench/bench_dashboard.sh 2>&1 | tee "$out/dashboard-$backend.log"
+    done
 fi
 echo "== done, status $status"
 exit $status
