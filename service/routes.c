@@ -74,9 +74,14 @@ enum svc_route svc_route_match(const char *path, char *name, size_t name_size)
             return fixed[i];
     if (!strncmp(path, "/v1/analyses/", 13))
         return svc_analyses_match(path, name, name_size);
-    if (!strncmp(path, "/ui/", 4) && valid_model_name(path + 4, strlen(path + 4)) &&
-        strlen(path + 4) < name_size) {
-        memcpy(name, path + 4, strlen(path + 4) + 1);
+    static const char ui[] = "/ui/";
+    if (!strncmp(path, ui, sizeof ui - 1)) {
+        const char *file = path + sizeof ui - 1;
+        size_t len = strnlen(file, name_size);
+        if (!valid_model_name(file, len) || len >= name_size)
+            return SVC_ROUTE_UNKNOWN;
+        memcpy(name, file, len);
+        name[len] = '\0';
         return SVC_ROUTE_ASSET;
     }
 

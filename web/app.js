@@ -162,14 +162,14 @@
     Object.assign(state.drawn, { rPeaks: peaks, boundaries, quality });
   }
 
-  // Unreadable stretches, when the answer has a signal-quality verdict: [start_s, end_s] pairs.
+  // Unreadable stretches, when the answer has a signal-quality verdict: quality.segments of
+  // {start, end (seconds), start_sample, end_sample, reason}; [start_s, end_s] pairs.
   function qualitySegments() {
     const segs = A.quality && Array.isArray(A.quality.segments) ? A.quality.segments : [];
     const fs = A.signal.fs_hz;
-    return segs.filter((s) => !(s.readable === true || s.usable === true || s.verdict === 'good' ||
-                               s.quality === 'good'))
-      .map((s) => [s.start_s !== undefined ? s.start_s : s.start / fs,
-                   s.end_s !== undefined ? s.end_s : s.end / fs]);
+    const at = (s, key) => (s[`${key}_sample`] !== undefined ? s[`${key}_sample`] / fs : s[key]);
+    return segs.filter((s) => s.reason !== 'ok' && s.reason !== null)
+      .map((s) => [at(s, 'start'), at(s, 'end')]);
   }
 
   function makeEcg() {
@@ -394,7 +394,7 @@
       stat(s.beats, 'beats'), stat(s.kept, 'embedded'), stat(s.outliers === undefined ? '&ndash;' : s.outliers, 'outliers'),
       stat(f(hrS.mean, 0), `bpm (${f(hrS.min, 0)}&ndash;${f(hrS.max, 0)})`),
       stat(f(rr.sdnn, 1), 'SDNN (ms)'), stat(f(rr.rmssd, 1), 'RMSSD (ms)'),
-    ].join('');
+    ].join('') + (A.quality ? stat(A.quality.verdict, `signal quality (${f(100 * A.quality.usable_fraction, 0)} % usable)`) : '');
     const ranked = T.score.map((sc, k) => [sc, k]).filter(([sc]) => sc !== null).sort((a, b) => b[0] - a[0]).slice(0, 12);
     $('outliers').innerHTML = '<tr><th>beat</th><th>time</th><th>RR (ms)</th><th>score</th><th></th></tr>' +
       ranked.map(([sc, k]) => `<tr data-beat="${k}"><td>#${k}</td><td>${fmtTime(T.r[k])}</td>` +

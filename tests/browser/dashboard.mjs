@@ -51,6 +51,11 @@ try {
   check(`latent plot has one point per embedded beat (${nKept})`, s.latentPoints === nKept, `${s.latentPoints}`);
   check('the whole recording is drawn from a decimated window', s.last && s.last.decimated && s.signalPoints > 100,
         JSON.stringify(s.last));
+  // Unreadable stretches (quality.segments, when the engine reports them) are shaded.
+  const unreadable = expected.quality && Array.isArray(expected.quality.segments)
+    ? expected.quality.segments.filter((q) => q.reason !== 'ok' && q.reason !== null).length : null;
+  if (unreadable === null) console.log(`skip ${++n} - browser: the answer has no quality.segments to shade`);
+  else check(`every unreadable stretch is shaded (${unreadable})`, s.quality === unreadable, `${s.quality}`);
   await page.screenshot({ path: `${shots}/dashboard.png`, fullPage: true });
 
   // Click the point of the top outlier (or of the first embedded beat).

@@ -4,7 +4,8 @@
  * samples read independently from the file, windows read back exactly, range errors are
  * refused, and the kept embedding is the one ecg_engine_analyze_embed() hands back.
  *
- * The CPU half runs everywhere. The CUDA half runs the same checks on a CUDA engine, whose
+ * ecg_minmax() itself is checked against a plain sequential scan (test_minmax_reference; every
+ * trace below is too). The CPU half runs everywhere. The CUDA half runs the same checks on a CUDA engine, whose
  * reduction is gpu/cuda_trace.cu's kernel on the device copy, and requires results identical to
  * the CPU reference for every window and bucket count tried (many buckets, few, more buckets
  * than samples, odd lengths, one sample); it skips visibly without a CUDA build or device.
@@ -46,6 +47,64 @@ static const struct {
     {0.9, 0.9, 0, 1, 10},     {0.1, 0.1, 17, 40, 40},  {0.0, 1.0, 0, 0, 100000},
 };
 
+/* The definition, written plainly: a sequential scan keeping the first of equal values. */
+static size_t naive_minmax(const float *x, size_t start, size_t end, size_t n_buckets,
+                           struct ecg_minmax *out)
+{
+    size_t len = end - start, buckets = n_buckets < len ? n_buckets : len;
+    for (size_t b = 0; b < buckets; b++) {
+        size_t lo = start + len * b / buckets, hi = start + len * (b + 1) / buckets;
+        size_t i_min = lo, i_max = lo;
+        for (size_t i = lo + 1; i < hi; i++) {
+            if (x[i] < x[i_min])
+                i_min = i;
+            if (x[i] > x[i_max])
+                i_max = i;
+        }
+        out[b] = (struct ecg_minmax){(int64_t)i_min, (int64_t)i_max, x[i_min], x[i_max]};
+    }
+    return buckets;
+}
+
+static void assert_same_minmax(const struct ecg_minmax *got, const struct ecg_minmax *want,
+                               size_t n)
+{
+    for (size_t b = 0; b < n; b++) {
+        assert_int_equal(got[b].i_min, want[b].i_min);
+        assert_int_equal(got[b].i_max, want[b].i_max);
+        assert_memory_equal(&got[b].v_min, &want[b].v_min, sizeof(float));
+        assert_memory_equal(&got[b].v_max, &want[b].v_max, sizeof(float));
+    }
+}
+
+/* ecg_minmax() (SSE extremes, then the first index of each) against the plain scan: random
+ * values on a coarse grid (many ties), signed zeros, constant runs, every bucket count. */
+static void test_minmax_reference(void **state)
+{
+    (void)state;
+    enum { N = 4099 };
+    static float x[N];
+    static struct ecg_minmax got[N], want[N];
+    uint32_t seed = 12345u;
+    for (size_t i = 0; i < N; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)((int)(seed >> 28) - 8) * 0.25f; /* 16 levels: ties everywhere */
+        if (x[i] == 0.0f && (seed & 0x100u))
+            x[i] = -0.0f;
+    }
+    for (size_t i = 2000; i < 2100; i++)
+        x[i] = 1.5f; /* a constant run */
+    static const size_t bucket_counts[] = {1, 2, 3, 7, 64, 1000, 2049, 4098, 4099, 10000};
+    for (size_t c = 0; c < sizeof bucket_counts / sizeof bucket_counts[0]; c++)
+        for (size_t start = 0; start < 9; start += 4) {
+            size_t n = ecg_minmax(x, start, N - start / 2, bucket_counts[c], got);
+            assert_int_equal(n, naive_minmax(x, start, N - start / 2, bucket_counts[c], want));
+            assert_same_minmax(got, want, n);
+        }
+    assert_int_equal(ecg_minmax(x, 5, 5, 3, got), 0);
+    assert_int_equal(ecg_minmax(x, 0, 5, 0, got), 0);
+}
+
 static void check_engine(struct ecg_engine *engine, const struct ecg_signal *sig)
 {
     struct ecg_read_opts opts = {.format = ECG_FORMAT_F32, .fs_hz = sig->fs_hz};
@@ -84,18 +143,12 @@ static void check_engine(struct ecg_engine *engine, const struct ecg_signal *sig
         size_t n_out = 0;
         if (ecg_trace_minmax(trace, start, end, cases[c].buckets, got, &n_out, &err) != ECG_OK)
             fail_msg("minmax [%zu, %zu) / %zu: %s", start, end, cases[c].buckets, err.message);
-        size_t n_want = ecg_minmax(sig->samples, start, end, cases[c].buckets, want);
+        size_t n_want = naive_minmax(sig->samples, start, end, cases[c].buckets, want);
         assert_int_equal(n_out, n_want);
         assert_int_equal(n_out, cases[c].buckets < end - start ? cases[c].buckets : end - start);
-        for (size_t b = 0; b < n_out; b++) {
-            assert_int_equal(got[b].i_min, want[b].i_min);
-            assert_int_equal(got[b].i_max, want[b].i_max);
-            assert_memory_equal(&got[b].v_min, &want[b].v_min, sizeof(float));
-            assert_memory_equal(&got[b].v_max, &want[b].v_max, sizeof(float));
-            assert_true(want[b].v_min <= want[b].v_max);
-        }
+        assert_same_minmax(got, want, n_out);
     }
-    /* the reference itself, on a hand-made case: ties go to the first sample */
+    /* the definition, on a hand-made case: ties go to the first sample */
     const float x[] = {1, 3, 3, -2, -2, 0, 5};
     assert_int_equal(ecg_minmax(x, 0, 7, 2, want), 2);
     assert_int_equal(want[0].i_min, 0); /* bucket [0, 3) */
@@ -169,6 +222,7 @@ static void test_cuda_trace(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_minmax_reference),
         cmocka_unit_test(test_cpu_trace),
         cmocka_unit_test(test_cuda_trace),
     };
