@@ -19,3 +19,7 @@ if [ -x bench/bench_strips.sh ]; then
     echo; echo "## bench_strips.sh (1 s to 30 min recordings, as ratios to the HTTP sink)"
     bench/bench_strips.sh "$build"
 fi
+if [ -x bench/bench_dashboard.sh ]; then
+    echo; echo "## bench_dashboard.sh"
+    ECGD="$build/ecgd" bench/bench_dashboard.sh
+fi
