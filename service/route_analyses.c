@@ -208,6 +208,8 @@ bool svc_analyses_async(struct svc_request *req)
     memset(&copy->answer, 0, sizeof copy->answer);
     if (copy->opts.lead)
         copy->opts.lead = copy->lead;
+    if (copy->opts.embed_lead)
+        copy->opts.embed_lead = copy->embed_lead;
     ecg_upload_free(req->upload);
     req->upload = NULL;
     req->body = NULL;
