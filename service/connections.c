@@ -46,6 +46,7 @@ struct svc_conn {
     _Atomic double phase_start_s; /* monotonic */
     atomic_uint_fast64_t body_bytes;
     atomic_bool claimed;          /* an answer was written on the socket directly; cut */
+    atomic_bool served;           /* answered a request before: idle between requests */
     /* the reaper's own */
     uint64_t closed_bytes;
     unsigned closed_looks;
@@ -167,6 +168,10 @@ static void reaper_look(struct svc_conns *conns, struct svc_conn *conn, double n
     if (phase == SVC_CONN_HEADERS) {
         if (atomic_load(&conns->closing))
             conn_cut(srv, conn, 0, NULL, NULL, SVC_CONN_EVENT_SHUTDOWN);
+        else if (elapsed > conns->header_timeout_s && atomic_load(&conn->served))
+            /* Idle after an answer (keep-alive): closed without a 408, which a client sending
+             * its next request at that moment would take for the answer to it. */
+            conn_cut(srv, conn, 0, NULL, NULL, SVC_CONN_EVENT_HEADER_TIMEOUT);
         else if (elapsed > conns->header_timeout_s)
             conn_cut(srv, conn, 408, "header_timeout",
                      "the request line and headers did not arrive in time",
@@ -236,6 +241,7 @@ static void on_connection(void *cls, struct MHD_Connection *connection, void **s
         atomic_init(&conn->phase_start_s, svc_now_s());
         atomic_init(&conn->body_bytes, 0);
         atomic_init(&conn->claimed, false);
+        atomic_init(&conn->served, false);
         pthread_mutex_lock(&conns->mutex);
         conn->next = conns->head;
         if (conns->head)
@@ -339,8 +345,11 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
     struct svc_request *req = *con_cls;
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    if (info && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        svc_conn_set_phase(info->socket_context, SVC_CONN_HEADERS); /* kept alive */
+    if (info && info->socket_context && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        struct svc_conn *tracked = info->socket_context;
+        atomic_store(&tracked->served, true);
+        svc_conn_set_phase(tracked, SVC_CONN_HEADERS); /* kept alive */
+    }
     if (!req)
         return;
     *con_cls = NULL;
