@@ -47,12 +47,10 @@
  * (ascending positions; the intervals between lo and hi left out), or 0 when fewer than 2. */
 INSERT_FN int64_t insert_twice_median(const int64_t *pos, size_t n, size_t lo, size_t hi)
 {
-    /* The first loop takes up to INSERT_CONTEXT + 1 intervals (j = lo - INSERT_CONTEXT .. lo),
-     * the second up to INSERT_CONTEXT: room for both (it was one short: a stack overflow that
-     * AddressSanitizer caught in tests/hostile). */
-    int64_t rr[2 * INSERT_CONTEXT + 1];
+    /* INSERT_CONTEXT intervals ending at beat lo, INSERT_CONTEXT starting at beat hi */
+    int64_t rr[2 * INSERT_CONTEXT];
     size_t m = 0;
-    for (size_t j = lo > INSERT_CONTEXT ? lo - INSERT_CONTEXT : 1; j <= lo && j > 0; j++)
+    for (size_t j = lo >= INSERT_CONTEXT ? lo - INSERT_CONTEXT + 1 : 1; j <= lo && j > 0; j++)
         rr[m++] = pos[j] - pos[j - 1];
     for (size_t j = hi + 1; j < n && j <= hi + INSERT_CONTEXT; j++)
         rr[m++] = pos[j] - pos[j - 1];
