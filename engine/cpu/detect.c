@@ -376,9 +376,8 @@ static void describe_candidates(const struct ecg_plan *plan, const struct cpu_le
         const float right_valley = range_min(env, c, next);
         const float valley = left_valley > right_valley ? left_valley : right_valley;
 
-        float slope = steepest(leads[0].y, n, c, reach);
+        float slope = gain ? 0.0f : steepest(leads[0].y, n, c, reach);
         if (gain) {
-            slope = 0.0f;
             for (size_t l = 0; l < n_leads; l++)
                 slope += fuse_gain_at(gain + l * n_win, n_win, win, c) *
                          steepest(leads[l].y, n, c, reach);

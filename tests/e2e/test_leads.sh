@@ -6,25 +6,8 @@
 # Prints `ok N - what` / `not ok N - what`; exits non-zero on any failure.
 set -u
 ECGD=${ECGD:-build/ecgd}
-DATA=${ECG_SHARED_DATA:-../shared/data}
-BACKEND=${ECGD_TEST_BACKEND:-cpu}
 CSV=tests/data/mitdb_100s.csv
-tmp=$(mktemp -d)
-n=0
-failures=0
-pid=
-cleanup() {
-    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); failures=$((failures + 1)); echo "not ok $n - $1"; }
-check() {
-    local desc=$1
-    shift
-    if "$@"; then ok "$desc"; else not_ok "$desc"; fi
-}
+. "$(cd "$(dirname "$0")" && pwd)/lib.sh" # ok/not_ok/check, tmp, start_server, BACKEND, DATA
 # field FILE EXPR: a value of the JSON document in FILE (python expression on d)
 field() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
 
@@ -48,18 +31,8 @@ else
 fi
 
 # the service
-"$ECGD" serve --bind 127.0.0.1 --port 0 --backend "$BACKEND" --model none 2>"$tmp/log" &
-pid=$!
-port=
-for _ in $(seq 1 200); do
-    port=$(grep -o '"port":[0-9]*' "$tmp/log" | head -1 | cut -d: -f2)
-    [ -n "$port" ] && break
-    sleep 0.05
-done
-for _ in $(seq 1 300); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ] && break
-    sleep 0.1
-done
+start_server "$tmp/log" --model none || not_ok "http: the server started"
+port=$PORT
 post() { # post QUERY OUT: the status
     curl -s -o "$2" -w '%{http_code}' -H 'Content-Type: text/csv' --data-binary @"$CSV" \
         "http://127.0.0.1:$port/v1/analyze?fs=360&$1"
@@ -80,9 +53,6 @@ done
 check "http: lead=MLII,V9 -> 404 naming V9" \
     [ "$(post 'lead=MLII,V9' "$tmp/missing.json")" = 404 ]
 grep -q V9 "$tmp/missing.json" || not_ok "http: the 404 names V9"
-kill -TERM "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
-pid=
 
 # eval: both leads by default, and the noise stress test
 if [ -f "$DATA/mitdb/101.hea" ] && [ -f "$DATA/noise/em_a.hea" ]; then
