@@ -20,7 +20,8 @@ endif
 BUILD   := build
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 CFLAGS  ?= -O3 -march=x86-64-v2 -mtune=native
-CFLAGS  += -std=c11 -D_GNU_SOURCE -pthread $(WARN) -Iengine -Imodels -fno-strict-aliasing
+CFLAGS  += -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Iengine -Imodels -fno-strict-aliasing
+LDFLAGS += -fopenmp
 LDLIBS  := -lmicrohttpd -lcjson -lfftw3f -lfftw3f_threads -ledf -lcurl -lm -lpthread
 ifeq ($(DEBUG),1)
 CFLAGS  := $(filter-out -O3,$(CFLAGS)) -O0 -g3

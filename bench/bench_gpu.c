@@ -17,7 +17,12 @@
 #include <time.h>
 
 #include "ecg.h"
+#include "hrv.h"
 #include "model.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #ifdef ECG_HAVE_CUDA
 #include "../gpu/cuda_stats.h"
 #endif
@@ -35,6 +40,16 @@ int main(void)
 static const char *const records[] = {"101", "106", "108", "109", "112", "114", "115", "116",
                                       "118", "119", "122", "124", "201", "203", "205", "207",
                                       "208", "209", "215", "220", "223", "230"};
+
+/* The threads the host's parallel loops (OpenMP) may use. */
+static int ecg_bench_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
 
 static double now_ms(void)
 {
@@ -99,7 +114,8 @@ static struct ecg_model *bench_model(void)
 }
 
 struct stage_times {
-    double read, resample, filter, detect, embed, encode, total;
+    double read, resample, filter, detect, embed, encode, quality, total;
+    double hrv; /* of the quality stage: NN selection and HRV on the host (ecg_hrv_assess) */
     size_t beats;
 };
 
@@ -107,7 +123,7 @@ struct stage_times {
 static int run(struct ecg_engine *engine, const struct ecg_signal *sig, const void *bytes,
                size_t len, const struct ecg_read_opts *opts, struct stage_times *out)
 {
-    double t[7][REPEAT];
+    double t[9][REPEAT];
     for (int r = -1; r < REPEAT; r++) {
         struct ecg_result *res = NULL;
         struct ecg_error err = {0};
@@ -125,6 +141,14 @@ static int run(struct ecg_engine *engine, const struct ecg_signal *sig, const vo
             t[4][r] = res->timing.embed_ms;
             t[5][r] = res->timing.encode_ms;
             t[6][r] = res->timing.total_ms;
+            t[7][r] = res->timing.quality_ms;
+            double t0 = now_ms();
+            if (ecg_hrv_assess(res, &err) != ECG_OK) {
+                fprintf(stderr, "hrv: %s\n", err.message);
+                ecg_result_free(res);
+                return -1;
+            }
+            t[8][r] = now_ms() - t0;
         }
         out->beats = res->n_beats;
         ecg_result_free(res);
@@ -136,6 +160,8 @@ static int run(struct ecg_engine *engine, const struct ecg_signal *sig, const vo
     out->embed = median(t[4], REPEAT);
     out->encode = median(t[5], REPEAT);
     out->total = median(t[6], REPEAT);
+    out->quality = median(t[7], REPEAT);
+    out->hrv = median(t[8], REPEAT);
     return 0;
 }
 
@@ -313,6 +339,7 @@ int main(int argc, char **argv)
     c.embed = rc->timing.embed_ms;
     c.encode = rc->timing.encode_ms;
     c.total = rc->timing.total_ms;
+    c.quality = rc->timing.quality_ms;
     c.beats = rc->n_beats;
     ecg_result_free(rc);
 
@@ -341,6 +368,10 @@ int main(int argc, char **argv)
         (double)g.beats * 256 * 4);
     ROW("VAE, cuDNN layer by layer (forced)", g_cudnn.encode, 0.0,
         (double)g.beats * 256 * 4 * 14);
+    ROW("quality: features (device), verdict, NN selection, HRV (host)", g.quality, c.quality,
+        (double)n * 4 * 2);
+    printf("| of which NN selection + HRV on the host (ecg_hrv_assess, %d threads at most) | "
+           "%.2f | - | - | - |\n", ecg_bench_threads(), g.hrv);
     ROW("total (engine)", g.total, c.total, 0.0);
     printf("\n| input path | parse ms (device, incl. upload) | total ms | bytes |\n"
            "|---|---|---|---|\n");

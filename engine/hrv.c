@@ -14,6 +14,10 @@
 
 #include "hrv.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 /* Work bound of the LF and HF band powers together: points x frequencies. */
 #define LOMB_MAX_TERMS 1e7
 
@@ -36,32 +40,33 @@ static double local_median(const double *rr_ms, size_t n, size_t i)
     return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 
+/* Intervals from which the NN selection runs in parallel (OpenMP; each interval's flags depend
+ * on its neighbourhood only, so the thread count changes no result). */
+#define NN_PARALLEL_MIN 16384
+
 enum ecg_status ecg_hrv_select_nn(const double *rr_ms, const uint8_t *bad, size_t n,
                                   uint8_t *nn, struct ecg_error *err)
 {
     if (!n)
         return ECG_OK;
-    uint8_t *excluded = calloc(n, 1);
-    if (!excluded)
+    /* per beat: bit 0, an ectopic or bad beat (it spoils the intervals on both sides of it);
+     * bit 1, an interval that is no NN interval of itself (not positive, or long) */
+    uint8_t *flag = calloc(n, 1);
+    if (!flag)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "hrv: %zu beats", n);
-    excluded[0] = 1;
+    flag[0] = (uint8_t)(2 | (bad && bad[0]));
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n >= NN_PARALLEL_MIN)
+#endif
     for (size_t i = 1; i < n; i++) {
         double med = local_median(rr_ms, n, i);
         bool premature = rr_ms[i] < ECG_HRV_PREMATURE * med;
-        if (!(rr_ms[i] > 0) || rr_ms[i] > ECG_HRV_LONG * med)
-            excluded[i] = 1;
-        /* an ectopic or bad beat i spoils the intervals on both sides of it */
-        if (premature || (bad && bad[i])) {
-            excluded[i] = 1;
-            if (i + 1 < n)
-                excluded[i + 1] = 1;
-        }
+        bool own = !(rr_ms[i] > 0) || rr_ms[i] > ECG_HRV_LONG * med;
+        flag[i] = (uint8_t)((premature || (bad && bad[i])) | own << 1);
     }
-    if (bad && bad[0] && n > 1)
-        excluded[1] = 1;
     for (size_t i = 0; i < n; i++)
-        nn[i] = !excluded[i];
-    free(excluded);
+        nn[i] = !(flag[i] || (i > 0 && flag[i - 1] & 1));
+    free(flag);
     return ECG_OK;
 }
 
@@ -110,57 +115,210 @@ void ecg_hrv_lomb(const double *t, const double *y, size_t n, const double *freq
 }
 
 /*
- * Band power [lo, hi]: trapezoid of the Lomb-Scargle PSD on a uniform grid of step
- * 1 / (8 span) (8 points per spectral line, whose width is 1 / span), coarsened for long
- * recordings so that the band costs at most LOMB_MAX_TERMS point-frequency terms (a 15-hour
- * Holter of 70,000 intervals: 0.0025 Hz; its spectrum is broadband, not lines). The same
- * periodogram as ecg_hrv_lomb, with each point's cos and sin advanced from one
- * frequency to the next by a rotation instead of recomputed (a 24-hour Holter has ~100k points
- * and ~700 frequencies).
+ * LF and HF band powers: trapezoids of the Lomb-Scargle PSD (the same periodogram as
+ * ecg_hrv_lomb) on one uniform grid over [LF_LO, HF_HI] whose step divides HRV_GRID_UNIT, so
+ * that every band edge is a grid point. The step is at most 1 / (8 span) (8 points per spectral
+ * line, whose width is 1 / span), coarsened for long recordings so that the grid costs at most
+ * about LOMB_MAX_TERMS point-frequency terms (a 15-hour Holter of 57,000 NN intervals gets
+ * 0.002 Hz; its spectrum is broadband, not lines).
+ *
+ * Cost. Each point's cos and sin are advanced from one frequency to the next by a rotation
+ * instead of recomputed (two sincos per point in all). The sums over the points are split into
+ * LOMB_LANES interleaved lanes (point i in lane i mod LOMB_LANES, each lane in increasing i,
+ * the lanes combined by a fixed tree), which the compiler vectorises and the processor
+ * overlaps; long series are also split into blocks summed in parallel (below). The order is
+ * fixed, so the result depends neither on the machine, the thread count nor the backend.
+ * Frequencies are taken in chunks of LOMB_CHUNK so that the lanes' sums stay in cache.
  */
-static enum ecg_status band_power(const double *t, const double *y, size_t n, double lo,
-                                  double hi, double *power, struct ecg_error *err)
+#define HRV_GRID_UNIT 0.01 /* every band edge (0.04, 0.15, 0.40 Hz) is a multiple of this */
+#define LOMB_LANES 8
+#define LOMB_CHUNK 128
+
+/* The four Lomb-Scargle sums of one frequency, lane by lane. */
+struct lomb_sums {
+    double c[LOMB_LANES], s[LOMB_LANES], c2[LOMB_LANES], s2[LOMB_LANES];
+};
+
+/* A lane tree: ((0 1) (2 3)) ((4 5) (6 7)). */
+static double lane_total(const double *v)
+{
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+/*
+ * Adds the points of one lane group (LOMB_LANES points, state arrays at that group) to the
+ * sums of frequencies [0, k_n) of the chunk, advancing each point's rotation as it goes. A
+ * point past the end has v = c = s = ds = 0, dc = 1: it adds nothing.
+ */
+static inline __attribute__((always_inline)) void lomb_group(double *restrict c,
+                                                             double *restrict s,
+                                                             const double *restrict dc,
+                                                             const double *restrict ds,
+                                                             const double *restrict v,
+                                                             struct lomb_sums *restrict acc,
+                                                             size_t k_n)
+{
+    double cc[LOMB_LANES], ss[LOMB_LANES];
+    for (size_t l = 0; l < LOMB_LANES; l++) {
+        cc[l] = c[l];
+        ss[l] = s[l];
+    }
+    for (size_t k = 0; k < k_n; k++) {
+        for (size_t l = 0; l < LOMB_LANES; l++) {
+            acc[k].c[l] += v[l] * cc[l];
+            acc[k].s[l] += v[l] * ss[l];
+            acc[k].c2[l] += cc[l] * cc[l] - ss[l] * ss[l];
+            acc[k].s2[l] += 2.0 * cc[l] * ss[l];
+            double cn = cc[l] * dc[l] - ss[l] * ds[l];
+            ss[l] = ss[l] * dc[l] + cc[l] * ds[l];
+            cc[l] = cn;
+        }
+    }
+    for (size_t l = 0; l < LOMB_LANES; l++) {
+        c[l] = cc[l];
+        s[l] = ss[l];
+    }
+}
+
+/* One chunk of frequencies over every group; the same arithmetic in both builds below (the
+ * AVX2 one has no FMA, so its results are the baseline build's, bit for bit). */
+static void lomb_chunk_base(double *c, double *s, const double *dc, const double *ds,
+                            const double *v, size_t groups, struct lomb_sums *acc, size_t k_n)
+{
+    for (size_t g = 0; g < groups; g++) {
+        size_t o = g * LOMB_LANES;
+        lomb_group(c + o, s + o, dc + o, ds + o, v + o, acc, k_n);
+    }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static void lomb_chunk_avx2(double *c, double *s,
+                                                            const double *dc, const double *ds,
+                                                            const double *v, size_t groups,
+                                                            struct lomb_sums *acc, size_t k_n)
+{
+    for (size_t g = 0; g < groups; g++) {
+        size_t o = g * LOMB_LANES;
+        lomb_group(c + o, s + o, dc + o, ds + o, v + o, acc, k_n);
+    }
+}
+#endif
+
+/* Points per block at least, and blocks at most: the points are split into
+ * min(LOMB_BLOCKS, n / LOMB_BLOCK_MIN) contiguous blocks of whole lane groups, each summed on
+ * its own (in parallel where OpenMP is there), their lane totals then combined by a fixed tree
+ * over the blocks. The split depends on n alone, never on the thread count: the result is the
+ * same with one thread or sixteen. */
+#define LOMB_BLOCK_MIN 4096
+#define LOMB_BLOCKS 16
+
+static void lomb_chunk(double *c, double *s, const double *dc, const double *ds,
+                       const double *v, size_t groups, struct lomb_sums *acc, size_t k_n,
+                       bool avx2)
+{
+    memset(acc, 0, k_n * sizeof *acc);
+#if defined(__x86_64__)
+    if (avx2) {
+        lomb_chunk_avx2(c, s, dc, ds, v, groups, acc, k_n);
+        return;
+    }
+#endif
+    (void)avx2;
+    lomb_chunk_base(c, s, dc, ds, v, groups, acc, k_n);
+}
+
+/* The four sums of chunk frequency j: lane trees per block, then a tree over the blocks. */
+static void lomb_totals(const struct lomb_sums *acc, size_t blocks, size_t j, double sum[4])
+{
+    double t[LOMB_BLOCKS][4];
+    for (size_t b = 0; b < blocks; b++) {
+        const struct lomb_sums *a = &acc[b * LOMB_CHUNK + j];
+        t[b][0] = lane_total(a->c);
+        t[b][1] = lane_total(a->s);
+        t[b][2] = lane_total(a->c2);
+        t[b][3] = lane_total(a->s2);
+    }
+    for (size_t step = 1; step < blocks; step *= 2)
+        for (size_t b = 0; b + step < blocks; b += 2 * step)
+            for (int q = 0; q < 4; q++)
+                t[b][q] += t[b + step][q];
+    for (int q = 0; q < 4; q++)
+        sum[q] = t[0][q];
+}
+
+static enum ecg_status band_powers(const double *t, const double *y, size_t n, double *lf,
+                                   double *hf, struct ecg_error *err)
 {
     double span = t[n - 1] - t[0];
-    double step = fmax(1.0 / (8.0 * span), (ECG_HRV_HF_HI - ECG_HRV_LF_LO) * (double)n /
-                                               LOMB_MAX_TERMS);
-    size_t m = (size_t)ceil((hi - lo) / step) + 1;
-    double df = (hi - lo) / (double)(m - 1);
-    double *rot = malloc(5 * n * sizeof *rot);
-    if (!rot)
+    double target = fmax(1.0 / (8.0 * span), (ECG_HRV_HF_HI - ECG_HRV_LF_LO) * (double)n /
+                                                  LOMB_MAX_TERMS);
+    double step = HRV_GRID_UNIT / ceil(HRV_GRID_UNIT / target);
+    size_t k_mid = (size_t)lround((ECG_HRV_LF_HI - ECG_HRV_LF_LO) / step);
+    size_t m = (size_t)lround((ECG_HRV_HF_HI - ECG_HRV_LF_LO) / step) + 1;
+    size_t groups = (n + LOMB_LANES - 1) / LOMB_LANES, padded = groups * LOMB_LANES;
+    size_t blocks = n / LOMB_BLOCK_MIN;
+    blocks = blocks < 1 ? 1 : blocks > LOMB_BLOCKS ? LOMB_BLOCKS : blocks;
+    double *state = malloc(5 * padded * sizeof *state);
+    struct lomb_sums *acc = malloc(blocks * LOMB_CHUNK * sizeof *acc);
+    if (!state || !acc) {
+        free(state);
+        free(acc);
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "hrv: %zu intervals", n);
-    double *c = rot, *s = rot + n, *dc = rot + 2 * n, *ds = rot + 3 * n, *v = rot + 4 * n;
+    }
+    double *c = state, *s = c + padded, *dc = s + padded, *ds = dc + padded, *v = ds + padded;
     double mean = 0.0;
     for (size_t i = 0; i < n; i++)
         mean += y[i];
     mean /= (double)n;
-    for (size_t i = 0; i < n; i++) {
-        double dt = t[i] - t[0];
-        c[i] = cos(2.0 * M_PI * lo * dt);
-        s[i] = sin(2.0 * M_PI * lo * dt);
-        dc[i] = cos(2.0 * M_PI * df * dt);
-        ds[i] = sin(2.0 * M_PI * df * dt);
-        v[i] = y[i] - mean;
-    }
-    double sum = 0, prev = 0;
-    for (size_t k = 0; k < m; k++) {
-        double sum_c = 0, sum_s = 0, sum_c2 = 0, sum_s2 = 0;
-        for (size_t i = 0; i < n; i++) {
-            sum_c += v[i] * c[i];
-            sum_s += v[i] * s[i];
-            sum_c2 += c[i] * c[i] - s[i] * s[i];
-            sum_s2 += 2.0 * c[i] * s[i];
-            double cn = c[i] * dc[i] - s[i] * ds[i];
-            s[i] = s[i] * dc[i] + c[i] * ds[i];
-            c[i] = cn;
+#if defined(__x86_64__)
+    bool avx2 = __builtin_cpu_supports("avx2");
+#else
+    bool avx2 = false;
+#endif
+#ifdef _OPENMP
+    int threads = omp_get_max_threads() < (int)blocks ? omp_get_max_threads() : (int)blocks;
+#endif
+    /* each point's rotation: cos and sin at LF_LO and of one grid step; padding adds nothing */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (threads > 1) num_threads(threads)
+#endif
+    for (size_t i = 0; i < padded; i++) {
+        if (i < n) {
+            double dt = t[i] - t[0];
+            sincos(2.0 * M_PI * ECG_HRV_LF_LO * dt, &s[i], &c[i]);
+            sincos(2.0 * M_PI * step * dt, &ds[i], &dc[i]);
+            v[i] = y[i] - mean;
+        } else {
+            c[i] = s[i] = ds[i] = v[i] = 0.0;
+            dc[i] = 1.0;
         }
-        double p = lomb_point(sum_c, sum_s, sum_c2, sum_s2, n, span);
-        if (k)
-            sum += 0.5 * (prev + p) * df;
-        prev = p;
     }
-    *power = sum;
-    free(rot);
+    double band[2] = {0.0, 0.0}, prev = 0.0;
+    for (size_t k0 = 0; k0 < m; k0 += LOMB_CHUNK) {
+        size_t k_n = m - k0 < LOMB_CHUNK ? m - k0 : LOMB_CHUNK;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static, 1) if (threads > 1) num_threads(threads)
+#endif
+        for (size_t b = 0; b < blocks; b++) {
+            size_t g0 = groups * b / blocks, g1 = groups * (b + 1) / blocks;
+            size_t o = g0 * LOMB_LANES;
+            lomb_chunk(c + o, s + o, dc + o, ds + o, v + o, g1 - g0, acc + b * LOMB_CHUNK,
+                       k_n, avx2);
+        }
+        for (size_t j = 0; j < k_n; j++) {
+            size_t k = k0 + j;
+            double sum[4];
+            lomb_totals(acc, blocks, j, sum);
+            double p = lomb_point(sum[0], sum[1], sum[2], sum[3], n, span);
+            if (k > 0)
+                band[k > k_mid] += 0.5 * (prev + p) * step;
+            prev = p;
+        }
+    }
+    *lf = band[0];
+    *hf = band[1];
+    free(state);
+    free(acc);
     return ECG_OK;
 }
 
@@ -239,9 +397,7 @@ enum ecg_status ecg_hrv_compute(const double *rr_ms, const uint8_t *nn, const do
     }
     enum ecg_status status = ECG_OK;
     if (t[m - 1] - t[0] >= ECG_HRV_MIN_SPECTRAL_S) {
-        status = band_power(t, y, m, ECG_HRV_LF_LO, ECG_HRV_LF_HI, &h->lf_ms2, err);
-        if (status == ECG_OK)
-            status = band_power(t, y, m, ECG_HRV_HF_LO, ECG_HRV_HF_HI, &h->hf_ms2, err);
+        status = band_powers(t, y, m, &h->lf_ms2, &h->hf_ms2, err);
         if (status == ECG_OK)
             h->lf_hf = h->hf_ms2 > 0 ? h->lf_ms2 / h->hf_ms2 : NAN;
     }

@@ -52,6 +52,10 @@
 #define NOISE_REL_POWER 16.0
 #define BRIDGE_S 3.0
 #define GOOD_RANGE 3.0
+/* Windows from which the per-window loops run in parallel (OpenMP): a 2-hour recording. Each
+ * window's values depend on the window and its neighbours only, so the thread count changes no
+ * result. */
+#define QUALITY_PARALLEL_MIN 8192
 
 const char *ecg_quality_reason_name(enum ecg_quality_reason reason)
 {
@@ -160,6 +164,9 @@ static enum ecg_status recording_refs(const struct ecg_quality_window *w, size_t
     refs->usual_lo = median_of(lo, n_win);
     refs->usual_hi = median_of(hi, n_win);
     /* NaN kurtosis (a still stretch) sorts as the largest: it never lowers the median */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n_win >= QUALITY_PARALLEL_MIN)
+#endif
     for (size_t j = 0; j < n_win; j++) {
         double hf_ratio;
         context_stats(w, n_win, j, FLAT_REL * refs->typical_range, &range[j], &hf_ratio,
@@ -277,6 +284,9 @@ enum ecg_status ecg_quality_classify(const struct ecg_quality_window *windows, s
     size_t clip_min = ecg_quality_round_lag(CLIP_MIN_S * fs_hz);
     if (clip_min < 3)
         clip_min = 3;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n_win >= QUALITY_PARALLEL_MIN)
+#endif
     for (size_t j = 0; j < n_win; j++)
         reason[j] = (uint8_t)classify_window(windows, n_win, j, &refs, clip_min, &score[j]);
     /* Noise comes and goes within a bad stretch: a readable gap of at most BRIDGE_S between

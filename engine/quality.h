@@ -5,8 +5,8 @@
  * The recording is cut into windows of ECG_QUALITY_WINDOW_S on the input grid. A backend
  * operation (cpu_quality_features in engine/cpu/quality_features.c, its twin in
  * gpu/cuda_quality.cu) fills one struct ecg_quality_window per window from the input samples,
- * with exact arithmetic only (float min/max and comparisons, integer counts, double sums taken
- * in sample order by one thread per window, no fused multiply-add), so that both backends give
+ * with exact arithmetic only (float min/max and comparisons, integer counts, double sums in the
+ * lane order of engine/cpu/quality_core.h, no fused multiply-add), so that both backends give
  * bit-identical features and hence the same verdict. Everything with a threshold lives in
  * quality.c and runs on the host for both.
  *
@@ -62,7 +62,7 @@ static inline struct ecg_quality_geometry ecg_quality_geometry_of(size_t n, doub
  *   n_at_max   samples equal to x_max that have an equal neighbour (a plateau at the top);
  *   n_at_min   likewise at x_min
  *   qrs_n      number of QRS-band differences d = x[i] - x[i - lag_qrs] taken (i >= a + lag)
- *   qrs_s1..s4 sums of d, d^2, d^3 (= d^2 * d) and d^4 (= d^2 * d^2), in sample order
+ *   qrs_s1..s4 sums of d, d^2, d^3 (= d^2 * d) and d^4 (= d^2 * d^2), in lane order
  *   hf_s2      sum of h^2, h = (x[i + L] - x[i]) - (x[i] - x[i - L]), L = lag_hf, over
  *              i in [a + L, b - L); hf_n of them
  * All differences are taken in double from the float samples.

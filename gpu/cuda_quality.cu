@@ -2,71 +2,79 @@
  * cuda_quality.cu - the signal-quality features on the device (twin of
  * engine/cpu/quality_features.c; engine/quality.h defines them).
  *
- * Bit-identical to the CPU reference: each window is one thread, which walks its samples in
- * the same order as the CPU loop, with the same float comparisons (ternaries, not fminf, so
- * that signed zeros resolve alike), integer counts, and double sums in which every operation is
- * an explicit round-to-nearest intrinsic (__dsub_rn, __dmul_rn, __dadd_rn): nvcc may not fuse
- * them into a multiply-add, which the CPU (ISO C, no contraction) never does. A window is a
- * second of signal (a few hundred samples), so a thread's serial walk is short and the grid has
- * one thread per second of recording: ~55k threads for a 15-hour Holter.
+ * Bit-identical to the CPU reference: both take the arithmetic from engine/cpu/quality_core.h,
+ * which also fixes the order of every sum (interleaved lanes combined by a fixed tree). Here
+ * each lane is a thread: QUALITY_LANES adjacent threads of a warp share a window, walk it with
+ * a stride of QUALITY_LANES samples (the group's loads are contiguous), and combine their lanes
+ * with butterfly shuffles in the tree's order. A 15-hour Holter at 360 Hz has ~55k windows:
+ * ~440k threads, each walking ~45 samples twice.
  */
 #include "cuda_internal.h"
-#include "quality.h"
+#include "cpu/quality_core.h"
 
-/* Thread j computes window j (grid-stride over windows). */
+/* The lanes of one window: the QUALITY_LANES threads whose lane numbers differ in the low bits
+ * only. Every thread of the warp takes part in each shuffle (the mask is the whole warp). */
+#define LANE_MASK 0xffffffffu
+
+/* Exchanges a lane state with the lane `step` away and keeps the tree's combination of the
+ * two (low = the lower lane's subtree), identical in both lanes. */
+static __device__ void exchange(struct quality_lane *p, unsigned step, unsigned lane, bool sums)
+{
+    struct quality_lane other = *p;
+    if (sums) {
+        other.at_max = __shfl_xor_sync(LANE_MASK, p->at_max, step, QUALITY_LANES);
+        other.at_min = __shfl_xor_sync(LANE_MASK, p->at_min, step, QUALITY_LANES);
+        other.qrs_n = __shfl_xor_sync(LANE_MASK, p->qrs_n, step, QUALITY_LANES);
+        other.hf_n = __shfl_xor_sync(LANE_MASK, p->hf_n, step, QUALITY_LANES);
+        other.s1 = __shfl_xor_sync(LANE_MASK, p->s1, step, QUALITY_LANES);
+        other.s2 = __shfl_xor_sync(LANE_MASK, p->s2, step, QUALITY_LANES);
+        other.s3 = __shfl_xor_sync(LANE_MASK, p->s3, step, QUALITY_LANES);
+        other.s4 = __shfl_xor_sync(LANE_MASK, p->s4, step, QUALITY_LANES);
+        other.h2 = __shfl_xor_sync(LANE_MASK, p->h2, step, QUALITY_LANES);
+    } else {
+        other.lo = __shfl_xor_sync(LANE_MASK, p->lo, step, QUALITY_LANES);
+        other.hi = __shfl_xor_sync(LANE_MASK, p->hi, step, QUALITY_LANES);
+        other.repeat = __shfl_xor_sync(LANE_MASK, p->repeat, step, QUALITY_LANES);
+    }
+    struct quality_lane low = lane & step ? other : *p;
+    struct quality_lane up = lane & step ? *p : other;
+    if (sums)
+        quality_merge_sums(&low, &up);
+    else
+        quality_merge_extremes(&low, &up);
+    *p = low;
+}
+
+/* Thread t is lane t % QUALITY_LANES of window t / QUALITY_LANES. The grid covers every window
+ * once (no grid stride: each group must stay whole for its shuffles); threads past the last
+ * window walk nothing, take part in the shuffles and write nothing. */
 static __global__ void quality_kernel(const float *__restrict__ x, size_t n,
                                       struct ecg_quality_geometry g,
                                       struct ecg_quality_window *__restrict__ out)
 {
-    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < g.n_win;
-         j += (size_t)gridDim.x * blockDim.x) {
-        size_t a = j * g.len, b = a + g.len < n ? a + g.len : n;
-        float lo = x[a], hi = x[a];
-        uint32_t repeat = 0;
-        for (size_t i = a; i < b; i++) {
-            float v = x[i];
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
-            repeat += i > 0 && v == x[i - 1];
-        }
-        uint32_t at_max = 0, at_min = 0, qrs_n = 0, hf_n = 0;
-        double s1 = 0.0, s2 = 0.0, s3 = 0.0, s4 = 0.0, h2 = 0.0;
-        for (size_t i = a; i < b; i++) {
-            float v = x[i];
-            bool left_eq = i > 0 && x[i - 1] == v;
-            bool right_eq = i + 1 < n && x[i + 1] == v;
-            at_max += v == hi && (left_eq || right_eq);
-            at_min += v == lo && (left_eq || right_eq);
-            if (i >= a + g.lag_qrs) {
-                double d = __dsub_rn((double)v, (double)x[i - g.lag_qrs]);
-                double d2 = __dmul_rn(d, d);
-                s1 = __dadd_rn(s1, d);
-                s2 = __dadd_rn(s2, d2);
-                s3 = __dadd_rn(s3, __dmul_rn(d2, d));
-                s4 = __dadd_rn(s4, __dmul_rn(d2, d2));
-                qrs_n++;
-            }
-            if (i >= a + g.lag_hf && i + g.lag_hf < b) {
-                double h = __dsub_rn(__dsub_rn((double)x[i + g.lag_hf], (double)v),
-                                     __dsub_rn((double)v, (double)x[i - g.lag_hf]));
-                h2 = __dadd_rn(h2, __dmul_rn(h, h));
-                hf_n++;
-            }
-        }
+    size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    size_t j = t / QUALITY_LANES;
+    unsigned lane = (unsigned)(t % QUALITY_LANES);
+    bool active = j < g.n_win;
+    size_t a = active ? j * g.len : 0, b = active ? (a + g.len < n ? a + g.len : n) : 0;
+    struct quality_lane p = quality_lane_start(active ? x[a] : 0.0f);
+    for (size_t i = a + lane; i < b; i += QUALITY_LANES)
+        quality_lane_first(&p, x, i);
+    for (unsigned step = 1; step < QUALITY_LANES; step *= 2)
+        exchange(&p, step, lane, false);
+    float lo = p.lo, hi = p.hi;
+    uint32_t repeat = p.repeat;
+    p = quality_lane_start(active ? x[a] : 0.0f);
+    for (size_t i = a + lane; i < b; i += QUALITY_LANES)
+        quality_lane_second(&p, x, n, &g, a, b, i, lo, hi);
+    for (unsigned step = 1; step < QUALITY_LANES; step *= 2)
+        exchange(&p, step, lane, true);
+    if (active && lane == 0) {
+        p.lo = lo;
+        p.hi = hi;
+        p.repeat = repeat;
         struct ecg_quality_window w;
-        w.n = (uint32_t)(b - a);
-        w.n_repeat = repeat;
-        w.n_at_max = at_max;
-        w.n_at_min = at_min;
-        w.qrs_n = qrs_n;
-        w.hf_n = hf_n;
-        w.x_min = lo;
-        w.x_max = hi;
-        w.qrs_s1 = s1;
-        w.qrs_s2 = s2;
-        w.qrs_s3 = s3;
-        w.qrs_s4 = s4;
-        w.hf_s2 = h2;
+        quality_window_of(&p, a, b, &w);
         out[j] = w;
     }
 }
@@ -74,11 +82,9 @@ static __global__ void quality_kernel(const float *__restrict__ x, size_t n,
 static void launch_quality(const float *d_x, size_t n, const struct ecg_quality_geometry &g,
                            struct ecg_quality_window *d_out, cudaStream_t stream)
 {
-    /* small blocks: windows are few and each thread's walk is long */
-    unsigned threads = 64;
-    size_t blocks = (g.n_win + threads - 1) / threads;
-    quality_kernel<<<(unsigned)(blocks < 65535u * 8u ? blocks : 65535u * 8u), threads, 0,
-                     stream>>>(d_x, n, g, d_out);
+    unsigned threads = 256; /* a multiple of the warp: lane groups never straddle warps */
+    size_t blocks = (g.n_win * QUALITY_LANES + threads - 1) / threads;
+    quality_kernel<<<(unsigned)blocks, threads, 0, stream>>>(d_x, n, g, d_out);
 }
 
 extern "C" enum ecg_status cuda_quality(void *ctx_ptr, const struct ecg_plan *plan,

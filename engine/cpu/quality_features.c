@@ -3,61 +3,125 @@
  * defines them; gpu/cuda_quality.cu is the CUDA twin, bit-identical).
  *
  * Exactness is what lets the twin match bit for bit: min/max and equality tests of floats,
- * integer counts, and double sums accumulated in sample order. The build compiles C in ISO mode
- * (-std=c11), where GCC does not contract a * b + c into a fused multiply-add, and nothing here
- * is reassociated; the CUDA twin spells every operation with an explicit _rn intrinsic.
+ * integer counts, and double sums accumulated in the order quality_core.h defines (interleaved
+ * lanes combined by a fixed tree), with the per-sample arithmetic in quality_core.h, shared with
+ * the twin. Here one thread walks each window with the QUALITY_LANES lanes side by side in
+ * blocks of QUALITY_LANES samples, so that the lanes' sums are independent chains the processor
+ * overlaps (a single running double sum is latency-bound); each lane still takes its own
+ * samples in increasing order, which is all the definition asks.
  */
 #include "cpu.h"
-#include "quality.h"
+#include "quality_core.h"
+
+#define LANE(i, a) (((i) - (a)) & (QUALITY_LANES - 1))
+
+/* Combines lanes p[0..QUALITY_LANES) into p[0] by the tree of quality_core.h. */
+static void merge_tree(struct quality_lane *p, bool sums)
+{
+    for (size_t step = 1; step < QUALITY_LANES; step *= 2)
+        for (size_t l = 0; l < QUALITY_LANES; l += 2 * step) {
+            if (sums)
+                quality_merge_sums(&p[l], &p[l + step]);
+            else
+                quality_merge_extremes(&p[l], &p[l + step]);
+        }
+}
+
+/* The QRS-band moments of samples [from, to) of the window starting at a, into the lanes. */
+static void qrs_moments(const float *x, size_t a, size_t from, size_t to, size_t lag,
+                        struct quality_lane *p)
+{
+    double s1[QUALITY_LANES], s2[QUALITY_LANES], s3[QUALITY_LANES], s4[QUALITY_LANES];
+    for (size_t l = 0; l < QUALITY_LANES; l++)
+        s1[l] = s2[l] = s3[l] = s4[l] = 0.0;
+    size_t i = from;
+    for (; i < to && LANE(i, a); i++)
+        quality_qrs_term(x, i, lag, &s1[LANE(i, a)], &s2[LANE(i, a)], &s3[LANE(i, a)],
+                         &s4[LANE(i, a)]);
+    for (; i + QUALITY_LANES <= to; i += QUALITY_LANES)
+        for (size_t l = 0; l < QUALITY_LANES; l++)
+            quality_qrs_term(x, i + l, lag, &s1[l], &s2[l], &s3[l], &s4[l]);
+    for (; i < to; i++)
+        quality_qrs_term(x, i, lag, &s1[LANE(i, a)], &s2[LANE(i, a)], &s3[LANE(i, a)],
+                         &s4[LANE(i, a)]);
+    for (size_t l = 0; l < QUALITY_LANES; l++) {
+        p[l].s1 = s1[l];
+        p[l].s2 = s2[l];
+        p[l].s3 = s3[l];
+        p[l].s4 = s4[l];
+    }
+}
+
+/* The HF second-difference energy of samples [from, to), into the lanes. */
+static void hf_energy(const float *x, size_t a, size_t from, size_t to, size_t lag,
+                      struct quality_lane *p)
+{
+    double h2[QUALITY_LANES] = {0};
+    size_t i = from;
+    for (; i < to && LANE(i, a); i++)
+        quality_hf_term(x, i, lag, &h2[LANE(i, a)]);
+    for (; i + QUALITY_LANES <= to; i += QUALITY_LANES)
+        for (size_t l = 0; l < QUALITY_LANES; l++)
+            quality_hf_term(x, i + l, lag, &h2[l]);
+    for (; i < to; i++)
+        quality_hf_term(x, i, lag, &h2[LANE(i, a)]);
+    for (size_t l = 0; l < QUALITY_LANES; l++)
+        p[l].h2 = h2[l];
+}
 
 /* Features of window j (quality.h: struct ecg_quality_window). */
 static void window_features(const float *x, size_t n, const struct ecg_quality_geometry *g,
                             size_t j, struct ecg_quality_window *w)
 {
     size_t a = j * g->len, b = a + g->len < n ? a + g->len : n;
-    float lo = x[a], hi = x[a];
+    struct quality_lane p[QUALITY_LANES];
+    for (size_t l = 0; l < QUALITY_LANES; l++)
+        p[l] = quality_lane_start(x[a]);
+    /* first walk: extremes by lane (the tree settles ties), repeats */
+    float lo[QUALITY_LANES], hi[QUALITY_LANES];
+    for (size_t l = 0; l < QUALITY_LANES; l++)
+        lo[l] = hi[l] = x[a];
+    size_t i = a;
+    for (; i + QUALITY_LANES <= b; i += QUALITY_LANES)
+        for (size_t l = 0; l < QUALITY_LANES; l++) {
+            lo[l] = x[i + l] < lo[l] ? x[i + l] : lo[l];
+            hi[l] = x[i + l] > hi[l] ? x[i + l] : hi[l];
+        }
+    for (; i < b; i++) {
+        lo[LANE(i, a)] = x[i] < lo[LANE(i, a)] ? x[i] : lo[LANE(i, a)];
+        hi[LANE(i, a)] = x[i] > hi[LANE(i, a)] ? x[i] : hi[LANE(i, a)];
+    }
     uint32_t repeat = 0;
-    for (size_t i = a; i < b; i++) {
-        lo = x[i] < lo ? x[i] : lo;
-        hi = x[i] > hi ? x[i] : hi;
-        repeat += i > 0 && x[i] == x[i - 1];
+    for (i = a > 0 ? a : 1; i < b; i++)
+        repeat += x[i] == x[i - 1];
+    for (size_t l = 0; l < QUALITY_LANES; l++) {
+        p[l].lo = lo[l];
+        p[l].hi = hi[l];
     }
-    uint32_t at_max = 0, at_min = 0, qrs_n = 0, hf_n = 0;
-    double s1 = 0.0, s2 = 0.0, s3 = 0.0, s4 = 0.0, h2 = 0.0;
-    for (size_t i = a; i < b; i++) {
-        bool left_eq = i > 0 && x[i - 1] == x[i];
-        bool right_eq = i + 1 < n && x[i + 1] == x[i];
-        at_max += x[i] == hi && (left_eq || right_eq);
-        at_min += x[i] == lo && (left_eq || right_eq);
-        if (i >= a + g->lag_qrs) {
-            double d = (double)x[i] - (double)x[i - g->lag_qrs];
-            double d2 = d * d;
-            s1 += d;
-            s2 += d2;
-            s3 += d2 * d;
-            s4 += d2 * d2;
-            qrs_n++;
+    merge_tree(p, false);
+    float w_lo = p[0].lo, w_hi = p[0].hi;
+    /* second walk: plateaus at the extremes, then the sums lane by lane */
+    uint32_t at_max = 0, at_min = 0;
+    for (i = a; i < b; i++)
+        if ((x[i] == w_hi || x[i] == w_lo) && quality_plateau(x, n, i)) {
+            at_max += x[i] == w_hi;
+            at_min += x[i] == w_lo;
         }
-        if (i >= a + g->lag_hf && i + g->lag_hf < b) {
-            double h = ((double)x[i + g->lag_hf] - (double)x[i]) -
-                       ((double)x[i] - (double)x[i - g->lag_hf]);
-            h2 += h * h;
-            hf_n++;
-        }
-    }
-    w->n = (uint32_t)(b - a);
-    w->n_repeat = repeat;
-    w->n_at_max = at_max;
-    w->n_at_min = at_min;
-    w->qrs_n = qrs_n;
-    w->hf_n = hf_n;
-    w->x_min = lo;
-    w->x_max = hi;
-    w->qrs_s1 = s1;
-    w->qrs_s2 = s2;
-    w->qrs_s3 = s3;
-    w->qrs_s4 = s4;
-    w->hf_s2 = h2;
+    for (size_t l = 0; l < QUALITY_LANES; l++)
+        p[l] = quality_lane_start(x[a]);
+    if (a + g->lag_qrs < b)
+        qrs_moments(x, a, a + g->lag_qrs, b, g->lag_qrs, p);
+    if (a + g->lag_hf + g->lag_hf < b)
+        hf_energy(x, a, a + g->lag_hf, b - g->lag_hf, g->lag_hf, p);
+    merge_tree(p, true);
+    p[0].lo = w_lo;
+    p[0].hi = w_hi;
+    p[0].repeat = repeat;
+    p[0].at_max = at_max;
+    p[0].at_min = at_min;
+    p[0].qrs_n = (uint32_t)(a + g->lag_qrs < b ? b - a - g->lag_qrs : 0);
+    p[0].hf_n = (uint32_t)(a + 2 * g->lag_hf < b ? b - a - 2 * g->lag_hf : 0);
+    quality_window_of(&p[0], a, b, w);
 }
 
 void cpu_quality_features(const float *x, size_t n, double fs_hz,
