@@ -41,7 +41,7 @@ CU_SRC      := $(wildcard gpu/*.cu)
 
 ifeq ($(CUDA),1)
 CFLAGS   += -DECG_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-NVFLAGS  := -O3 -std=c++17 -Iengine -Imodels -Xcompiler -fPIC,-Wall \
+NVFLAGS  := -O3 -std=c++17 -Iengine -Imodels -Xcompiler -fPIC,-Wall,-fopenmp \
             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcufft -lcudnn -lcudart -lstdc++

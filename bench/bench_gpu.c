@@ -17,7 +17,9 @@
 #include <time.h>
 
 #include "ecg.h"
+#include "cpu/cpu.h"
 #include "hrv.h"
+#include "quality.h"
 #include "model.h"
 
 #ifdef _OPENMP
@@ -162,6 +164,67 @@ static int run(struct ecg_engine *engine, const struct ecg_signal *sig, const vo
     out->total = median(t[6], REPEAT);
     out->quality = median(t[7], REPEAT);
     out->hrv = median(t[8], REPEAT);
+    return 0;
+}
+
+/* The host's share of the quality stage on this recording: the verdict (ecg_quality_assess, from
+ * the windows' features) and NN selection + HRV (ecg_hrv_assess), on the engine's result; median
+ * of REPEAT runs each. */
+static int host_quality(struct ecg_engine *engine, const struct ecg_signal *sig)
+{
+    struct ecg_error err = {0};
+    struct ecg_result *res = NULL;
+    if (ecg_engine_analyze(engine, sig, &res, &err) != ECG_OK) {
+        fprintf(stderr, "analyze: %s\n", err.message);
+        return -1;
+    }
+    struct ecg_quality_geometry g = ecg_quality_geometry_of(sig->n, sig->fs_hz);
+    struct ecg_quality_window *w = malloc(g.n_win * sizeof *w);
+    if (!w) {
+        ecg_result_free(res);
+        return -1;
+    }
+    double t0 = now_ms();
+    cpu_quality_features(sig->samples, sig->n, sig->fs_hz, w);
+    double t_features = now_ms() - t0;
+    /* the same with the parallel loops on one thread, then on every thread */
+    for (int pass = 0; pass < 2; pass++) {
+#ifdef _OPENMP
+        int saved = omp_get_max_threads();
+        if (pass == 0)
+            omp_set_num_threads(1);
+#else
+        if (pass == 1)
+            break;
+#endif
+        double tv[REPEAT], th[REPEAT];
+        for (int r = 0; r < REPEAT; r++) {
+            ecg_quality_fini(res);
+            t0 = now_ms();
+            enum ecg_status st = ecg_quality_assess(w, g.n_win, res, &err);
+            tv[r] = now_ms() - t0;
+            t0 = now_ms();
+            if (st == ECG_OK)
+                st = ecg_hrv_assess(res, &err);
+            th[r] = now_ms() - t0;
+            if (st != ECG_OK) {
+                fprintf(stderr, "quality: %s\n", err.message);
+                free(w);
+                ecg_result_free(res);
+                return -1;
+            }
+        }
+        printf("host share of the quality stage (%zu windows, %zu beats, %d threads at most): "
+               "verdict %.2f ms, NN selection + HRV %.2f ms (medians of %d)\n", g.n_win,
+               res->n_beats, ecg_bench_threads(), median(tv, REPEAT), median(th, REPEAT),
+               REPEAT);
+#ifdef _OPENMP
+        omp_set_num_threads(saved);
+#endif
+    }
+    printf("the CPU features of the same windows: %.1f ms\n", t_features);
+    free(w);
+    ecg_result_free(res);
     return 0;
 }
 
@@ -381,6 +444,8 @@ int main(int argc, char **argv)
            (double)csv_len / 1e6);
     printf("| CSV text, host reader (ecg_read_memory) | %.1f | - | %.1f MB |\n", t_host_csv,
            (double)csv_len / 1e6);
+    if (host_quality(gpu, &sig))
+        return 1;
     if (vae_at_90k(gpu, dir, n, g.beats))
         return 1;
     ecg_engine_destroy(gpu);

@@ -138,19 +138,53 @@ struct quality_refs {
     double typical_kurtosis; /* median over windows of the 3-window kurtosis */
     double typical_power;    /* median over windows of the QRS-band power per sample */
     bool rail_top, rail_bottom; /* CLIP_MIN_WINDOWS windows plateau at that global extreme */
+    /* per window, from context_stats (NaN where undefined), in scratch (owned) */
+    double *kurtosis, *hf_ratio, *power;
+    double *scratch;
 };
 
 static void context_stats(const struct ecg_quality_window *w, size_t n_win, size_t j,
                           double still_range, double *kurtosis, double *hf_ratio,
                           double *power);
 
+/* Medians of v[0..n) and, where given, of v2 and v3 (each reordered), side by side on long
+ * recordings. */
+static void medians(double *v, double *v2, double *v3, size_t n, double *m, double *m2,
+                    double *m3)
+{
+#ifdef _OPENMP
+#pragma omp parallel sections if (n >= QUALITY_PARALLEL_MIN)
+#endif
+    {
+#ifdef _OPENMP
+#pragma omp section
+#endif
+        *m = median_of(v, n);
+#ifdef _OPENMP
+#pragma omp section
+#endif
+        if (v2)
+            *m2 = median_of(v2, n);
+#ifdef _OPENMP
+#pragma omp section
+#endif
+        if (v3)
+            *m3 = median_of(v3, n);
+    }
+}
+
 static enum ecg_status recording_refs(const struct ecg_quality_window *w, size_t n_win,
                                       struct quality_refs *refs, struct ecg_error *err)
 {
-    double *tmp = malloc(3 * (n_win ? n_win : 1) * sizeof *tmp);
+    size_t m = n_win ? n_win : 1;
+    double *tmp = malloc(6 * m * sizeof *tmp);
     if (!tmp)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
-    double *range = tmp, *lo = tmp + n_win, *hi = tmp + 2 * n_win;
+    double *range = tmp, *lo = tmp + m, *hi = tmp + 2 * m;
+    refs->scratch = tmp;
+    refs->kurtosis = tmp + 3 * m;
+    refs->hf_ratio = tmp + 4 * m;
+    refs->power = tmp + 5 * m;
     refs->global_min = w[0].x_min;
     refs->global_max = w[0].x_max;
     for (size_t j = 0; j < n_win; j++) {
@@ -160,19 +194,16 @@ static enum ecg_status recording_refs(const struct ecg_quality_window *w, size_t
         refs->global_min = w[j].x_min < refs->global_min ? w[j].x_min : refs->global_min;
         refs->global_max = w[j].x_max > refs->global_max ? w[j].x_max : refs->global_max;
     }
-    refs->typical_range = median_of(range, n_win);
-    refs->usual_lo = median_of(lo, n_win);
-    refs->usual_hi = median_of(hi, n_win);
+    medians(range, lo, hi, n_win, &refs->typical_range, &refs->usual_lo, &refs->usual_hi);
     /* NaN kurtosis (a still stretch) sorts as the largest: it never lowers the median */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (n_win >= QUALITY_PARALLEL_MIN)
 #endif
     for (size_t j = 0; j < n_win; j++) {
-        double hf_ratio;
-        context_stats(w, n_win, j, FLAT_REL * refs->typical_range, &range[j], &hf_ratio,
-                      &lo[j]);
-        range[j] = isnan(range[j]) ? INFINITY : range[j];
-        lo[j] = isnan(lo[j]) ? 0.0 : lo[j];
+        context_stats(w, n_win, j, FLAT_REL * refs->typical_range, &refs->kurtosis[j],
+                      &refs->hf_ratio[j], &refs->power[j]);
+        range[j] = isnan(refs->kurtosis[j]) ? INFINITY : refs->kurtosis[j];
+        lo[j] = isnan(refs->power[j]) ? 0.0 : refs->power[j];
     }
     size_t at_top = 0, at_bottom = 0;
     for (size_t j = 0; j < n_win; j++) {
@@ -181,15 +212,13 @@ static enum ecg_status recording_refs(const struct ecg_quality_window *w, size_t
     }
     refs->rail_top = at_top >= CLIP_MIN_WINDOWS;
     refs->rail_bottom = at_bottom >= CLIP_MIN_WINDOWS;
-    refs->typical_kurtosis = median_of(range, n_win);
-    refs->typical_power = median_of(lo, n_win);
+    medians(range, lo, NULL, n_win, &refs->typical_kurtosis, &refs->typical_power, NULL);
     refs->all_still = true;
     for (size_t j = 0; j < n_win; j++) {
         double r = (double)w[j].x_max - (double)w[j].x_min;
         if (r > FLAT_REL * refs->typical_range)
             refs->all_still = false;
     }
-    free(tmp);
     return ECG_OK;
 }
 
@@ -255,8 +284,7 @@ static enum ecg_quality_reason classify_window(const struct ecg_quality_window *
     if ((top && x->n_at_max >= (refs->rail_top ? 2 : clip_min)) ||
         (bottom && x->n_at_min >= (refs->rail_bottom ? 2 : clip_min)))
         return ECG_QUALITY_CLIPPED;
-    double kurtosis, hf_ratio, power;
-    context_stats(w, n_win, j, FLAT_REL * refs->typical_range, &kurtosis, &hf_ratio, &power);
+    double kurtosis = refs->kurtosis[j], hf_ratio = refs->hf_ratio[j], power = refs->power[j];
     if (!(kurtosis >= NOT_ECG_KURT))
         return ECG_QUALITY_NOT_ECG;
     double range_ratio = refs->typical_range > 0 ? range / refs->typical_range : 1.0;
@@ -306,6 +334,7 @@ enum ecg_status ecg_quality_classify(const struct ecg_quality_window *windows, s
         }
         j = k;
     }
+    free(refs.scratch);
     return ECG_OK;
 }
 

@@ -16,6 +16,10 @@
 
 #include "cuda_internal.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 /* ---------------------------------------------------------------- errors */
 
 const char *cufft_result_str(cufftResult code)
@@ -157,6 +161,27 @@ bool host_is_pinned(const void *p, size_t len)
     return true;
 }
 
+/* Pieces of a staging copy taken by one thread, and the most threads a copy uses. One core
+ * copies pageable memory at well under the PCIe rate (7 GB/s on the H100 host: 11 ms for a
+ * 20M-sample recording); a few copying side by side keep up with the DMA. */
+#define STAGE_PIECE (1u << 20)
+#define STAGE_THREADS 8
+
+/* memcpy between host buffers (a staging chunk and its pageable source or destination), split
+ * across threads (OpenMP) when it is several pieces long. */
+void stage_copy(void *dst, const void *src, size_t len)
+{
+    size_t pieces = (len + STAGE_PIECE - 1) / STAGE_PIECE;
+#ifdef _OPENMP
+    int threads = omp_get_max_threads() < STAGE_THREADS ? omp_get_max_threads() : STAGE_THREADS;
+#pragma omp parallel for schedule(static) if (pieces > 1 && threads > 1) num_threads(threads)
+#endif
+    for (size_t p = 0; p < pieces; p++) {
+        size_t off = p * STAGE_PIECE, n = len - off < STAGE_PIECE ? len - off : STAGE_PIECE;
+        memcpy((char *)dst + off, (const char *)src + off, n);
+    }
+}
+
 enum ecg_status upload_bytes(struct cuda_ctx *ctx, void *d_dst, const void *src, size_t len,
                              struct ecg_error *err)
 {
@@ -174,7 +199,7 @@ enum ecg_status upload_bytes(struct cuda_ctx *ctx, void *d_dst, const void *src,
         size_t chunk = len - off < CUDA_STAGE_CHUNK ? len - off : CUDA_STAGE_CHUNK;
         /* Wait until the DMA that last read this half is done, then refill it. */
         CUDA_TRY(cudaEventSynchronize(ctx->chunk_free[which]));
-        memcpy(ctx->h_chunk[which], (const char *)src + off, chunk);
+        stage_copy(ctx->h_chunk[which], (const char *)src + off, chunk);
         CUDA_TRY(cudaMemcpyAsync((char *)d_dst + off, ctx->h_chunk[which], chunk,
                                  cudaMemcpyHostToDevice, ctx->stream));
         CUDA_TRY(cudaEventRecord(ctx->chunk_free[which], ctx->stream));

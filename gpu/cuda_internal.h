@@ -170,6 +170,8 @@ enum ecg_status stage_reserve(struct cuda_ctx *ctx, size_t bytes, struct ecg_err
 enum ecg_status upload_bytes(struct cuda_ctx *ctx, void *d_dst, const void *src, size_t len,
                              struct ecg_error *err);
 /* True when host memory [p, p + len) is page-locked (len > 0), so the device can DMA it. */
+/* memcpy between host buffers, on several threads when long (cuda_backend.cu). */
+void stage_copy(void *dst, const void *src, size_t len);
 bool host_is_pinned(const void *p, size_t len);
 /* Makes the ctx's device current and checks that the ctx is usable. */
 enum ecg_status ctx_enter(struct cuda_ctx *ctx, struct ecg_error *err);

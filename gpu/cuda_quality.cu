@@ -9,6 +9,10 @@
  * with butterfly shuffles in the tree's order. A 15-hour Holter at 360 Hz has ~55k windows:
  * ~440k threads, each walking ~45 samples twice.
  */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
 #include "cuda_internal.h"
 #include "cpu/quality_core.h"
 
@@ -104,13 +108,46 @@ extern "C" enum ecg_status cuda_quality(void *ctx_ptr, const struct ecg_plan *pl
     }
     ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, bytes, err));
     ECG_TRY(stage_reserve(ctx, bytes, err));
-    launch_quality((const float *)ctx->input.ptr, ctx->n_in, g,
-                   (struct ecg_quality_window *)ctx->scratch.ptr, ctx->stream);
-    CUDA_LAUNCH_CHECK();
-    CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, ctx->scratch.ptr, bytes, cudaMemcpyDeviceToHost,
-                             ctx->stream));
-    ECG_TRY(ctx_sync(ctx, "quality", err));
-    memcpy(windows, ctx->h_stage, bytes);
+    {
+        /* ECG_CUDA_PROFILE: the kernel and the copy of the windows, timed by events */
+        cudaEvent_t ev[3];
+        const bool profile = getenv("ECG_CUDA_PROFILE") != NULL &&
+                             cudaEventCreate(&ev[0]) == cudaSuccess &&
+                             cudaEventCreate(&ev[1]) == cudaSuccess &&
+                             cudaEventCreate(&ev[2]) == cudaSuccess;
+        if (profile)
+            cudaEventRecord(ev[0], ctx->stream);
+        launch_quality((const float *)ctx->input.ptr, ctx->n_in, g,
+                       (struct ecg_quality_window *)ctx->scratch.ptr, ctx->stream);
+        CUDA_LAUNCH_CHECK();
+        if (profile)
+            cudaEventRecord(ev[1], ctx->stream);
+        CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, ctx->scratch.ptr, bytes,
+                                 cudaMemcpyDeviceToHost, ctx->stream));
+        if (profile)
+            cudaEventRecord(ev[2], ctx->stream);
+        ECG_TRY(ctx_sync(ctx, "quality", err));
+        double t0 = 0;
+        if (profile) {
+            float k_ms = 0, c_ms = 0;
+            cudaEventElapsedTime(&k_ms, ev[0], ev[1]);
+            cudaEventElapsedTime(&c_ms, ev[1], ev[2]);
+            for (int e = 0; e < 3; e++)
+                cudaEventDestroy(ev[e]);
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            t0 = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+            fprintf(stderr, "cuda quality profile: %zu windows, kernel %.3f ms, copy %.3f ms",
+                    n_win, k_ms, c_ms);
+        }
+        stage_copy(windows, ctx->h_stage, bytes);
+        if (profile) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            fprintf(stderr, ", host copy %.3f ms\n",
+                    (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6 - t0);
+        }
+    }
 out:
     return status;
 }
