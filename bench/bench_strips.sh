@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_strips.sh - analyses of recordings from 1 s to 20 h over HTTP, each cell measured as a
+# bench_strips.sh - analyses of recordings from 2 s to 20 h over HTTP, each cell measured as a
 # ratio to an HTTP sink in the same run: for every recording length and body format, wrk posts
 # the same body with the same clients first to bench/http_sink.c (libmicrohttpd with ecgd's
 # thread pool: reads the body, answers a fixed small JSON), then to ecgd on each backend.
@@ -12,9 +12,17 @@
 # Usage: bench/bench_strips.sh [BUILD_DIR]      (from the repository root; default build)
 # Environment:
 #   ECGD, SINK      binaries (default BUILD/ecgd, BUILD/bench/http_sink)
-#   BACKENDS        backends in order (default "cpu"; "cuda cpu" on a GPU host)
+#   BACKENDS        backends in order (default "cpu"; "cuda+batch cuda cpu" on a GPU host):
+#                   "cuda+batch" is the CUDA backend with dynamic batching (--max-batch
+#                   MAX_BATCH, default 64, --batch-window-us BATCH_WINDOW_US, default 200, and
+#                   --workers BATCH_WORKERS, default 64: a batch's analyses wait in workers)
 #   SIZES           recording lengths in seconds (default "2 10 80 1800"; 72000 = 20 h). 2 s
-#                   is the shortest the service analyses (ECG_MIN_DURATION_S): 1 s gets 422
+#                   is the shortest the service analyses (ECG_MIN_DURATION_S): a 1-s strip is
+#                   answered 422 too_short on every backend, batched or not (the detector needs
+#                   its 2-s learning stretch), so the table starts at 2 s
+#   ONE_CLIENT      1: after each backend's cells, one client posting the 10-s CSV strip over
+#                   one kept-alive connection ONE_CLIENT_N times (default 400): p50/p99 of the
+#                   server's timing_ms.total and of the wall time (default 0)
 #   FORMATS         body formats, csv and/or f32 (default "csv f32")
 #   CONNS           concurrent clients for recordings up to 80 s (default 64)
 #   BIG_CONNS       clients for longer recordings (default 4: each holds the whole body)
@@ -34,6 +42,11 @@ BIG_CONNS=${BIG_CONNS:-4}
 DURATION=${DURATION:-10s}
 WRK_THREADS=${WRK_THREADS:-2}
 MODEL=${MODEL:-models/default.ecgm}
+MAX_BATCH=${MAX_BATCH:-64}
+BATCH_WINDOW_US=${BATCH_WINDOW_US:-200}
+BATCH_WORKERS=${BATCH_WORKERS:-64}
+ONE_CLIENT=${ONE_CLIENT:-0}
+ONE_CLIENT_N=${ONE_CLIENT_N:-400}
 export ECG_SHARED_DATA=${ECG_SHARED_DATA:-../shared/data}
 cpus=$(nproc)
 WORKERS=${WORKERS:-$cpus}
@@ -61,7 +74,9 @@ cleanup() {
 trap cleanup EXIT
 
 # Fixtures: the UCR excerpt tiled to each length, as CSV ("%g" per line) and float32.
-python3 - "$ECG_SHARED_DATA/ucr/ecg50T.txt" "$tmp" $SIZES <<'PYTHON' || exit 1
+fixture_sizes=$SIZES
+[ "$ONE_CLIENT" = 1 ] && fixture_sizes="$SIZES 10"
+python3 - "$ECG_SHARED_DATA/ucr/ecg50T.txt" "$tmp" $fixture_sizes <<'PYTHON' || exit 1
 import array, sys
 ucr = [float(line) for line in open(sys.argv[1]) if line.strip()]
 text = ["%g\n" % v for v in ucr]
@@ -90,9 +105,12 @@ wrk_cell() {
         sed -E 's/.*rps=([^ ]+) p50_ms=([^ ]+) p99_ms=([^ ]+) requests=([^ ]+) non2xx=([^ ]+) socket_errors=([^ ]+).*/\1 \2 \3 \4 \5 \6/'
 }
 
-start_ecgd() { # start_ecgd BACKEND: sets server_pid and base
+start_ecgd() { # start_ecgd BACKEND[+batch]: sets server_pid and base
     : >"$tmp/server.log"
-    "$ECGD" serve --bind 127.0.0.1 --port 0 --backend "$1" --workers "$WORKERS" \
+    local batch_args=(--workers "$WORKERS")
+    [[ "$1" == *+batch ]] && batch_args=(--workers "$BATCH_WORKERS" --max-batch "$MAX_BATCH"
+                                         --batch-window-us "$BATCH_WINDOW_US")
+    "$ECGD" serve --bind 127.0.0.1 --port 0 --backend "${1%+batch}" "${batch_args[@]}" \
         --io-threads "$IO_THREADS" --max-body-mb 2048 --queue-depth 1024 --timeout-s 300 \
         --max-conns-per-ip 0 "${model_args[@]}" 2>"$tmp/server.log" &
     server_pid=$!
@@ -105,7 +123,7 @@ start_ecgd() { # start_ecgd BACKEND: sets server_pid and base
     done
     [ -n "$port" ] || { echo "bench_strips: ecgd did not start" >&2; cat "$tmp/server.log" >&2; exit 1; }
     base=http://127.0.0.1:$port
-    echo "# ecgd $(curl -s "$base/v1/info" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["version"], "backend", d["backend"], "on", d["device"])'), $WORKERS workers, $IO_THREADS io threads, $cpus CPUs, model ${model_args[1]}"
+    echo "# ecgd $(curl -s "$base/v1/info" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["version"], "backend", d["backend"], "on", d["device"])') ($1: ${batch_args[*]}), $IO_THREADS io threads, $cpus CPUs, model ${model_args[1]}"
 }
 
 rows=$tmp/rows
@@ -133,6 +151,32 @@ for backend in $BACKENDS; do
             echo "$line ratio=$ratio" >>"$rows"
         done
     done
+    if [ "$ONE_CLIENT" = 1 ]; then
+        # one client, one kept-alive connection, the 10-s CSV strip: the server's own time
+        # (timing_ms.total) and the wall time of each request, after 20 to warm up
+        python3 - "$base" "$tmp/s10.csv" "$ONE_CLIENT_N" "$backend" >>"$tmp/one" <<'PYTHON' || exit 1
+import http.client, json, sys, time, urllib.parse
+base, path, n, backend = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+body = open(path, "rb").read()
+u = urllib.parse.urlparse(base)
+conn = http.client.HTTPConnection(u.hostname, u.port)
+server, wall = [], []
+for i in range(n + 20):
+    t = time.perf_counter()
+    conn.request("POST", "/v1/analyze?fs=250&include=timing", body, {"Content-Type": "text/csv"})
+    answer = conn.getresponse().read()
+    w = (time.perf_counter() - t) * 1e3
+    if i >= 20:
+        server.append(json.loads(answer)["timing_ms"]["total"])
+        wall.append(w)
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(p / 100.0 * len(v)))]
+print("backend=%s n=%d server_p50_ms=%.3f server_p99_ms=%.3f wall_p50_ms=%.3f wall_p99_ms=%.3f" % (
+    backend, n, pct(server, 50), pct(server, 99), pct(wall, 50), pct(wall, 99)))
+PYTHON
+        echo "RESULT name=one_client $(tail -n 1 "$tmp/one")"
+    fi
     kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
     server_pid=
 done
@@ -155,3 +199,15 @@ for r in rows:
         "" if r["non2xx"] == "0" and r["socket_errors"] == "0" else
         " **%s non-2xx, %s socket errors**" % (r["non2xx"], r["socket_errors"])))
 PYTHON
+if [ "$ONE_CLIENT" = 1 ] && [ -s "$tmp/one" ]; then
+    python3 - "$tmp/one" <<'PYTHON'
+import sys
+rows = [dict(kv.split("=", 1) for kv in line.split()) for line in open(sys.argv[1])]
+print()
+print("| backend | one client, 10-s CSV strip | server p50 ms | server p99 ms | wall p50 ms | wall p99 ms |")
+print("|---|---|---|---|---|---|")
+for r in rows:
+    print("| %s | %s requests | %s | %s | %s | %s |" % (r["backend"], r["n"], r["server_p50_ms"],
+          r["server_p99_ms"], r["wall_p50_ms"], r["wall_p99_ms"]))
+PYTHON
+fi

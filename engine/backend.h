@@ -31,6 +31,33 @@ extern "C" {
 
 struct ecg_quality_window; /* engine/quality.h */
 
+/*
+ * One analysis of a batch (engine/batch.c). The engine fills the inputs and reads the outputs;
+ * the backend's batch_run fills the outputs of every member it is given.
+ */
+struct ecg_batch_member {
+    /* inputs: one lead of n samples (host memory, read-only during the batch) and its plan */
+    const float *samples;
+    size_t n;
+    const struct ecg_plan *plan;
+    uint32_t latent_dim;         /* the model's (ecg_batch_result sizes the result with it) */
+    bool with_model;             /* the engine has a model: encode runs */
+    /* outputs */
+    struct ecg_result *result;   /* from ecg_batch_result(), owned by the member afterwards */
+    enum ecg_status status;      /* ECG_OK, else err says why */
+    struct ecg_error err;
+    bool retry_alone;            /* the failure was the batch's (memory), not this input's: the
+                                  * engine runs the analysis on its own pass instead */
+    /* engine/batch.c's bookkeeping */
+    struct ecg_batch_member *next;
+    double enqueued_ms, queue_ms;
+    unsigned batch_size;
+    bool done;
+};
+
+/* A result sized for k beats for member m (NULL when out of memory), stored in m->result. */
+struct ecg_result *ecg_batch_result(struct ecg_batch_member *m, size_t k);
+
 /* Intermediate buffers a test can read back or inject, stage by stage. */
 enum ecg_stage_buf {
     ECG_BUF_INPUT = 0,  /* float[n_in]: the loaded signal, input grid */
@@ -146,7 +173,27 @@ struct ecg_backend_ops {
     enum ecg_status (*trace_read)(void *trace, size_t start, size_t n, float *host,
                                   struct ecg_error *err);
     void (*trace_free)(void *trace);
+
+    /* Optional, all or none (NULL: engine/batch.c runs a batch's members one after another
+     * through the stages above, on a context of its own): dynamic batching.
+     * batch_lanes: how many batchers the engine starts (CUDA: one per device).
+     * batch_create: what the batches of lane (< batch_lanes) run on, for up to max_batch
+     *   members (CUDA: contexts on the lane's device, pinned memory); *batch NULL on failure.
+     * batch_run: analyses n <= max_batch members, each exactly as load + resample + filter +
+     *   detect + embed + encode (when m->with_model) + fetch would on a context of its own:
+     *   identical beat tables, member by member (the quality features are the engine's). Fills
+     *   every member's status, err, result and retry_alone; a failing member never fails the
+     *   others. Called by the lane's batcher thread only.
+     * batch_destroy: frees it (NULL ok). */
+    unsigned (*batch_lanes)(void *state);
+    enum ecg_status (*batch_create)(void *state, unsigned lane, unsigned max_batch, void **batch,
+                                    struct ecg_error *err);
+    void (*batch_run)(void *batch, struct ecg_batch_member *const *members, size_t n);
+    void (*batch_destroy)(void *batch);
 };
+
+/* engine/engine.c: a result and its arrays in one allocation for k beats (NULL: no memory). */
+struct ecg_result *ecg_result_new(size_t k, uint32_t latent_dim, bool with_model);
 
 /* engine/trace.c: wraps a backend trace of n samples into the public object (NULL when out of
  * memory: the backend trace is then freed). */

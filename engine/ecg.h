@@ -260,7 +260,15 @@ struct ecg_engine_config {
     const struct ecg_model *model; /* borrowed; must outlive the engine; NULL = signal only */
     unsigned workers;              /* worker contexts (CUDA: one stream each); 0 = 1 */
     int device;                    /* CUDA device ordinal; -1 = every visible device */
+    /* Dynamic batching (engine/batch.c): analyses of at most ECG_BATCH_MAX_SAMPLES samples that
+     * arrive within batch_window_us of the first one waiting run as one batch, at most max_batch
+     * of them, on one batcher per device. max_batch <= 1 (or ECG_CUDA_BATCH=0 in the
+     * environment) leaves every analysis on its own pass. Answers are identical either way. */
+    unsigned max_batch;
+    unsigned batch_window_us;
 };
+/* The longest recording (samples, one lead) a batch takes; longer ones keep their own pass. */
+#define ECG_BATCH_MAX_SAMPLES ((size_t)1 << 17)
 
 struct ecg_engine;
 
@@ -286,6 +294,11 @@ const struct ecg_model *ecg_engine_model(const struct ecg_engine *engine);
 struct ecg_timing {
     double read_ms, resample_ms, filter_ms, detect_ms, embed_ms, encode_ms, total_ms;
     double quality_ms; /* quality features and verdict, rhythm statistics */
+    /* Batched analyses only (batch_size > 0): the time spent queued before the batch started,
+     * and how many analyses the batch held. The device stages of a batch run for all of its
+     * analyses at once: their share is in total_ms, the per-stage fields stay 0. */
+    double queue_ms;
+    unsigned batch_size;
 };
 
 /* ---------------------------------------------------------------- signal quality and rhythm */

@@ -130,6 +130,9 @@ enum ecg_status stage_reserve(struct cuda_ctx *ctx, size_t bytes, struct ecg_err
     if (bytes <= ctx->h_stage_cap && ctx->h_stage)
         return ECG_OK;
     if (ctx->h_stage) {
+        /* a copy queued earlier may still read or write it (a batch's contexts do not wait at
+         * the end of each stage) */
+        ECG_TRY(ctx_sync(ctx, "staging", err));
         CUDA_TRY(cudaFreeHost(ctx->h_stage));
         ctx->h_stage = NULL;
         ctx->h_stage_cap = 0;
@@ -195,6 +198,11 @@ enum ecg_status upload_bytes(struct cuda_ctx *ctx, void *d_dst, const void *src,
         CUDA_TRY(cudaStreamSynchronize(ctx->stream));
         goto out;
     }
+    if (len && !ctx->h_chunk[0]) {
+        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
+                          "cuda: a batch's context has no staging for pageable memory");
+        goto out;
+    }
     while (off < len) {
         size_t chunk = len - off < CUDA_STAGE_CHUNK ? len - off : CUDA_STAGE_CHUNK;
         /* Wait until the DMA that last read this half is done, then refill it. */
@@ -247,6 +255,11 @@ enum ecg_status ctx_sync(struct cuda_ctx *ctx, const char *stage, struct ecg_err
         status = cuda_fail(err, code, __FILE__, __LINE__, stage);
     }
     return status;
+}
+
+enum ecg_status ctx_stage_done(struct cuda_ctx *ctx, const char *stage, struct ecg_error *err)
+{
+    return ctx->defer_sync ? ECG_OK : ctx_sync(ctx, stage, err);
 }
 
 /* ---------------------------------------------------------------- open / close */
@@ -401,9 +414,8 @@ static const char *cuda_device_name(void *state_ptr)
 
 /* ---------------------------------------------------------------- contexts */
 
-static void cuda_ctx_destroy(void *ctx_ptr)
+void cuda_ctx_free(struct cuda_ctx *ctx)
 {
-    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
     if (!ctx)
         return;
     (void)cudaSetDevice(ctx->dev->ordinal);
@@ -413,7 +425,8 @@ static void cuda_ctx_destroy(void *ctx_ptr)
     struct dbuf *bufs[] = {&ctx->input,   &ctx->resampled, &ctx->filtered, &ctx->peaks_a,
                            &ctx->table,   &ctx->emb,       &ctx->scratch,  &ctx->cub_temp,
                            &ctx->fft_buf, &ctx->fft_work,  &ctx->vae_work, &ctx->rs_table,
-                           &ctx->extra_input, &ctx->extra_resampled, &ctx->extra_filtered};
+                           &ctx->extra_input, &ctx->extra_resampled, &ctx->extra_filtered,
+                           &ctx->ricker};
     if (ctx->stream) {
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             dbuf_release(ctx, bufs[i]);
@@ -428,6 +441,7 @@ static void cuda_ctx_destroy(void *ctx_ptr)
     if (ctx->h_stage)
         (void)cudaFreeHost(ctx->h_stage);
     free(ctx->h_rs_table);
+    free(ctx->h_ricker);
     if (ctx->cudnn)
         (void)cudnnDestroy(ctx->cudnn);
     if (ctx->stream)
@@ -435,23 +449,28 @@ static void cuda_ctx_destroy(void *ctx_ptr)
     free(ctx);
 }
 
-static enum ecg_status cuda_ctx_create(void *state_ptr, void **ctx_out, struct ecg_error *err)
+static void cuda_ctx_destroy(void *ctx_ptr)
+{
+    cuda_ctx_free((struct cuda_ctx *)ctx_ptr);
+}
+
+enum ecg_status cuda_ctx_create_on(struct cuda_state *state, struct cuda_device *dev, bool batch,
+                                   struct cuda_ctx **ctx_out, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    struct cuda_state *state = (struct cuda_state *)state_ptr;
     struct cuda_ctx *ctx = NULL;
-    unsigned slot;
 
     *ctx_out = NULL;
     ctx = (struct cuda_ctx *)calloc(1, sizeof *ctx);
     if (!ctx)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda: worker context");
-    slot = __atomic_fetch_add(&state->next_ctx, 1u, __ATOMIC_RELAXED);
     ctx->state = state;
-    ctx->dev = &state->dev[slot % (unsigned)state->n_devices];
+    ctx->dev = dev;
+    ctx->defer_sync = batch;
     CUDA_TRY(cudaSetDevice(ctx->dev->ordinal));
     CUDA_TRY(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
-    for (int i = 0; i < 2; i++) {
+    /* a batch's inputs are in the batch's pinned memory: no staging chunks (16 MiB pinned) */
+    for (int i = 0; i < 2 && !batch; i++) {
         CUDA_TRY(cudaMallocHost(&ctx->h_chunk[i], CUDA_STAGE_CHUNK));
         CUDA_TRY(cudaEventCreateWithFlags(&ctx->chunk_free[i], cudaEventDisableTiming));
     }
@@ -462,14 +481,24 @@ static enum ecg_status cuda_ctx_create(void *state_ptr, void **ctx_out, struct e
     *ctx_out = ctx;
     ctx = NULL;
 out:
-    cuda_ctx_destroy(ctx);
+    cuda_ctx_free(ctx);
+    return status;
+}
+
+static enum ecg_status cuda_ctx_create(void *state_ptr, void **ctx_out, struct ecg_error *err)
+{
+    struct cuda_state *state = (struct cuda_state *)state_ptr;
+    struct cuda_ctx *ctx = NULL;
+    unsigned slot = __atomic_fetch_add(&state->next_ctx, 1u, __ATOMIC_RELAXED);
+    enum ecg_status status = cuda_ctx_create_on(
+        state, &state->dev[slot % (unsigned)state->n_devices], false, &ctx, err);
+    *ctx_out = ctx;
     return status;
 }
 
 /* ---------------------------------------------------------------- load */
 
-/* Forgets everything downstream of the input (a new request starts). */
-static void ctx_reset_request(struct cuda_ctx *ctx)
+void ctx_reset_request(struct cuda_ctx *ctx)
 {
     ctx->n_in = ctx->n_a = ctx->n_beats = ctx->emb_len = ctx->n_extra = 0;
     ctx->encoded = false;
@@ -518,15 +547,29 @@ out:
 
 /* ---------------------------------------------------------------- fetch and test hooks */
 
-static enum ecg_status cuda_fetch(void *ctx_ptr, struct ecg_result *result, struct ecg_error *err)
+enum ecg_status fetch_queue(struct cuda_ctx *ctx, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
     struct table_layout t;
-    size_t k;
+    if (ctx->n_beats == 0)
+        goto out;
+    table_layout(ctx->n_beats, ctx->latent_dim, &t);
+    ECG_TRY(stage_reserve(ctx, t.bytes, err));
+    /* One copy of the whole table, split on the host by fetch_copy. */
+    CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, ctx->table.ptr, t.bytes, cudaMemcpyDeviceToHost,
+                             ctx->stream));
+out:
+    return status;
+}
+
+enum ecg_status fetch_copy(struct cuda_ctx *ctx, struct ecg_result *result,
+                           struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct table_layout t;
+    const size_t k = ctx->n_beats;
     const char *h;
-    ECG_TRY(ctx_enter(ctx, err));
-    k = ctx->n_beats;
+    ECG_TRY(ctx_sync(ctx, "fetch", err));
     if (result->n_beats != k) {
         status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
                           "cuda fetch: result has %zu beats, device has %zu", result->n_beats, k);
@@ -534,28 +577,42 @@ static enum ecg_status cuda_fetch(void *ctx_ptr, struct ecg_result *result, stru
     }
     if (k == 0)
         goto out;
+    if (result->latent && !ctx->encoded) {
+        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal", "cuda fetch: scores before encode");
+        goto out;
+    }
     table_layout(k, ctx->latent_dim, &t);
-    ECG_TRY(stage_reserve(ctx, t.bytes, err));
-    /* One copy of the whole table, then split on the host. */
-    CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, ctx->table.ptr, t.bytes, cudaMemcpyDeviceToHost,
-                             ctx->stream));
-    ECG_TRY(ctx_sync(ctx, "fetch", err));
     h = (const char *)ctx->h_stage;
     memcpy(result->r_peak, h + t.r_peak, k * sizeof(int64_t));
     memcpy(result->onset, h + t.onset, k * sizeof(int64_t));
     memcpy(result->end, h + t.end, k * sizeof(int64_t));
     memcpy(result->rr_ms, h + t.rr_ms, k * sizeof(float));
     memcpy(result->kept, h + t.kept, k);
-    if (result->latent && !ctx->encoded) {
-        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal", "cuda fetch: scores before encode");
-        goto out;
-    }
     if (result->latent && ctx->latent_dim)
         memcpy(result->latent, h + t.latent, k * ctx->latent_dim * sizeof(float));
     if (result->score)
         memcpy(result->score, h + t.score, k * sizeof(float));
     if (result->outlier)
         memcpy(result->outlier, h + t.outlier, k);
+out:
+    return status;
+}
+
+static enum ecg_status cuda_fetch(void *ctx_ptr, struct ecg_result *result, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
+    ECG_TRY(ctx_enter(ctx, err));
+    if (result->n_beats != ctx->n_beats) {
+        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
+                          "cuda fetch: result has %zu beats, device has %zu", result->n_beats,
+                          ctx->n_beats);
+        goto out;
+    }
+    if (ctx->n_beats == 0)
+        goto out;
+    ECG_TRY(fetch_queue(ctx, err));
+    ECG_TRY(fetch_copy(ctx, result, err));
 out:
     return status;
 }
@@ -767,4 +824,8 @@ extern "C" const struct ecg_backend_ops ecg_cuda_backend = {
     /* .trace_minmax = */ cuda_trace_minmax,
     /* .trace_read = */ cuda_trace_read,
     /* .trace_free = */ cuda_trace_free,
+    /* .batch_lanes = */ cuda_batch_lanes,
+    /* .batch_create = */ cuda_batch_create,
+    /* .batch_run = */ cuda_batch_run,
+    /* .batch_destroy = */ cuda_batch_destroy,
 };

@@ -329,25 +329,53 @@ static void profile_report(struct detect_profile *p)
     p->n = 0;
 }
 
-extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *plan,
-                                       size_t *n_beats_out, struct ecg_error *err)
+/* The plan's Ricker taps on the device (ctx->ricker), uploaded only when they differ from the
+ * ones the ctx's previous request left there: the upload goes through h_stage and must wait
+ * for the stream, a synchronisation per request otherwise. */
+static enum ecg_status ricker_on_device(struct cuda_ctx *ctx, const struct ecg_plan *plan,
+                                        struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
+    const size_t bytes = plan->ricker_len * sizeof(float);
+    if (ctx->ricker_len == plan->ricker_len && ctx->h_ricker &&
+        memcmp(ctx->h_ricker, plan->ricker, bytes) == 0)
+        return ECG_OK;
+    ctx->ricker_len = 0;
+    free(ctx->h_ricker);
+    ctx->h_ricker = (float *)malloc(bytes ? bytes : 1);
+    if (!ctx->h_ricker) {
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda_detect: taps");
+        goto out;
+    }
+    memcpy(ctx->h_ricker, plan->ricker, bytes);
+    ECG_TRY(dbuf_reserve(ctx, &ctx->ricker, bytes ? bytes : 1, err));
+    ECG_TRY(stage_reserve(ctx, bytes + 64, err));
+    ECG_TRY(ctx_sync(ctx, "detect", err)); /* the staging buffer is free */
+    memcpy(ctx->h_stage, plan->ricker, bytes);
+    CUDA_TRY(cudaMemcpyAsync(ctx->ricker.ptr, ctx->h_stage, bytes, cudaMemcpyHostToDevice,
+                             ctx->stream));
+    ctx->ricker_len = plan->ricker_len;
+out:
+    return status;
+}
+
+/* Steps 1-7 and the copy of the counts to h_stage, queued on the ctx's stream; with nothing to
+ * detect (fewer than 2 samples) queues nothing and sets ctx->n_beats to 0 for good. */
+static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan *plan,
+                                    struct detect_profile *prof, bool *queued,
+                                    struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
     struct detect_args a;
     struct table_layout t;
     size_t n_a, max_cand, off, bytes, temp_bytes = 0, temp2 = 0, temp3 = 0, k_max, n_blocks;
     char *base;
-    int64_t *h_counts;
     thrust::counting_iterator<int64_t> counter(0);
-    struct detect_profile prof;
     struct fuse_args fz;
     size_t n_leads = 1;
 
-    memset(&prof, 0, sizeof prof);
     memset(&fz, 0, sizeof fz);
-    prof.on = getenv("ECG_CUDA_PROFILE") != NULL;
-    *n_beats_out = 0;
+    *queued = false;
     ECG_TRY(ctx_enter(ctx, err));
     ctx->n_beats = 0;
     ctx->emb_len = 0;
@@ -355,7 +383,7 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     n_a = ctx->n_a;
     memset(&a, 0, sizeof a);
     if (n_a < 2 || ctx->n_in < 2)
-        goto done;
+        goto out;
     a.half_env = detect_samples_of(DETECT_ENVELOPE_S, plan->fs_a_hz) / 2;
     a.half_nms = plan->nms_window / 2;
     a.slope_win = detect_samples_of(DETECT_SLOPE_S, plan->fs_a_hz);
@@ -390,12 +418,12 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     fz.y_extra = (const float *)ctx->extra_resampled.ptr;
 
     /* scratch: absf | env | flags | cpos | height | slope | beats_c | ref_in | ref_a |
-     * block_first | block_last | ricker | scalars | ins_k | ins_pos | ins_h | ins_mark, and
+     * block_first | block_last | scalars | ins_k | ins_pos | ins_h | ins_mark, and
      * with several leads lead_env | peak | mean | level | weight | gain */
     bytes = 2 * ALIGN256(n_a * sizeof(float)) + ALIGN256(n_a) +
             4 * ALIGN256(max_cand * sizeof(int64_t)) + 2 * ALIGN256(max_cand * sizeof(float)) +
             2 * ALIGN256(n_blocks * sizeof(struct block_end)) +
-            ALIGN256(plan->ricker_len * sizeof(float)) + 256 +
+            256 +
             2 * ALIGN256(max_cand * sizeof(int64_t)) + ALIGN256(max_cand * sizeof(float)) +
             ALIGN256(max_cand);
     if (n_leads > 1)
@@ -418,7 +446,6 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     off += ALIGN256(n_blocks * sizeof(struct block_end));
     a.block_last = (struct block_end *)(base + off);
     off += ALIGN256(n_blocks * sizeof(struct block_end));
-    a.ricker = (const float *)(base + off); off += ALIGN256(plan->ricker_len * sizeof(float));
     a.n_cand = (int64_t *)(base + off);
     a.n_acc = a.n_cand + 1;
     a.n_beats = a.n_cand + 2;
@@ -441,11 +468,9 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     }
     CUDA_TRY(cudaMemsetAsync(a.order_bad, 0, sizeof(int), ctx->stream));
 
-    ECG_TRY(stage_reserve(ctx, plan->ricker_len * sizeof(float) + 64, err));
-    ECG_TRY(ctx_sync(ctx, "detect", err)); /* the staging buffer is free */
-    memcpy(ctx->h_stage, plan->ricker, plan->ricker_len * sizeof(float));
-    CUDA_TRY(cudaMemcpyAsync((void *)a.ricker, ctx->h_stage, plan->ricker_len * sizeof(float),
-                             cudaMemcpyHostToDevice, ctx->stream));
+    ECG_TRY(ricker_on_device(ctx, plan, err));
+    a.ricker = (const float *)ctx->ricker.ptr;
+    ECG_TRY(stage_reserve(ctx, 3 * sizeof(int64_t), err)); /* the counts */
 
     CUDA_TRY(cub::DeviceReduce::Max(NULL, temp_bytes, a.absf, a.peak, (int64_t)n_a,
                                     ctx->stream));
@@ -459,7 +484,7 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
         temp_bytes = temp3;
     ECG_TRY(dbuf_reserve(ctx, &ctx->cub_temp, temp_bytes, err));
 
-    profile_mark(&prof, ctx->stream, "start");
+    profile_mark(prof, ctx->stream, "start");
     /* each lead's envelope (the first lead's straight into env when it is the only one) */
     for (size_t l = 0; l < n_leads; l++) {
         struct detect_args al = a;
@@ -478,21 +503,21 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     }
     if (n_leads > 1)
         ECG_TRY(cuda_fuse(ctx, &fz, a.env, err));
-    profile_mark(&prof, ctx->stream, "envelope");
+    profile_mark(prof, ctx->stream, "envelope");
     nms_kernel<<<grid_for(n_a), CUDA_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
-    profile_mark(&prof, ctx->stream, "nms");
+    profile_mark(prof, ctx->stream, "nms");
     CUDA_TRY(cub::DeviceSelect::Flagged(ctx->cub_temp.ptr, temp_bytes, counter, a.flag, a.cpos,
                                         a.n_cand, (int64_t)n_a, ctx->stream));
-    profile_mark(&prof, ctx->stream, "select");
+    profile_mark(prof, ctx->stream, "select");
     candidate_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a, max_cand);
     CUDA_LAUNCH_CHECK();
     if (n_leads > 1)
         ECG_TRY(cuda_fuse_slopes(ctx, &fz, &a, max_cand, err));
-    profile_mark(&prof, ctx->stream, "candidates");
-    ECG_TRY(cuda_decide(ctx, &a, n_blocks, &prof, err)); /* flags the beats among them */
+    profile_mark(prof, ctx->stream, "candidates");
+    ECG_TRY(cuda_decide(ctx, &a, n_blocks, prof, err)); /* flags the beats among them */
     ECG_TRY(cuda_reject_insertions(ctx, &a, max_cand, err));
-    profile_mark(&prof, ctx->stream, "insertions");
+    profile_mark(prof, ctx->stream, "insertions");
     /* accepted candidates' positions, ascending (flags past n_cand are clear) */
     CUDA_TRY(cub::DeviceSelect::Flagged(ctx->cub_temp.ptr, temp_bytes, (const int64_t *)a.cpos,
                                         a.flag, a.beats_c, a.n_acc, (int64_t)max_cand,
@@ -504,32 +529,82 @@ extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *pla
     ECG_TRY(dbuf_reserve(ctx, &ctx->peaks_a, k_max * sizeof(int64_t), err));
     a.peaks_in = (int64_t *)ctx->table.ptr; /* moved to the r_peak column below */
     a.peaks_a = (int64_t *)ctx->peaks_a.ptr;
-    profile_mark(&prof, ctx->stream, "select2");
+    profile_mark(prof, ctx->stream, "select2");
     refine_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
-    profile_mark(&prof, ctx->stream, "refine");
+    profile_mark(prof, ctx->stream, "refine");
     order_check_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
     order_copy_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
     order_kernel<<<1, 1, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
-    profile_mark(&prof, ctx->stream, "order");
+    profile_mark(prof, ctx->stream, "order");
     CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, a.n_cand, 3 * sizeof(int64_t), cudaMemcpyDeviceToHost,
                              ctx->stream));
-    ECG_TRY(ctx_sync(ctx, "detect", err));
-    h_counts = (int64_t *)ctx->h_stage;
-    ctx->n_beats = (size_t)h_counts[2];
-    if (prof.on)
-        fprintf(stderr, "cuda detect: %zu samples, %lld candidates, %lld accepted, %zu beats\n",
-                n_a, (long long)h_counts[0], (long long)h_counts[1], ctx->n_beats);
-    profile_report(&prof);
     /* The table was laid out for k_max beats with r_peak first (offset 0), where the peaks
      * now are; the other columns of the final layout start earlier, and are written later. */
-done:
+    *queued = true;
+out:
+    return status;
+}
+
+/* Reads the counts detect_steps copied (the stream waited for); sets ctx->n_beats. */
+static void detect_counts(struct cuda_ctx *ctx, const struct detect_profile *prof)
+{
+    const int64_t *h_counts = (const int64_t *)ctx->h_stage;
+    ctx->n_beats = (size_t)h_counts[2];
+    if (prof && prof->on)
+        fprintf(stderr, "cuda detect: %zu samples, %lld candidates, %lld accepted, %zu beats\n",
+                ctx->n_a, (long long)h_counts[0], (long long)h_counts[1], ctx->n_beats);
+}
+
+extern "C" enum ecg_status cuda_detect(void *ctx_ptr, const struct ecg_plan *plan,
+                                       size_t *n_beats_out, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = (struct cuda_ctx *)ctx_ptr;
+    struct detect_profile prof;
+    bool queued = false;
+    memset(&prof, 0, sizeof prof);
+    prof.on = getenv("ECG_CUDA_PROFILE") != NULL;
+    *n_beats_out = 0;
+    ECG_TRY(detect_steps(ctx, plan, &prof, &queued, err));
+    if (queued) {
+        ECG_TRY(ctx_sync(ctx, "detect", err));
+        detect_counts(ctx, &prof);
+    }
     *n_beats_out = ctx->n_beats;
 out:
     profile_report(&prof);
+    if (status != ECG_OK)
+        ctx->n_beats = 0;
+    return status;
+}
+
+enum ecg_status detect_queue(struct cuda_ctx *ctx, const struct ecg_plan *plan,
+                             struct ecg_error *err)
+{
+    struct detect_profile off;
+    bool queued = false;
+    memset(&off, 0, sizeof off); /* no timer: it would wait for its events */
+    enum ecg_status status = detect_steps(ctx, plan, &off, &queued, err);
+    /* a ctx that queued nothing (n_a < 2) collects 0 beats without waiting */
+    ctx->detect_queued = status == ECG_OK && queued;
+    return status;
+}
+
+enum ecg_status detect_collect(struct cuda_ctx *ctx, size_t *n_beats, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    *n_beats = 0;
+    if (ctx->detect_queued) {
+        ctx->detect_queued = false;
+        ECG_TRY(ctx_sync(ctx, "detect", err));
+        detect_counts(ctx, NULL);
+    }
+    *n_beats = ctx->n_beats;
+out:
     if (status != ECG_OK)
         ctx->n_beats = 0;
     return status;

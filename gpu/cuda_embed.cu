@@ -317,7 +317,7 @@ embed:
     embed_kernel<<<grid_for(k * plan->beat_len), CUDA_THREADS, 0, ctx->stream>>>(
         a, (const float *)ctx->resampled.ptr, d_norm, plan->beat_len, (float *)ctx->emb.ptr);
     CUDA_LAUNCH_CHECK();
-    ECG_TRY(ctx_sync(ctx, "embed", err));
+    ECG_TRY(ctx_stage_done(ctx, "embed", err));
     ctx->emb_len = k * plan->beat_len;
 out:
     return status;

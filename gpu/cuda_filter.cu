@@ -274,7 +274,7 @@ extern "C" enum ecg_status cuda_filter(void *ctx_ptr, const struct ecg_plan *pla
             ECG_TRY(filter_fft(ctx, plan, d_in, d_out, err));
         }
     }
-    ECG_TRY(ctx_sync(ctx, "filter", err));
+    ECG_TRY(ctx_stage_done(ctx, "filter", err));
 out:
     return status;
 }

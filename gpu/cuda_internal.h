@@ -15,6 +15,8 @@
  *   cuda_embed.cu     segmentation, median/MAD, embedding (twin of segment.c / embed)
  *   cuda_quality.cu   signal-quality features (twin of engine/cpu/quality_features.c)
  *   cuda_trace.cu     kept traces and their min/max decimation (twin of engine/trace.c)
+ *   cuda_batch.cu     dynamic batching: a batch's analyses run stage by stage over contexts
+ *                     of the batch's own, each with the stages' own kernels (batch_* ops)
  *   cuda_vae.cu       VAE: the path choice, the block-per-beat kernel, the score (twin of
  *                     engine/cpu/vae.c); cuda_vae_warp.cu (the default architecture, one warp
  *                     per beat) and cuda_vae_cudnn.cu (cuDNN layer by layer), see cuda_vae.h
@@ -32,7 +34,9 @@
  * ECG_ERR_DEVICE_OOM for that request only.
  *
  * Every stage synchronises its stream before returning: stage timings measured by the engine
- * are then real, and a device fault is reported by the stage that caused it.
+ * are then real, and a device fault is reported by the stage that caused it. A batch's contexts
+ * (defer_sync) skip the waits that are only there for that: their stages queue work and return,
+ * and a fault is reported by the next wait (the beat count after detect, or the fetch).
  */
 #ifndef ECG_GPU_CUDA_INTERNAL_H
 #define ECG_GPU_CUDA_INTERNAL_H
@@ -108,6 +112,7 @@ struct cuda_ctx {
     struct cuda_device *dev;
     cudaStream_t stream;
     cudnnHandle_t cudnn;
+    bool defer_sync;         /* a batch's context: ctx_stage_done() does not wait */
 
     /* the request in flight */
     double fs_in_hz;
@@ -117,6 +122,7 @@ struct cuda_ctx {
     size_t latent_dim;       /* the model's, 0 without a model */
     size_t emb_len;          /* floats in emb (n_beats * beat_len after embed) */
     bool encoded;            /* latent/score hold this request's values */
+    bool detect_queued;      /* detect_queue left counts for detect_collect to read */
 
     /* further leads (load_extra): n_extra x n_in inputs, n_extra x n_a resampled and filtered */
     size_t n_extra;
@@ -139,6 +145,10 @@ struct cuda_ctx {
     struct dbuf rs_table;    /* on the device */
     float *h_rs_table;       /* host copy of what rs_table holds (malloc'd) */
     size_t rs_table_bytes;   /* 0: rs_table holds nothing valid */
+    /* the detector's copy of the plan's Ricker taps, kept while the taps stay the same */
+    struct dbuf ricker;      /* float[ricker_len] on the device */
+    float *h_ricker;         /* host copy of what ricker holds (malloc'd) */
+    size_t ricker_len;       /* 0: ricker holds nothing valid */
 
     /* pinned host staging */
     void *h_chunk[2];        /* CUDA_STAGE_CHUNK bytes each, double-buffered input upload */
@@ -177,6 +187,21 @@ bool host_is_pinned(const void *p, size_t len);
 enum ecg_status ctx_enter(struct cuda_ctx *ctx, struct ecg_error *err);
 /* Waits for the ctx's stream and reports a failure of anything queued on it. */
 enum ecg_status ctx_sync(struct cuda_ctx *ctx, const char *stage, struct ecg_error *err);
+/* The end of a stage whose results stay on the device: ctx_sync, except on a batch's context
+ * (defer_sync), where it returns at once. */
+enum ecg_status ctx_stage_done(struct cuda_ctx *ctx, const char *stage, struct ecg_error *err);
+/* A context on dev (batch: no staging chunks for pageable uploads, and defer_sync set); same
+ * contract as the ctx_create op. */
+enum ecg_status cuda_ctx_create_on(struct cuda_state *state, struct cuda_device *dev, bool batch,
+                                   struct cuda_ctx **out, struct ecg_error *err);
+void cuda_ctx_free(struct cuda_ctx *ctx);
+/* Forgets everything downstream of the input (a new request starts). */
+void ctx_reset_request(struct cuda_ctx *ctx);
+/* fetch, in two halves: fetch_queue copies the beat table to h_stage (queued, no wait; nothing
+ * with no beats), fetch_copy waits and splits it into result (sized for ctx->n_beats). */
+enum ecg_status fetch_queue(struct cuda_ctx *ctx, struct ecg_error *err);
+enum ecg_status fetch_copy(struct cuda_ctx *ctx, struct ecg_result *result,
+                           struct ecg_error *err);
 
 /* Stage entry points (one per operation family; each source file exports one). */
 enum ecg_status cuda_load_bytes(void *ctx, const void *buf, size_t len,
@@ -222,6 +247,11 @@ enum ecg_status cuda_resample(void *ctx, const struct ecg_plan *plan, struct ecg
 enum ecg_status cuda_filter(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 enum ecg_status cuda_detect(void *ctx, const struct ecg_plan *plan, size_t *n_beats,
                             struct ecg_error *err);
+/* cuda_detect() in two halves: detect_queue queues every step and the copy of the counts to
+ * h_stage without waiting; detect_collect waits for them and sets ctx->n_beats. */
+enum ecg_status detect_queue(struct cuda_ctx *ctx, const struct ecg_plan *plan,
+                             struct ecg_error *err);
+enum ecg_status detect_collect(struct cuda_ctx *ctx, size_t *n_beats, struct ecg_error *err);
 /* cuda_detect()'s step 5 (cuda_decide.cu): queues the adaptive pass over n_blocks blocks and
  * the boundary merge, flagging the beats among a's candidates, and marks them in prof; does not
  * wait. A failed launch returns its status with err filled. The structs are in
@@ -241,6 +271,13 @@ enum ecg_status cuda_quality(void *ctx, const struct ecg_plan *plan,
 bool cuda_host_has_avx2_fma(void);
 /* Frees the cuFFT plans of a ctx. */
 void cuda_filter_release(struct cuda_ctx *ctx);
+
+/* Dynamic batching (cuda_batch.cu), the backend ops of the same names (backend.h). */
+unsigned cuda_batch_lanes(void *state);
+enum ecg_status cuda_batch_create(void *state, unsigned lane, unsigned max_batch, void **batch,
+                                  struct ecg_error *err);
+void cuda_batch_run(void *batch, struct ecg_batch_member *const *members, size_t n);
+void cuda_batch_destroy(void *batch);
 
 /* Statistics for benchmarks (declared for C in gpu/cuda_stats.h). */
 int cuda_memory_stats(size_t *used_now, size_t *used_peak, size_t *reserved_peak);

@@ -179,7 +179,7 @@ extern "C" enum ecg_status cuda_resample(void *ctx_ptr, const struct ecg_plan *p
             CUDA_TRY(cudaMemcpyAsync(ctx->extra_resampled.ptr, ctx->extra_input.ptr,
                                      ctx->n_extra * n_out * sizeof(float),
                                      cudaMemcpyDeviceToDevice, ctx->stream));
-        ECG_TRY(ctx_sync(ctx, "resample", err));
+        ECG_TRY(ctx_stage_done(ctx, "resample", err));
         goto out;
     }
     if (!plan->fir || plan->fir_len == 0 || plan->up == 0 || plan->down == 0) {
@@ -233,7 +233,7 @@ extern "C" enum ecg_status cuda_resample(void *ctx_ptr, const struct ecg_plan *p
         args.y = (float *)ctx->extra_resampled.ptr + l * n_out;
         ECG_TRY(launch_resample(ctx->stream, &args, err));
     }
-    ECG_TRY(ctx_sync(ctx, "resample", err));
+    ECG_TRY(ctx_stage_done(ctx, "resample", err));
 out:
     free(h_table);
     return status;

@@ -494,7 +494,7 @@ extern "C" enum ecg_status cuda_encode(void *ctx_ptr, const struct ecg_plan *pla
     ECG_TRY(launch_score(ctx, model, ctx->n_beats, recon, err));
     if (profile)
         CUDA_TRY(cudaEventRecord(ev[2], ctx->stream));
-    ECG_TRY(ctx_sync(ctx, "encode", err));
+    ECG_TRY(ctx_stage_done(ctx, "encode", err));
     ctx->encoded = true;
     if (profile) {
         profile_report(ev, path, ctx->n_beats);

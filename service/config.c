@@ -83,6 +83,14 @@ static const struct opt_def opts[] = {
      "origins allowed to call the API from a browser, comma-separated "
      "(https://a.example,https://b.example) or *; the token is still required (default: "
      "none)"},
+    {"--max-batch", "ECGD_MAX_BATCH", OPT_UINT, FIELD(max_batch), 1, 1024, "N",
+     "CUDA backend: short analyses (one lead, at most 131072 samples) arriving together run as "
+     "one batch of at most N on each device, with the same answers (1 = each on its own pass; "
+     "default 1); the analyses of a batch wait in their worker threads, so --workers bounds "
+     "the batch"},
+    {"--batch-window-us", "ECGD_BATCH_WINDOW_US", OPT_UINT, FIELD(batch_window_us), 0, 100000,
+     "US", "how long a batch waits for more analyses after its first one, in microseconds "
+     "(default 200)"},
 };
 
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -110,6 +118,8 @@ static void config_defaults(struct svc_config *cfg)
     cfg->store_bytes = (size_t)SVC_DEFAULT_STORE_MB << 20;
     cfg->store_ttl_s = SVC_DEFAULT_STORE_TTL_S;
     cfg->async_min_bytes = (size_t)SVC_DEFAULT_ASYNC_MB << 20;
+    cfg->max_batch = SVC_DEFAULT_MAX_BATCH;
+    cfg->batch_window_us = SVC_DEFAULT_BATCH_WINDOW_US;
 }
 
 /* Parses a whole decimal integer within [min, max]; false on anything else. */
@@ -313,5 +323,6 @@ void svc_config_write_json(const struct svc_config *cfg, struct ecg_buf *out)
                    cfg->max_conns_per_ip, cfg->memory_budget_bytes, cfg->store_bytes,
                    cfg->store_ttl_s, cfg->async_min_bytes);
     put_string(out, cfg->cors_origin);
-    ecg_buf_puts(out, "}");
+    ecg_buf_printf(out, ",\"max_batch\":%u,\"batch_window_us\":%u}", cfg->max_batch,
+                   cfg->batch_window_us);
 }

@@ -29,6 +29,8 @@
 #define SVC_DEFAULT_STORE_MB 1024u
 #define SVC_DEFAULT_STORE_TTL_S 3600u
 #define SVC_DEFAULT_ASYNC_MB 100u
+#define SVC_DEFAULT_MAX_BATCH 1u
+#define SVC_DEFAULT_BATCH_WINDOW_US 200u
 
 struct svc_config {
     char bind[64];                 /* numeric IPv4 or IPv6 address to listen on */
@@ -53,6 +55,8 @@ struct svc_config {
     unsigned store_ttl_s;          /* a kept analysis unused this long is dropped */
     size_t async_min_bytes;        /* Prefer: respond-async is honoured from this body size */
     char cors_origin[1024];        /* allowed origins, comma-separated, or "*"; "" = none */
+    unsigned max_batch;            /* analyses per GPU batch; 1 = no batching */
+    unsigned batch_window_us;      /* how long a batch waits for more after its first one */
 };
 
 enum svc_config_action {

@@ -20,6 +20,22 @@ static const char *const conn_event_names[SVC_CONN_EVENT_COUNT] = {
     "libmicrohttpd",
 };
 
+static const double batch_size_bounds[SVC_N_BATCH_SIZE_BUCKETS - 1] = {
+    1, 2, 4, 8, 16, 32, 64, 128,
+};
+static const double batch_delay_bounds[SVC_N_BATCH_DELAY_BUCKETS - 1] = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+};
+
+/* The bucket of value among bounds (n - 1 upper bounds, then +Inf). */
+static size_t bucket_of(const double *bounds, size_t n, double value)
+{
+    size_t b = 0;
+    while (b < n - 1 && value > bounds[b])
+        b++;
+    return b;
+}
+
 static const char *const stage_names[SVC_STAGE_COUNT] = {
     "read", "resample", "filter", "detect", "embed", "encode", "quality", "total",
 };
@@ -83,6 +99,16 @@ void svc_metrics_analysis(struct svc_metrics *metrics, const struct ecg_timing *
     metrics->c.samples += samples;
     metrics->c.beats += beats;
     metrics->c.outliers += outliers;
+    if (timing->batch_size > 0) {
+        const double delay_s = timing->queue_ms / 1000.0;
+        metrics->c.batch_size_buckets[bucket_of(batch_size_bounds, SVC_N_BATCH_SIZE_BUCKETS,
+                                                timing->batch_size)]++;
+        metrics->c.batch_size_sum += timing->batch_size;
+        metrics->c.batch_delay_buckets[bucket_of(batch_delay_bounds, SVC_N_BATCH_DELAY_BUCKETS,
+                                                 delay_s)]++;
+        metrics->c.batch_delay_sum_s += delay_s;
+        metrics->c.batched++;
+    }
     pthread_mutex_unlock(&metrics->mutex);
 }
 
@@ -153,6 +179,26 @@ static void render_requests(const struct svc_counters *m, struct ecg_buf *out)
     }
 }
 
+/* One histogram: counts per bucket (cumulated here), sum and count. */
+static void render_histogram(struct ecg_buf *out, const char *name, const char *help,
+                             const double *bounds, const uint64_t *buckets, size_t n, double sum,
+                             uint64_t count)
+{
+    uint64_t cumulative = 0;
+    ecg_buf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (size_t b = 0; b < n; b++) {
+        cumulative += buckets[b];
+        if (b < n - 1)
+            ecg_buf_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[b],
+                           (unsigned long long)cumulative);
+        else
+            ecg_buf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n", name,
+                           (unsigned long long)cumulative);
+    }
+    ecg_buf_printf(out, "%s_sum %.9g\n%s_count %llu\n", name, sum, name,
+                   (unsigned long long)count);
+}
+
 void svc_metrics_render(struct svc_metrics *metrics, const struct svc_metrics_gauges *gauges,
                         struct ecg_buf *out)
 {
@@ -172,6 +218,14 @@ void svc_metrics_render(struct svc_metrics *metrics, const struct svc_metrics_ga
         ecg_buf_printf(out, "ecgd_engine_stage_seconds_count{stage=\"%s\"} %llu\n",
                        stage_names[i], (unsigned long long)m.analyses);
     }
+    render_histogram(out, "ecgd_batch_size",
+                     "Batched analyses (--max-batch), by the number of analyses in their batch.",
+                     batch_size_bounds, m.batch_size_buckets, SVC_N_BATCH_SIZE_BUCKETS,
+                     (double)m.batch_size_sum, m.batched);
+    render_histogram(out, "ecgd_batch_queue_delay_seconds",
+                     "Batched analyses, by the time they waited for their batch to start.",
+                     batch_delay_bounds, m.batch_delay_buckets, SVC_N_BATCH_DELAY_BUCKETS,
+                     m.batch_delay_sum_s, m.batched);
     ecg_buf_printf(out,
                    "# HELP ecgd_http_received_bytes_total Request body bytes received.\n"
                    "# TYPE ecgd_http_received_bytes_total counter\n"

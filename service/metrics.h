@@ -20,6 +20,8 @@
 
 #define SVC_N_DURATION_BUCKETS 16
 #define SVC_N_STATUS_SLOTS 16
+#define SVC_N_BATCH_SIZE_BUCKETS 9   /* 1 2 4 ... 128, +Inf */
+#define SVC_N_BATCH_DELAY_BUCKETS 10 /* 50 us .. 25 ms, +Inf */
 
 enum svc_stage {
     SVC_STAGE_READ = 0,
@@ -57,6 +59,13 @@ struct svc_counters {
     uint64_t bytes_received;
     uint64_t bytes_sent;
     uint64_t uploads_streamed; /* analyses that read a body streamed to the device */
+    /* batched analyses (ecg_timing.batch_size > 0): the size of the batch each ran in, and
+     * how long it waited for its batch to start */
+    uint64_t batch_size_buckets[SVC_N_BATCH_SIZE_BUCKETS];
+    uint64_t batch_size_sum;
+    uint64_t batch_delay_buckets[SVC_N_BATCH_DELAY_BUCKETS];
+    double batch_delay_sum_s;
+    uint64_t batched;
 };
 
 struct svc_metrics {

@@ -181,6 +181,8 @@ struct ecg_engine *svc_registry_engine(struct svc_registry *reg, struct svc_mode
             .model = entry->model,
             .workers = reg->cfg->workers,
             .device = reg->cfg->device,
+            .max_batch = reg->cfg->max_batch,
+            .batch_window_us = reg->cfg->batch_window_us,
         };
         entry->engine = ecg_engine_create(&config, err);
         if (entry->engine)

@@ -11,9 +11,12 @@
 # CUDA-backed server; "http" runs the service's HTTP suite (tests/e2e/test_http.sh) against a CUDA-backed
 # server; "strips" runs bench/bench_strips.sh (wrk and http_sink bundled in DIR): for 2 s (the
 # shortest recording analysed), 10 s, 80 s, 30 min and 20 h recordings as CSV and float32, the
-# HTTP sink, a CUDA-backed and a CPU-backed server on the same machine in one run, every figure
-# also as a ratio to the sink (STRIP_SIZES, STRIP_DURATION (default 5s per cell), BIG_CONNS,
-# WRK_THREADS override).
+# HTTP sink, a CUDA-backed server with dynamic batching (--max-batch 64 --workers 64), one
+# without, and a CPU-backed server on the same machine in one run, every figure also as a ratio
+# to the sink, then one client's p50 on 10-s strips (server time and wall) on each
+# (STRIP_SIZES, STRIP_BACKENDS, STRIP_DURATION (default 5s per cell), BIG_CONNS, WRK_THREADS,
+# ONE_CLIENT=0 override). "tests" includes test_gpu_batch (batched answers against lone ones);
+# "sanitize" runs memcheck and racecheck over it.
 # "tests" includes test_gpu_trace (kept traces, min/max decimation on the device); "http"
 # includes tests/e2e/test_analyses.sh (/v1/analyses) against a CUDA-backed server; "dashboard"
 # (not in the default set) runs bench/bench_dashboard.sh against a CUDA- and a CPU-backed server.
@@ -63,6 +66,12 @@ fi
 if [[ " $parts " == *" tests "* ]] && [ -x "$dir/test_gpu_trace" ]; then
     echo "== kept traces: min/max decimation on the device against the CPU reference"
     CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_trace" 2>&1 | tee "$out/trace.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+if [[ " $parts " == *" tests "* ]] && [ -x "$dir/test_gpu_batch" ]; then
+    echo "== dynamic batching: 64 concurrent mixed requests batched, each against its lone answer"
+    CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_batch" 2>&1 | tee "$out/batch.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
@@ -122,6 +131,19 @@ if [[ " $parts " == *" sanitize "* ]]; then
             fi
             [ "$rc" -eq 0 ] || status=1
         done
+        # the batcher: memcheck and racecheck over batches of 64 on contexts of their own
+        if [ -x "$dir/test_gpu_batch" ]; then
+            for tool in memcheck racecheck; do
+                echo "== compute-sanitizer --tool $tool, dynamic batching"
+                CMOCKA_MESSAGE_OUTPUT=stdout timeout 480 compute-sanitizer --tool "$tool" \
+                    --error-exitcode 42 --leak-check no "$dir/test_gpu_batch" \
+                    >"$out/sanitize-batch-$tool.log" 2>&1
+                rc=$?
+                tail -n 12 "$out/sanitize-batch-$tool.log"
+                echo "sanitizer $tool (batch) exit $rc"
+                [ "$rc" -eq 0 ] || status=1
+            done
+        fi
         # uploads: the parsers reading a streamed body in place (exactly its bytes, no slack
         # after them); quality: the per-window features kernel
         for part in upload quality; do
@@ -149,8 +171,9 @@ if [[ " $parts " == *" strips "* ]] && [ -x "$dir/ecgd" ] && [ -x "$dir/wrk" ] &
     [ -x "$dir/http_sink" ]; then
     # One run, one table: each length and format against the HTTP sink, then the CUDA and the
     # CPU backend (bench/bench_strips.sh); 64 clients up to 80 s, BIG_CONNS beyond.
-    echo "== strips: 2 s, 10 s, 80 s, 30 min, 20 h; CSV and float32; sink, CUDA, CPU"
-    PATH="$dir:$PATH" ECGD=$dir/ecgd SINK=$dir/http_sink BACKENDS="cuda cpu" \
+    echo "== strips: 2 s, 10 s, 80 s, 30 min, 20 h; CSV and float32; sink, CUDA batched and not, CPU"
+    PATH="$dir:$PATH" ECGD=$dir/ecgd SINK=$dir/http_sink \
+        BACKENDS="${STRIP_BACKENDS:-cuda+batch cuda cpu}" ONE_CLIENT=${ONE_CLIENT:-1} \
         SIZES="${STRIP_SIZES:-2 10 80 1800 72000}" CONNS=64 BIG_CONNS=${BIG_CONNS:-4} \
         DURATION=${STRIP_DURATION:-5s} WRK_THREADS=${WRK_THREADS:-4} ECG_SHARED_DATA=$dir/data \
         timeout 570 bash bench/bench_strips.sh 2>&1 | tee "$out/strips.log" |

@@ -1,0 +1,375 @@
+/*
+ * batch.c - the dynamic batcher (batch.h): lanes, their queues and threads, the shared plans,
+ * and the stage-by-stage runner for a backend without batch operations.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "batch.h"
+
+#define BATCH_PLANS 8 /* rates whose plans are kept */
+
+struct batch_lane {
+    struct ecg_batcher *owner;
+    pthread_mutex_t lock;
+    pthread_cond_t arrived;  /* a member was queued, or the batcher is stopping */
+    pthread_cond_t finished; /* a batch ran: its members are done */
+    struct ecg_batch_member *head, *tail;
+    size_t queued;
+    bool stopping;
+    bool started;            /* thread running (joined by destroy) */
+    pthread_t thread;
+    void *batch;             /* ops->batch_create's, or NULL */
+    void *ctx;               /* the context of the stage-by-stage runner, or NULL */
+    struct ecg_batch_member **run; /* the members of the batch being run (max_batch) */
+};
+
+struct plan_slot {
+    struct ecg_plan plan;    /* fs_a_hz > 0 when it holds a plan */
+    unsigned refs;
+    uint64_t last_use;
+};
+
+struct ecg_batcher {
+    const struct ecg_backend_ops *ops;
+    void *state;
+    struct ecg_params params;
+    bool with_model;
+    unsigned max_batch;
+    double window_ms;
+    unsigned n_lanes;
+    unsigned next_lane;      /* round-robin (atomic) */
+    int inbound;             /* analyses announced, not yet queued or withdrawn (atomic) */
+    struct batch_lane *lanes;
+    pthread_mutex_t plan_lock;
+    struct plan_slot plans[BATCH_PLANS];
+    uint64_t plan_clock;
+};
+
+static double batch_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+struct ecg_result *ecg_batch_result(struct ecg_batch_member *m, size_t k)
+{
+    m->result = ecg_result_new(k, m->latent_dim, m->with_model);
+    return m->result;
+}
+
+/* ---------------------------------------------------------------- plans */
+
+enum ecg_status ecg_batcher_plan_get(struct ecg_batcher *b, double fs_hz,
+                                     const struct ecg_plan **plan, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct plan_slot *pick = NULL;
+    *plan = NULL;
+    pthread_mutex_lock(&b->plan_lock);
+    for (unsigned i = 0; i < BATCH_PLANS; i++) {
+        struct plan_slot *s = &b->plans[i];
+        if (s->plan.fs_a_hz > 0 && s->plan.fs_in_hz == fs_hz) {
+            s->refs++;
+            s->last_use = ++b->plan_clock;
+            *plan = &s->plan;
+            goto out;
+        }
+        /* an empty slot first, else the least recently used one nobody holds */
+        if (s->refs == 0 &&
+            (!pick || (pick->plan.fs_a_hz > 0 &&
+                       (s->plan.fs_a_hz <= 0 || s->last_use < pick->last_use))))
+            pick = s;
+    }
+    if (pick) {
+        ecg_plan_fini(&pick->plan);
+        memset(&pick->plan, 0, sizeof pick->plan);
+        /* designed under the lock: a new rate is rare, and two threads must not both design */
+        status = ecg_plan_init(&pick->plan, &b->params, fs_hz, err);
+        if (status != ECG_OK) {
+            memset(&pick->plan, 0, sizeof pick->plan);
+            goto out;
+        }
+        pick->refs = 1;
+        pick->last_use = ++b->plan_clock;
+        *plan = &pick->plan;
+        goto out;
+    }
+    /* every slot held by a batch in flight: a plan of the caller's own, freed by plan_put */
+    struct ecg_plan *own = calloc(1, sizeof *own);
+    if (!own) {
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "batch: plan");
+        goto out;
+    }
+    status = ecg_plan_init(own, &b->params, fs_hz, err);
+    if (status != ECG_OK) {
+        free(own);
+        goto out;
+    }
+    *plan = own;
+out:
+    pthread_mutex_unlock(&b->plan_lock);
+    return status;
+}
+
+void ecg_batcher_plan_put(struct ecg_batcher *b, const struct ecg_plan *plan)
+{
+    if (!plan)
+        return;
+    pthread_mutex_lock(&b->plan_lock);
+    for (unsigned i = 0; i < BATCH_PLANS; i++) {
+        if (plan == &b->plans[i].plan) {
+            b->plans[i].refs--;
+            pthread_mutex_unlock(&b->plan_lock);
+            return;
+        }
+    }
+    pthread_mutex_unlock(&b->plan_lock);
+    ecg_plan_fini((struct ecg_plan *)plan);
+    free((struct ecg_plan *)plan);
+}
+
+/* ---------------------------------------------------------------- running a batch */
+
+/* One member through the backend's stages on ctx: what the engine's own pass does for the
+ * beat table (the quality features are the engine's, from the host samples). */
+static enum ecg_status run_stages(const struct ecg_backend_ops *ops, void *ctx,
+                                  struct ecg_batch_member *m)
+{
+    enum ecg_status status;
+    size_t k = 0;
+    struct ecg_error *err = &m->err;
+    status = ops->load(ctx, m->samples, m->n, err);
+    if (status == ECG_OK)
+        status = ops->resample(ctx, m->plan, err);
+    if (status == ECG_OK)
+        status = ops->filter(ctx, m->plan, err);
+    if (status == ECG_OK)
+        status = ops->detect(ctx, m->plan, &k, err);
+    if (status == ECG_OK)
+        status = ops->embed(ctx, m->plan, err);
+    if (status == ECG_OK && m->with_model)
+        status = ops->encode(ctx, m->plan, err);
+    if (status != ECG_OK)
+        return status;
+    if (!ecg_batch_result(m, k))
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "result for %zu beats", k);
+    return ops->fetch(ctx, m->result, err);
+}
+
+static void run_batch(struct batch_lane *lane, struct ecg_batch_member **run, size_t n)
+{
+    const struct ecg_backend_ops *ops = lane->owner->ops;
+    if (lane->batch) {
+        ops->batch_run(lane->batch, run, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        run[i]->status = run_stages(ops, lane->ctx, run[i]);
+        if (run[i]->status != ECG_OK) {
+            ecg_result_free(run[i]->result);
+            run[i]->result = NULL;
+        }
+    }
+}
+
+/* Waits on cond until deadline_ms (CLOCK_REALTIME-based condvar: the wait is converted). */
+static void wait_until(pthread_cond_t *cond, pthread_mutex_t *lock, double deadline_ms)
+{
+    double left_ms = deadline_ms - batch_now_ms();
+    if (left_ms <= 0)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long ns = (long long)ts.tv_nsec + (long long)(left_ms * 1e6);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    (void)pthread_cond_timedwait(cond, lock, &ts);
+}
+
+/*
+ * The lane's thread: waits for a first member, collects up to max_batch until the window since
+ * that member's arrival has passed (at once when stopping: draining must not wait for more),
+ * runs them outside the lock, marks them done. Exits once stopping and the queue is empty.
+ */
+static void *lane_main(void *arg)
+{
+    struct batch_lane *lane = arg;
+    struct ecg_batcher *b = lane->owner;
+    pthread_mutex_lock(&lane->lock);
+    for (;;) {
+        while (!lane->head && !lane->stopping)
+            pthread_cond_wait(&lane->arrived, &lane->lock);
+        if (!lane->head)
+            break; /* stopping and drained */
+        const double deadline = lane->head->enqueued_ms + b->window_ms;
+        /* waiting for more is worth it only while some are on their way: a lone client's
+         * analysis starts at once */
+        while (lane->queued < b->max_batch && !lane->stopping && batch_now_ms() < deadline &&
+               __atomic_load_n(&b->inbound, __ATOMIC_ACQUIRE) > 0)
+            wait_until(&lane->arrived, &lane->lock, deadline);
+        size_t n = 0;
+        const double start = batch_now_ms();
+        while (lane->head && n < b->max_batch) {
+            struct ecg_batch_member *m = lane->head;
+            lane->head = m->next;
+            m->next = NULL;
+            lane->run[n++] = m;
+        }
+        if (!lane->head)
+            lane->tail = NULL;
+        lane->queued -= n;
+        pthread_mutex_unlock(&lane->lock);
+
+        for (size_t i = 0; i < n; i++) {
+            lane->run[i]->queue_ms = start - lane->run[i]->enqueued_ms;
+            lane->run[i]->batch_size = (unsigned)n;
+        }
+        run_batch(lane, lane->run, n);
+
+        pthread_mutex_lock(&lane->lock);
+        for (size_t i = 0; i < n; i++)
+            lane->run[i]->done = true;
+        pthread_cond_broadcast(&lane->finished);
+    }
+    pthread_mutex_unlock(&lane->lock);
+    return NULL;
+}
+
+void ecg_batcher_announce(struct ecg_batcher *b)
+{
+    __atomic_fetch_add(&b->inbound, 1, __ATOMIC_ACQ_REL);
+}
+
+void ecg_batcher_withdraw(struct ecg_batcher *b)
+{
+    __atomic_fetch_sub(&b->inbound, 1, __ATOMIC_ACQ_REL);
+}
+
+bool ecg_batcher_run(struct ecg_batcher *b, struct ecg_batch_member *m)
+{
+    unsigned pick = __atomic_fetch_add(&b->next_lane, 1u, __ATOMIC_RELAXED) % b->n_lanes;
+    struct batch_lane *lane = &b->lanes[pick];
+    m->next = NULL;
+    m->done = false;
+    m->result = NULL;
+    m->status = ECG_OK;
+    m->retry_alone = false;
+    pthread_mutex_lock(&lane->lock);
+    /* under the lock: a collector that sees the count drop sees this member queued too */
+    ecg_batcher_withdraw(b);
+    if (lane->stopping) {
+        pthread_mutex_unlock(&lane->lock);
+        return false;
+    }
+    m->enqueued_ms = batch_now_ms();
+    if (lane->tail)
+        lane->tail->next = m;
+    else
+        lane->head = m;
+    lane->tail = m;
+    lane->queued++;
+    /* the thread re-checks: a batch to start, full, or nobody else on the way */
+    pthread_cond_signal(&lane->arrived);
+    while (!m->done)
+        pthread_cond_wait(&lane->finished, &lane->lock);
+    pthread_mutex_unlock(&lane->lock);
+    return true;
+}
+
+/* ---------------------------------------------------------------- create / destroy */
+
+void ecg_batcher_destroy(struct ecg_batcher *b)
+{
+    if (!b)
+        return;
+    for (unsigned i = 0; b->lanes && i < b->n_lanes; i++) {
+        struct batch_lane *lane = &b->lanes[i];
+        if (!lane->started)
+            continue;
+        pthread_mutex_lock(&lane->lock);
+        lane->stopping = true;
+        pthread_cond_broadcast(&lane->arrived);
+        pthread_mutex_unlock(&lane->lock);
+        pthread_join(lane->thread, NULL);
+    }
+    for (unsigned i = 0; b->lanes && i < b->n_lanes; i++) {
+        struct batch_lane *lane = &b->lanes[i];
+        if (lane->batch)
+            b->ops->batch_destroy(lane->batch);
+        if (lane->ctx)
+            b->ops->ctx_destroy(lane->ctx);
+        free(lane->run);
+        pthread_cond_destroy(&lane->finished);
+        pthread_cond_destroy(&lane->arrived);
+        pthread_mutex_destroy(&lane->lock);
+    }
+    for (unsigned i = 0; i < BATCH_PLANS; i++)
+        ecg_plan_fini(&b->plans[i].plan);
+    pthread_mutex_destroy(&b->plan_lock);
+    free(b->lanes);
+    free(b);
+}
+
+struct ecg_batcher *ecg_batcher_create(const struct ecg_backend_ops *ops, void *state,
+                                       const struct ecg_params *params, bool with_model,
+                                       unsigned max_batch, unsigned window_us,
+                                       struct ecg_error *err)
+{
+    const bool native = ops->batch_lanes && ops->batch_create && ops->batch_run &&
+                        ops->batch_destroy;
+    struct ecg_batcher *b = calloc(1, sizeof *b);
+    if (!b) {
+        ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "batcher");
+        return NULL;
+    }
+    b->ops = ops;
+    b->state = state;
+    b->params = *params;
+    b->with_model = with_model;
+    b->max_batch = max_batch;
+    b->window_ms = window_us / 1000.0;
+    pthread_mutex_init(&b->plan_lock, NULL);
+    b->n_lanes = native ? ops->batch_lanes(state) : 1;
+    if (b->n_lanes < 1)
+        b->n_lanes = 1;
+    b->lanes = calloc(b->n_lanes, sizeof *b->lanes);
+    if (!b->lanes) {
+        ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "batcher lanes");
+        goto fail;
+    }
+    for (unsigned i = 0; i < b->n_lanes; i++) {
+        struct batch_lane *lane = &b->lanes[i];
+        lane->owner = b;
+        pthread_mutex_init(&lane->lock, NULL);
+        pthread_cond_init(&lane->arrived, NULL);
+        pthread_cond_init(&lane->finished, NULL);
+    }
+    for (unsigned i = 0; i < b->n_lanes; i++) {
+        struct batch_lane *lane = &b->lanes[i];
+        lane->run = calloc(max_batch, sizeof *lane->run);
+        if (!lane->run) {
+            ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "batcher lanes");
+            goto fail;
+        }
+        if (native) {
+            if (ops->batch_create(state, i, max_batch, &lane->batch, err) != ECG_OK)
+                goto fail;
+        } else if (ops->ctx_create(state, &lane->ctx, err) != ECG_OK) {
+            goto fail;
+        }
+        if (pthread_create(&lane->thread, NULL, lane_main, lane) != 0) {
+            ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "batcher thread");
+            goto fail;
+        }
+        lane->started = true;
+    }
+    return b;
+fail:
+    ecg_batcher_destroy(b);
+    return NULL;
+}

@@ -1,0 +1,51 @@
+/*
+ * batch.h - dynamic batching of short analyses (internal to the engine), in the spirit of
+ * Triton's dynamic batcher.
+ *
+ * A batcher holds one lane per device of the backend (ops->batch_lanes; one lane for a backend
+ * without batch operations). Each lane has a FIFO of waiting analyses and one thread: it takes
+ * the first analysis waiting, keeps collecting until max_batch are there, or window_us have passed
+ * since that first one arrived, or no other analysis is on its way to the batcher (announced:
+ * its body being read), and runs them as one batch (ops->batch_run, or the stages one
+ * member after another on a context of its own). Analyses go to the lanes in turn.
+ *
+ * The batcher also keeps the plans of the rates it has seen (a plan costs more to design than a
+ * short strip costs to analyse), shared by the batches that use them.
+ *
+ * Threading: every function may be called from any thread, except destroy (once, when no other
+ * call is running or can start). A member belongs to its caller; the batcher only links it into
+ * a queue and hands it to one batch run. destroy drains: every member queued is run first.
+ */
+#ifndef ECG_BATCH_H
+#define ECG_BATCH_H
+
+#include "backend.h"
+
+struct ecg_batcher;
+
+/* Starts the lanes' threads; NULL with err filled on failure (nothing left running). */
+struct ecg_batcher *ecg_batcher_create(const struct ecg_backend_ops *ops, void *state,
+                                       const struct ecg_params *params, bool with_model,
+                                       unsigned max_batch, unsigned window_us,
+                                       struct ecg_error *err);
+/* Runs what is queued, stops the threads, frees everything (NULL ok). */
+void ecg_batcher_destroy(struct ecg_batcher *b);
+
+/* The plan for fs_hz, shared (ecg_plan_init's status and err on failure). Hand it back with
+ * ecg_batcher_plan_put once the batch that used it has run. */
+enum ecg_status ecg_batcher_plan_get(struct ecg_batcher *b, double fs_hz,
+                                     const struct ecg_plan **plan, struct ecg_error *err);
+void ecg_batcher_plan_put(struct ecg_batcher *b, const struct ecg_plan *plan);
+
+/* An analysis on its way to the batcher (reading its body): a batch waits for it within its
+ * window, and stops waiting at once when none is on its way. Every announce is followed by one
+ * ecg_batcher_run or one ecg_batcher_withdraw. */
+void ecg_batcher_announce(struct ecg_batcher *b);
+void ecg_batcher_withdraw(struct ecg_batcher *b);
+
+/* Queues m (its inputs filled; announced) and waits until its batch has run: m's outputs,
+ * queue_ms and batch_size are then set. Returns false, m untouched, when the batcher is
+ * stopping (the announce is withdrawn either way). */
+bool ecg_batcher_run(struct ecg_batcher *b, struct ecg_batch_member *m);
+
+#endif /* ECG_BATCH_H */

@@ -1,0 +1,230 @@
+/*
+ * cuda_batch.cu - dynamic batching on one device (the batch_* ops of backend.h; the queue and
+ * the window are engine/batch.c's).
+ *
+ * A batch of n analyses runs over n contexts of the batch's own (cuda_ctx_create_on with
+ * batch = true: a stream each, no staging chunks, defer_sync), each analysis with the very
+ * kernels and arguments of its own pass, so that its beat table is the same bit for bit. What
+ * the batch saves is the waiting: the stages of a batch's contexts do not wait at their end,
+ * and the host waits twice per batch member, for its beat count and for its table, while the
+ * other members' work keeps the device busy:
+ *   1. every member's samples are packed into one pinned buffer; for each member, its slice is
+ *      copied to its input (async, no staging), resample, filter and detect are queued, up to
+ *      the copy of the counts to its h_stage;
+ *   2. for each member: wait for its counts (by then the device has had every member's work
+ *      of step 1 to run), queue embed, encode and the copy of its beat table;
+ *   3. for each member: wait for its table and split it into its result.
+ * A member that fails keeps its error; the others go on. A failure to get memory is the
+ * batch's, not the input's: that member is marked retry_alone and the engine runs it on its
+ * own pass.
+ *
+ * Pinned memory: the pack buffer is written by the host only between batches; every copy that
+ * reads it is complete when a batch returns (every member's stream has been waited for).
+ *
+ * Threading: one batch object per lane, used by the lane's thread only.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+struct cuda_batch {
+    struct cuda_state *state;
+    struct cuda_device *dev;
+    unsigned max_batch;
+    struct cuda_ctx **member;   /* max_batch contexts on dev */
+    bool *live;                 /* per member of the batch running: no failure so far */
+    float *h_pack;              /* pinned: every member's samples, one after the other */
+    size_t h_pack_floats;
+};
+
+extern "C" unsigned cuda_batch_lanes(void *state_ptr)
+{
+    return (unsigned)((struct cuda_state *)state_ptr)->n_devices;
+}
+
+extern "C" void cuda_batch_destroy(void *batch_ptr)
+{
+    struct cuda_batch *b = (struct cuda_batch *)batch_ptr;
+    if (!b)
+        return;
+    if (b->member)
+        for (unsigned i = 0; i < b->max_batch; i++)
+            cuda_ctx_free(b->member[i]);
+    if (b->h_pack) {
+        (void)cudaSetDevice(b->dev->ordinal);
+        (void)cudaFreeHost(b->h_pack);
+    }
+    free(b->member);
+    free(b->live);
+    free(b);
+}
+
+extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, unsigned max_batch,
+                                             void **batch_out, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_state *state = (struct cuda_state *)state_ptr;
+    struct cuda_batch *b = NULL;
+    *batch_out = NULL;
+    if ((int)lane >= state->n_devices || max_batch == 0)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cuda batch: lane %u of %d", lane,
+                        state->n_devices);
+    b = (struct cuda_batch *)calloc(1, sizeof *b);
+    if (!b)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
+    b->state = state;
+    b->dev = &state->dev[lane];
+    b->max_batch = max_batch;
+    b->member = (struct cuda_ctx **)calloc(max_batch, sizeof *b->member);
+    b->live = (bool *)calloc(max_batch, sizeof *b->live);
+    if (!b->member || !b->live) {
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
+        goto out;
+    }
+    for (unsigned i = 0; i < max_batch; i++)
+        ECG_TRY(cuda_ctx_create_on(state, b->dev, true, &b->member[i], err));
+    *batch_out = b;
+    b = NULL;
+out:
+    cuda_batch_destroy(b);
+    return status;
+}
+
+/* Grows the pinned pack buffer to hold floats samples. Called between batches only. */
+static enum ecg_status pack_reserve(struct cuda_batch *b, size_t floats, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    if (b->h_pack && floats <= b->h_pack_floats)
+        return ECG_OK;
+    if (b->h_pack) {
+        CUDA_TRY(cudaFreeHost(b->h_pack));
+        b->h_pack = NULL;
+        b->h_pack_floats = 0;
+    }
+    floats += floats / 4 + 1024;
+    CUDA_TRY(cudaMallocHost((void **)&b->h_pack, floats * sizeof(float)));
+    b->h_pack_floats = floats;
+out:
+    if (status != ECG_OK)
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory",
+                          "cuda batch: cannot pin %zu MiB for the batch's input",
+                          (floats * sizeof(float)) >> 20);
+    return status;
+}
+
+/* Records member i's failure: its status and error, retry_alone for a lack of memory. */
+static void member_fail(struct cuda_batch *b, struct ecg_batch_member *m, unsigned i,
+                        enum ecg_status status)
+{
+    b->live[i] = false;
+    m->status = status;
+    m->retry_alone = status == ECG_ERR_DEVICE_OOM || status == ECG_ERR_NOMEM;
+    ecg_result_free(m->result);
+    m->result = NULL;
+}
+
+/* Step 1 for member i: its slice of the pack to its input, then resample, filter, detect. */
+static enum ecg_status queue_front(struct cuda_ctx *ctx, const float *h_samples, size_t n,
+                                   const struct ecg_plan *plan, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    ECG_TRY(ctx_enter(ctx, err));
+    ctx_reset_request(ctx);
+    ECG_TRY(dbuf_reserve(ctx, &ctx->input, n * sizeof(float), err));
+    CUDA_TRY(cudaMemcpyAsync(ctx->input.ptr, h_samples, n * sizeof(float),
+                             cudaMemcpyHostToDevice, ctx->stream));
+    ctx->n_in = n;
+    ECG_TRY(cuda_resample(ctx, plan, err));
+    ECG_TRY(cuda_filter(ctx, plan, err));
+    ECG_TRY(detect_queue(ctx, plan, err));
+out:
+    return status;
+}
+
+/* Step 2 for member i: its beat count, then embed, encode and the copy of its table. */
+static enum ecg_status queue_back(struct cuda_ctx *ctx, struct ecg_batch_member *m,
+                                  struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    size_t k = 0;
+    ECG_TRY(ctx_enter(ctx, err));
+    ECG_TRY(detect_collect(ctx, &k, err));
+    ECG_TRY(cuda_embed(ctx, m->plan, err));
+    if (m->with_model)
+        ECG_TRY(cuda_encode(ctx, m->plan, err));
+    if (!ecg_batch_result(m, k)) {
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "result for %zu beats", k);
+        goto out;
+    }
+    ECG_TRY(fetch_queue(ctx, err));
+out:
+    return status;
+}
+
+extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *members,
+                               size_t n)
+{
+    struct cuda_batch *b = (struct cuda_batch *)batch_ptr;
+    size_t total = 0, off = 0;
+    enum ecg_status status;
+    struct ecg_error pack_err;
+
+    for (size_t i = 0; i < n; i++) {
+        members[i]->status = ECG_OK;
+        members[i]->result = NULL;
+        members[i]->retry_alone = false;
+        total += members[i]->n;
+    }
+    if (n > b->max_batch) { /* the engine never asks this: a bug, not an input */
+        for (size_t i = 0; i < n; i++) {
+            members[i]->status = ecg_fail(&members[i]->err, ECG_ERR_INTERNAL, "internal",
+                                          "cuda batch of %zu > %u", n, b->max_batch);
+        }
+        return;
+    }
+    memset(&pack_err, 0, sizeof pack_err);
+    status = cudaSetDevice(b->dev->ordinal) == cudaSuccess ? ECG_OK : ECG_ERR_DEVICE;
+    if (status == ECG_OK)
+        status = pack_reserve(b, total, &pack_err);
+    if (status != ECG_OK) {
+        (void)cudaGetLastError();
+        for (size_t i = 0; i < n; i++) {
+            members[i]->err = pack_err;
+            members[i]->status = status;
+            members[i]->retry_alone = true;
+        }
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        memcpy(b->h_pack + off, members[i]->samples, members[i]->n * sizeof(float));
+        b->live[i] = true;
+        status = queue_front(b->member[i], b->h_pack + off, members[i]->n, members[i]->plan,
+                             &members[i]->err);
+        if (status != ECG_OK)
+            member_fail(b, members[i], (unsigned)i, status);
+        off += members[i]->n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!b->live[i])
+            continue;
+        status = queue_back(b->member[i], members[i], &members[i]->err);
+        if (status != ECG_OK)
+            member_fail(b, members[i], (unsigned)i, status);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!b->live[i])
+            continue;
+        status = fetch_copy(b->member[i], members[i]->result, &members[i]->err);
+        if (status != ECG_OK)
+            member_fail(b, members[i], (unsigned)i, status);
+    }
+    /* A failed member may have left copies from the pack queued: the next batch rewrites it. */
+    for (size_t i = 0; i < n; i++) {
+        if (b->live[i])
+            continue;
+        (void)cudaSetDevice(b->dev->ordinal);
+        if (cudaStreamSynchronize(b->member[i]->stream) != cudaSuccess)
+            (void)cudaGetLastError();
+    }
+}

@@ -1,0 +1,91 @@
+/*
+ * test_batch.c - the dynamic batcher (engine/batch.c) without a device: the CPU backend batched
+ * through the batcher's stage-by-stage runner (ECG_BATCH_ANY=1), so that the queue, the window,
+ * the shared plans, the fallbacks to a pass of its own and the answers are checked on every
+ * machine (and under the sanitizers in CI). tests/batch_parity.h describes the check; the CUDA
+ * backend's own batches run the same check in tests/gpu/test_gpu_batch.c.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "ecg.h"
+#include "batch_parity.h"
+
+static struct ecg_engine *engine_with(struct ecg_model *model, unsigned max_batch,
+                                      unsigned window_us)
+{
+    struct ecg_error err = {0};
+    struct ecg_engine_config config = {.backend = ECG_BACKEND_CPU, .model = model, .workers = 4,
+                                       .max_batch = max_batch, .batch_window_us = window_us};
+    struct ecg_engine *engine = ecg_engine_create(&config, &err);
+    if (!engine)
+        fail_msg("engine: %s", err.message);
+    return engine;
+}
+
+/* 64 concurrent requests, batched by up to 16 within 20 ms, against each alone; with the
+ * shipped model, so that the scores go through the batch too. */
+static void test_batched_answers_are_the_lone_ones(void **state)
+{
+    struct ecg_error err = {0};
+    struct ecg_model *model = ecg_model_load("models/default.ecgm", &err);
+    if (!model)
+        fail_msg("model: %s", err.message);
+    assert_int_equal(setenv("ECG_BATCH_ANY", "1", 1), 0);
+    struct ecg_engine *alone = engine_with(model, 1, 0);
+    struct ecg_engine *batched = engine_with(model, 16, 20000);
+    unsigned largest = parity_check(alone, batched);
+    assert_true(largest >= 2 && largest <= 16);
+    ecg_engine_destroy(batched);
+    ecg_engine_destroy(alone);
+    ecg_model_free(model);
+    unsetenv("ECG_BATCH_ANY");
+}
+
+/* Without ECG_BATCH_ANY a backend that cannot batch keeps every analysis on its own pass, and
+ * ECG_CUDA_BATCH=0 turns batching off everywhere. */
+static void test_batching_needs_a_batching_backend(void **state)
+{
+    struct ecg_signal sig = {0};
+    struct ecg_error err = {0};
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_CSV, .fs_hz = 360};
+    struct ecg_result *result = NULL;
+    assert_int_equal(ecg_read_file(ECG_TEST_DATA "/mitdb_100s.csv", &opts, &sig, &err), ECG_OK);
+    unsetenv("ECG_BATCH_ANY");
+    struct ecg_engine *engine = engine_with(NULL, 8, 100);
+    assert_int_equal(ecg_engine_analyze(engine, &sig, &result, &err), ECG_OK);
+    assert_int_equal(result->timing.batch_size, 0);
+    ecg_result_free(result);
+    ecg_engine_destroy(engine);
+
+    assert_int_equal(setenv("ECG_BATCH_ANY", "1", 1), 0);
+    engine = engine_with(NULL, 8, 100);
+    assert_int_equal(ecg_engine_analyze(engine, &sig, &result, &err), ECG_OK);
+    assert_int_equal(result->timing.batch_size, 1); /* alone in its batch, but batched */
+    assert_true(result->n_beats > 100);
+    ecg_result_free(result);
+    ecg_engine_destroy(engine);
+
+    assert_int_equal(setenv("ECG_CUDA_BATCH", "0", 1), 0);
+    engine = engine_with(NULL, 8, 100);
+    assert_int_equal(ecg_engine_analyze(engine, &sig, &result, &err), ECG_OK);
+    assert_int_equal(result->timing.batch_size, 0);
+    ecg_result_free(result);
+    ecg_engine_destroy(engine);
+    unsetenv("ECG_CUDA_BATCH");
+    unsetenv("ECG_BATCH_ANY");
+    ecg_signal_free(&sig);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batched_answers_are_the_lone_ones),
+        cmocka_unit_test(test_batching_needs_a_batching_backend),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
