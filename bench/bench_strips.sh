@@ -15,7 +15,8 @@
 #   BACKENDS        backends in order (default "cpu"; "cuda+batch cuda cpu" on a GPU host):
 #                   "cuda+batch" is the CUDA backend with dynamic batching (--max-batch
 #                   MAX_BATCH, default 64, --batch-window-us BATCH_WINDOW_US, default 200, and
-#                   --workers BATCH_WORKERS, default 64: a batch's analyses wait in workers)
+#                   --workers BATCH_WORKERS, default 64: a batch's analyses wait in workers);
+#                   "cuda+batch+graphs" the same with ECG_CUDA_BATCH_GRAPHS=1
 #   SIZES           recording lengths in seconds (default "2 10 80 1800"; 72000 = 20 h). 2 s
 #                   is the shortest the service analyses (ECG_MIN_DURATION_S): a 1-s strip is
 #                   answered 422 too_short on every backend, batched or not (the detector needs
@@ -107,10 +108,12 @@ wrk_cell() {
 
 start_ecgd() { # start_ecgd BACKEND[+batch]: sets server_pid and base
     : >"$tmp/server.log"
-    local batch_args=(--workers "$WORKERS")
-    [[ "$1" == *+batch ]] && batch_args=(--workers "$BATCH_WORKERS" --max-batch "$MAX_BATCH"
-                                         --batch-window-us "$BATCH_WINDOW_US")
-    "$ECGD" serve --bind 127.0.0.1 --port 0 --backend "${1%+batch}" "${batch_args[@]}" \
+    local batch_args=(--workers "$WORKERS") graphs=0
+    [[ "$1" == *+batch* ]] && batch_args=(--workers "$BATCH_WORKERS" --max-batch "$MAX_BATCH"
+                                          --batch-window-us "$BATCH_WINDOW_US")
+    [[ "$1" == *+graphs ]] && graphs=1
+    ECG_CUDA_BATCH_GRAPHS=$graphs "$ECGD" serve --bind 127.0.0.1 --port 0 \
+        --backend "${1%%+*}" "${batch_args[@]}" \
         --io-threads "$IO_THREADS" --max-body-mb 2048 --queue-depth 1024 --timeout-s 300 \
         --max-conns-per-ip 0 "${model_args[@]}" 2>"$tmp/server.log" &
     server_pid=$!

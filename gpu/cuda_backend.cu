@@ -98,6 +98,7 @@ enum ecg_status dbuf_reserve(struct cuda_ctx *ctx, struct dbuf *buf, size_t byte
     cap = bytes + bytes / 4;
     if (cap < 4096)
         cap = 4096;
+    ctx->generation++;
     if (buf->ptr) {
         CUDA_TRY(cudaFreeAsync(buf->ptr, ctx->stream));
         buf->ptr = NULL;
@@ -129,6 +130,7 @@ enum ecg_status stage_reserve(struct cuda_ctx *ctx, size_t bytes, struct ecg_err
     enum ecg_status status = ECG_OK;
     if (bytes <= ctx->h_stage_cap && ctx->h_stage)
         return ECG_OK;
+    ctx->generation++;
     if (ctx->h_stage) {
         /* a copy queued earlier may still read or write it (a batch's contexts do not wait at
          * the end of each stage) */

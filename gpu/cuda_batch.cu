@@ -27,20 +27,65 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_stats.h"
+
+/* process-wide counters for tests and benchmarks (cuda_stats.h), updated atomically */
+static struct cuda_batch_counts counts;
+
+extern "C" void cuda_batch_counts(struct cuda_batch_counts *out)
+{
+    out->batches = __atomic_load_n(&counts.batches, __ATOMIC_RELAXED);
+    out->members = __atomic_load_n(&counts.members, __ATOMIC_RELAXED);
+    out->captures = __atomic_load_n(&counts.captures, __ATOMIC_RELAXED);
+    out->replays = __atomic_load_n(&counts.replays, __ATOMIC_RELAXED);
+}
+
+/*
+ * A member context's front (resample, filter, detect_queue) as a CUDA graph: one launch instead
+ * of about twenty. The front's launches are a function of the input length, the rate and the
+ * context's buffers and device-resident caches (ctx->generation), so a graph captured for one
+ * (n_in, fs_in_hz, generation) replays exactly what the stages would queue. A front is captured
+ * the second time it runs with the same key, when its first run moved no buffer (so the capture
+ * allocates nothing); the graph replays while the key holds.
+ */
+struct front_graph {
+    cudaGraphExec_t exec;       /* NULL: none */
+    size_t n_in;
+    double fs_in_hz;
+    uint64_t generation;        /* the context's when captured */
+    size_t n_a;                 /* host state the front leaves: ctx->n_a, ctx->detect_queued */
+    bool queued;
+    /* the last front run without a graph: its key, and whether it moved nothing */
+    size_t last_n_in;
+    double last_fs_in_hz;
+    uint64_t last_generation;   /* the context's after it */
+    bool last_clean;
+};
 
 struct cuda_batch {
     struct cuda_state *state;
     struct cuda_device *dev;
     unsigned max_batch;
+    bool use_graphs;            /* ECG_CUDA_BATCH_GRAPHS=1 */
+    struct front_graph *graph;  /* per member context */
     struct cuda_ctx **member;   /* max_batch contexts on dev */
     bool *live;                 /* per member of the batch running: no failure so far */
     float *h_pack;              /* pinned: every member's samples, one after the other */
     size_t h_pack_floats;
 };
 
+/* Batchers per device: ECG_CUDA_BATCH_LANES (1..8, default 1). One thread queues a batch's
+ * launches; more lanes queue batches side by side, should that thread be what limits. */
+static unsigned lanes_per_device(void)
+{
+    const char *v = getenv("ECG_CUDA_BATCH_LANES");
+    int n = v ? atoi(v) : 1;
+    return n < 1 ? 1u : n > 8 ? 8u : (unsigned)n;
+}
+
 extern "C" unsigned cuda_batch_lanes(void *state_ptr)
 {
-    return (unsigned)((struct cuda_state *)state_ptr)->n_devices;
+    return (unsigned)((struct cuda_state *)state_ptr)->n_devices * lanes_per_device();
 }
 
 extern "C" void cuda_batch_destroy(void *batch_ptr)
@@ -48,6 +93,12 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
     struct cuda_batch *b = (struct cuda_batch *)batch_ptr;
     if (!b)
         return;
+    if (b->graph) {
+        (void)cudaSetDevice(b->dev->ordinal);
+        for (unsigned i = 0; i < b->max_batch; i++)
+            if (b->graph[i].exec)
+                (void)cudaGraphExecDestroy(b->graph[i].exec);
+    }
     if (b->member)
         for (unsigned i = 0; i < b->max_batch; i++)
             cuda_ctx_free(b->member[i]);
@@ -57,6 +108,7 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
     }
     free(b->member);
     free(b->live);
+    free(b->graph);
     free(b);
 }
 
@@ -67,18 +119,20 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     struct cuda_state *state = (struct cuda_state *)state_ptr;
     struct cuda_batch *b = NULL;
     *batch_out = NULL;
-    if ((int)lane >= state->n_devices || max_batch == 0)
-        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cuda batch: lane %u of %d", lane,
-                        state->n_devices);
+    if (lane >= cuda_batch_lanes(state) || max_batch == 0)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cuda batch: lane %u of %u", lane,
+                        cuda_batch_lanes(state));
     b = (struct cuda_batch *)calloc(1, sizeof *b);
     if (!b)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
     b->state = state;
-    b->dev = &state->dev[lane];
+    b->dev = &state->dev[lane % (unsigned)state->n_devices]; /* lanes go round the devices */
     b->max_batch = max_batch;
     b->member = (struct cuda_ctx **)calloc(max_batch, sizeof *b->member);
     b->live = (bool *)calloc(max_batch, sizeof *b->live);
-    if (!b->member || !b->live) {
+    b->graph = (struct front_graph *)calloc(max_batch, sizeof *b->graph);
+    b->use_graphs = getenv("ECG_CUDA_BATCH_GRAPHS") && !strcmp(getenv("ECG_CUDA_BATCH_GRAPHS"), "1");
+    if (!b->member || !b->live || !b->graph) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
         goto out;
     }
@@ -124,21 +178,127 @@ static void member_fail(struct cuda_batch *b, struct ecg_batch_member *m, unsign
     m->result = NULL;
 }
 
-/* Step 1 for member i: its slice of the pack to its input, then resample, filter, detect. */
-static enum ecg_status queue_front(struct cuda_ctx *ctx, const float *h_samples, size_t n,
-                                   const struct ecg_plan *plan, struct ecg_error *err)
+/* The front's stages: what the graph holds. */
+static enum ecg_status front_stages(struct cuda_ctx *ctx, const struct ecg_plan *plan,
+                                    struct ecg_error *err)
+{
+    enum ecg_status status = cuda_resample(ctx, plan, err);
+    if (status == ECG_OK)
+        status = cuda_filter(ctx, plan, err);
+    if (status == ECG_OK)
+        status = detect_queue(ctx, plan, err);
+    return status;
+}
+
+/* The buffers a capture could move (it cannot: captures are made only where the same front
+ * moved nothing; this is the guard should it happen anyway). */
+#define CTX_DBUFS(ctx)                                                                        \
+    {&(ctx)->input, &(ctx)->resampled, &(ctx)->filtered, &(ctx)->peaks_a, &(ctx)->table,     \
+     &(ctx)->emb, &(ctx)->scratch, &(ctx)->cub_temp, &(ctx)->fft_buf, &(ctx)->fft_work,      \
+     &(ctx)->vae_work, &(ctx)->rs_table, &(ctx)->ricker}
+#define CTX_N_DBUFS 13
+
+/*
+ * Captures the front into g and launches it. ECG_ERR_UNSUPPORTED when the capture could not be
+ * made (nothing was queued: the caller runs the stages as usual); another status is a failed
+ * launch. A capture that moved a buffer is undone: its frees and allocations were only
+ * recorded, so the old buffers are still the context's; the device-resident caches it may have
+ * recorded uploads for are forgotten, so that the next run uploads them again.
+ */
+static enum ecg_status capture_front(struct cuda_ctx *ctx, struct front_graph *g,
+                                     const struct ecg_plan *plan, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
+    struct ecg_error ignored;
+    struct dbuf *bufs[CTX_N_DBUFS] = CTX_DBUFS(ctx);
+    struct dbuf saved[CTX_N_DBUFS];
+    const uint64_t generation = ctx->generation;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t code;
+    memset(&ignored, 0, sizeof ignored);
+    for (int i = 0; i < CTX_N_DBUFS; i++)
+        saved[i] = *bufs[i];
+    if (cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return ECG_ERR_UNSUPPORTED;
+    }
+    status = front_stages(ctx, plan, &ignored);
+    code = cudaStreamEndCapture(ctx->stream, &graph);
+    if (ctx->generation != generation) {
+        for (int i = 0; i < CTX_N_DBUFS; i++)
+            *bufs[i] = saved[i];
+        ctx->rs_table_bytes = 0;
+        ctx->ricker_len = 0;
+        status = ECG_ERR_UNSUPPORTED;
+    }
+    if (status != ECG_OK || code != cudaSuccess || !graph ||
+        cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (graph)
+            (void)cudaGraphDestroy(graph);
+        ctx->generation = generation + 1; /* whatever the context caches is suspect */
+        return ECG_ERR_UNSUPPORTED;
+    }
+    (void)cudaGraphDestroy(graph);
+    if (g->exec)
+        (void)cudaGraphExecDestroy(g->exec);
+    g->exec = exec;
+    g->n_in = ctx->n_in;
+    g->fs_in_hz = plan->fs_in_hz;
+    g->generation = generation;
+    g->n_a = ctx->n_a;
+    g->queued = ctx->detect_queued;
+    __atomic_fetch_add(&counts.captures, 1ull, __ATOMIC_RELAXED);
+    CUDA_TRY(cudaGraphLaunch(g->exec, ctx->stream));
+out:
+    return status;
+}
+
+/* Step 1 for member i: its slice of the pack to its input, then resample, filter, detect (from
+ * the member context's graph when it has one for this front, see struct front_graph). */
+static enum ecg_status queue_front(struct cuda_batch *b, unsigned i, const float *h_samples,
+                                   size_t n, const struct ecg_plan *plan, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = b->member[i];
+    struct front_graph *g = &b->graph[i];
+    uint64_t before;
     ECG_TRY(ctx_enter(ctx, err));
+    before = ctx->generation;
     ctx_reset_request(ctx);
     ECG_TRY(dbuf_reserve(ctx, &ctx->input, n * sizeof(float), err));
     CUDA_TRY(cudaMemcpyAsync(ctx->input.ptr, h_samples, n * sizeof(float),
                              cudaMemcpyHostToDevice, ctx->stream));
     ctx->n_in = n;
-    ECG_TRY(cuda_resample(ctx, plan, err));
-    ECG_TRY(cuda_filter(ctx, plan, err));
-    ECG_TRY(detect_queue(ctx, plan, err));
+    if (b->use_graphs && g->exec && g->n_in == n && g->fs_in_hz == plan->fs_in_hz &&
+        g->generation == ctx->generation) {
+        /* the host state the stages would leave, then their launches */
+        ctx->n_a = g->n_a;
+        ctx->n_beats = 0;
+        ctx->emb_len = 0;
+        ctx->encoded = false;
+        ctx->detect_queued = g->queued;
+        __atomic_fetch_add(&counts.replays, 1ull, __ATOMIC_RELAXED);
+        CUDA_TRY(cudaGraphLaunch(g->exec, ctx->stream));
+        goto out;
+    }
+    if (b->use_graphs && g->last_clean && g->last_n_in == n &&
+        g->last_fs_in_hz == plan->fs_in_hz && g->last_generation == ctx->generation) {
+        status = capture_front(ctx, g, plan, err);
+        if (status != ECG_ERR_UNSUPPORTED)
+            goto out;
+        status = ECG_OK;
+        before = ctx->generation;
+    }
+    ECG_TRY(front_stages(ctx, plan, err));
+    g->last_n_in = n;
+    g->last_fs_in_hz = plan->fs_in_hz;
+    g->last_clean = ctx->generation == before;
+    g->last_generation = ctx->generation;
 out:
+    if (status != ECG_OK)
+        g->last_clean = false;
     return status;
 }
 
@@ -183,6 +343,8 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
         }
         return;
     }
+    __atomic_fetch_add(&counts.batches, 1ull, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&counts.members, (unsigned long long)n, __ATOMIC_RELAXED);
     memset(&pack_err, 0, sizeof pack_err);
     status = cudaSetDevice(b->dev->ordinal) == cudaSuccess ? ECG_OK : ECG_ERR_DEVICE;
     if (status == ECG_OK)
@@ -199,7 +361,7 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
     for (size_t i = 0; i < n; i++) {
         memcpy(b->h_pack + off, members[i]->samples, members[i]->n * sizeof(float));
         b->live[i] = true;
-        status = queue_front(b->member[i], b->h_pack + off, members[i]->n, members[i]->plan,
+        status = queue_front(b, (unsigned)i, b->h_pack + off, members[i]->n, members[i]->plan,
                              &members[i]->err);
         if (status != ECG_OK)
             member_fail(b, members[i], (unsigned)i, status);

@@ -340,6 +340,7 @@ static enum ecg_status ricker_on_device(struct cuda_ctx *ctx, const struct ecg_p
     if (ctx->ricker_len == plan->ricker_len && ctx->h_ricker &&
         memcmp(ctx->h_ricker, plan->ricker, bytes) == 0)
         return ECG_OK;
+    ctx->generation++;
     ctx->ricker_len = 0;
     free(ctx->h_ricker);
     ctx->h_ricker = (float *)malloc(bytes ? bytes : 1);

@@ -148,6 +148,7 @@ static enum ecg_status fft_entry_get(struct cuda_ctx *ctx, const struct ecg_plan
             slot = i;
     }
     e = &ctx->fft[slot];
+    ctx->generation++;
     fft_entry_release(ctx, e);
     e->n_pad = n_pad;
     e->r2c = e->c2r = 0;

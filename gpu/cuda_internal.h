@@ -123,6 +123,9 @@ struct cuda_ctx {
     size_t emb_len;          /* floats in emb (n_beats * beat_len after embed) */
     bool encoded;            /* latent/score hold this request's values */
     bool detect_queued;      /* detect_queue left counts for detect_collect to read */
+    /* bumped whenever a buffer moves or a device-resident cache (resampler table, taps, cuFFT
+     * plans) changes: a captured CUDA graph (cuda_batch.cu) is valid while it stays the same */
+    uint64_t generation;
 
     /* further leads (load_extra): n_extra x n_in inputs, n_extra x n_a resampled and filtered */
     size_t n_extra;

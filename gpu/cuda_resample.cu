@@ -204,6 +204,7 @@ extern "C" enum ecg_status cuda_resample(void *ctx_ptr, const struct ecg_plan *p
         }
     }
     if (ctx->rs_table_bytes != table_bytes || memcmp(ctx->h_rs_table, h_table, table_bytes)) {
+        ctx->generation++;
         ctx->rs_table_bytes = 0;
         free(ctx->h_rs_table);
         ctx->h_rs_table = h_table;

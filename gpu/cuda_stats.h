@@ -25,6 +25,13 @@ void cuda_memory_reset_peak(void);
  * token is valid but left to the host's exact parser (HARD), 2 when it is not a whole number. */
 int cuda_parse_token_host(const char *s, const char *e, float *out);
 
+/* Dynamic batching (gpu/cuda_batch.cu), summed over every batch object of the process since it
+ * started: batches run, analyses in them, fronts captured as CUDA graphs and graphs replayed. */
+struct cuda_batch_counts {
+    unsigned long long batches, members, captures, replays;
+};
+void cuda_batch_counts(struct cuda_batch_counts *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,10 +2,13 @@
  * test_gpu_batch.c - the CUDA backend's dynamic batches (gpu/cuda_batch.cu) against each
  * analysis alone on the same device: tests/batch_parity.h's 64 concurrent requests of mixed
  * lengths, rates and formats, with the shipped model, batched by up to 64 within 2 ms, must
- * give the answers of the unbatched engine (ECG_CUDA_BATCH unset, --max-batch 1) byte for
- * byte. Skips, visibly, where there is no device.
+ * give the answers of the unbatched engine (--max-batch 1) byte for byte; then 64 requests of
+ * one shape three times over, so that the batch contexts' fronts are captured as CUDA graphs
+ * and replayed (ECG_CUDA_BATCH_GRAPHS=1), with the same check. Skips, visibly, where there is
+ * no device.
  *
- * ECG_BATCH_TEST_MODEL may name another model file (compute-sanitizer runs use the same one).
+ * ECG_BATCH_TEST_MODEL may name another model file. ECG_GPU_DATA overrides the records' place;
+ * ECG_GPU_QUICK=1 (compute-sanitizer) runs fewer rounds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +19,12 @@
 
 #include "ecg.h"
 #include "batch_parity.h"
+#include "../gpu/cuda_stats.h"
+
+struct engines {
+    struct ecg_model *model;
+    struct ecg_engine *alone, *batched;
+};
 
 static struct ecg_engine *cuda_engine(struct ecg_model *model, unsigned max_batch,
                                       unsigned window_us)
@@ -30,35 +39,75 @@ static struct ecg_engine *cuda_engine(struct ecg_model *model, unsigned max_batc
     return engine;
 }
 
-static void test_cuda_batches_match_lone_answers(void **state)
+/* Both engines (graphs on or off in the batched one); false when there is no device. */
+static bool engines_open(struct engines *e, bool graphs)
 {
     struct ecg_error err = {0};
     const char *path = getenv("ECG_BATCH_TEST_MODEL");
-    struct ecg_model *model = ecg_model_load(path && *path ? path : "models/default.ecgm", &err);
-    if (!model)
+    memset(e, 0, sizeof *e);
+    e->model = ecg_model_load(path && *path ? path : "models/default.ecgm", &err);
+    if (!e->model)
         fail_msg("model: %s", err.message);
     unsetenv("ECG_CUDA_BATCH");
-    struct ecg_engine *alone = cuda_engine(model, 1, 0);
-    if (!alone) {
-        ecg_model_free(model);
-        skip();
+    e->alone = cuda_engine(e->model, 1, 0);
+    if (!e->alone) {
+        ecg_model_free(e->model);
+        return false;
     }
-    struct ecg_engine *batched = cuda_engine(model, 64, 2000);
-    assert_non_null(batched);
-    unsigned largest = parity_check(alone, batched);
+    assert_int_equal(setenv("ECG_CUDA_BATCH_GRAPHS", graphs ? "1" : "0", 1), 0);
+    e->batched = cuda_engine(e->model, 64, 2000);
+    unsetenv("ECG_CUDA_BATCH_GRAPHS");
+    assert_non_null(e->batched);
+    return true;
+}
+
+static void engines_close(struct engines *e)
+{
+    ecg_engine_destroy(e->batched);
+    ecg_engine_destroy(e->alone);
+    ecg_model_free(e->model);
+}
+
+static void test_cuda_batches_match_lone_answers(void **state)
+{
+    struct engines e;
+    if (!engines_open(&e, false))
+        skip();
+    unsigned largest = parity_check(e.alone, e.batched, false);
     assert_true(largest >= 2 && largest <= 64);
-    /* and once more on the same engine: contexts and pinned memory reused across batches */
-    largest = parity_check(alone, batched);
-    assert_true(largest >= 2);
-    ecg_engine_destroy(batched);
-    ecg_engine_destroy(alone);
-    ecg_model_free(model);
+    /* once more on the same engine: contexts and pinned memory reused across batches */
+    const char *quick = getenv("ECG_GPU_QUICK");
+    if (!(quick && *quick == '1'))
+        assert_true(parity_check(e.alone, e.batched, false) >= 2);
+    engines_close(&e);
+}
+
+static void test_cuda_batch_graphs_match_lone_answers(void **state)
+{
+    struct engines e;
+    struct cuda_batch_counts before, after;
+    if (!engines_open(&e, true))
+        skip();
+    const char *quick = getenv("ECG_GPU_QUICK");
+    const int rounds = quick && *quick == '1' ? 4 : 6;
+    cuda_batch_counts(&before);
+    for (int round = 0; round < rounds; round++)
+        assert_true(parity_check(e.alone, e.batched, true) >= 2);
+    (void)parity_check(e.alone, e.batched, false); /* mixed shapes after graphs exist */
+    cuda_batch_counts(&after);
+    printf("# %llu batches of %llu analyses, %llu fronts captured, %llu replayed\n",
+           after.batches - before.batches, after.members - before.members,
+           after.captures - before.captures, after.replays - before.replays);
+    assert_true(after.captures > before.captures);
+    assert_true(after.replays > before.replays);
+    engines_close(&e);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_batches_match_lone_answers),
+        cmocka_unit_test(test_cuda_batch_graphs_match_lone_answers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
