@@ -476,7 +476,7 @@ enum ecg_status cuda_ctx_create_on(struct cuda_state *state, struct cuda_device 
         CUDA_TRY(cudaMallocHost(&ctx->h_chunk[i], CUDA_STAGE_CHUNK));
         CUDA_TRY(cudaEventCreateWithFlags(&ctx->chunk_free[i], cudaEventDisableTiming));
     }
-    if (state->model) {
+    if (state->model && !batch) { /* a batch's: made by cuda_encode if the cuDNN path runs */
         CUDNN_TRY(cudnnCreate(&ctx->cudnn));
         CUDNN_TRY(cudnnSetStream(ctx->cudnn, ctx->stream));
     }

@@ -457,7 +457,7 @@ extern "C" enum ecg_status cuda_encode(void *ctx_ptr, const struct ecg_plan *pla
     int buf_floats = 0;
     ECG_TRY(ctx_enter(ctx, err));
     ctx->encoded = false;
-    if (!model || !ctx->dev->model.d_weights || !ctx->cudnn) {
+    if (!model || !ctx->dev->model.d_weights) {
         status = ecg_fail(err, ECG_ERR_INTERNAL, "internal", "cuda_encode: no model");
         goto out;
     }
@@ -487,6 +487,10 @@ extern "C" enum ecg_status cuda_encode(void *ctx_ptr, const struct ecg_plan *pla
         ECG_TRY(encode_fused(ctx, smem, buf_floats, false, &recon, err));
     } else {
         path = "cudnn";
+        if (!ctx->cudnn) { /* a batch's context makes its handle when it first needs it */
+            CUDNN_TRY(cudnnCreate(&ctx->cudnn));
+            CUDNN_TRY(cudnnSetStream(ctx->cudnn, ctx->stream));
+        }
         ECG_TRY(encode_cudnn(ctx, plan, &recon, err));
     }
     if (profile)
