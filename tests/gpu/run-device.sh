@@ -96,6 +96,16 @@ if [[ " $parts " == *" http "* ]] && [ -x "$dir/ecgd" ] && command -v curl >/dev
     [ "$rc" -eq 0 ] || status=1
 fi
 
+if [[ " $parts " == *" http "* ]] && [ -x "$dir/ecgd" ] && command -v curl >/dev/null; then
+    echo "== dynamic batching through the service against a CUDA-backed server"
+    ECGD=$dir/ecgd ECGD_TEST_BACKEND=cuda ECG_SHARED_DATA=$dir/data timeout 300 \
+        bash tests/e2e/test_batching.sh >"$out/batching.log" 2>&1
+    rc=$?
+    grep -E '^not ok|^# ' "$out/batching.log" | head -20
+    echo "batching: $(grep -c '^ok' "$out/batching.log") ok, $(grep -c '^not ok' "$out/batching.log") not ok, exit $rc"
+    [ "$rc" -eq 0 ] || status=1
+fi
+
 if [[ " $parts " == *" hostile "* ]] && [ -x "$dir/ecgd" ]; then
     echo "== hostile-client suite against a CUDA-backed server"
     ECGD=$dir/ecgd ECGD_TEST_BACKEND=cuda ECG_SHARED_DATA=$dir/data timeout 600 \

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# test_batching.sh - dynamic batching through the service: --max-batch/--batch-window-us reach
+# the engine, batched answers over HTTP equal an unbatched server's byte for byte (every field
+# but timing_ms), refusals too, and /metrics shows the batches (ecgd_batch_size,
+# ecgd_batch_queue_delay_seconds). Without a GPU the CPU backend batches under ECG_BATCH_ANY=1
+# (engine/batch.c's stage-by-stage runner); on a device, ECGD_TEST_BACKEND=cuda runs the same
+# against the CUDA backend's own batches.
+set -u
+ECGD=${ECGD:-build/ecgd}
+. "$(dirname "$0")/lib.sh"
+export ECG_BATCH_ANY=1
+
+start_server "$tmp/plain.log" --workers 4 --model models/default.ecgm ||
+    { echo "not ok 1 - unbatched server did not start"; cat "$tmp/plain.log"; exit 1; }
+plain=$PORT
+start_server "$tmp/batch.log" --workers 24 --max-batch 16 --batch-window-us 50000 \
+    --model models/default.ecgm ||
+    { echo "not ok 1 - batching server did not start"; cat "$tmp/batch.log"; exit 1; }
+batch=$PORT
+
+check "--print-config shows the batching settings" \
+    bash -c "'$ECGD' serve --max-batch 8 --batch-window-us 50 --print-config |
+             grep -q '\"max_batch\":8,\"batch_window_us\":50'"
+check "--max-batch 0 is refused (exit 2)" \
+    bash -c "'$ECGD' serve --max-batch 0 --print-config >/dev/null 2>&1; [ \$? = 2 ]"
+
+# 24 strips (2 .. 80 s of MIT-BIH record 119 as CSV at 360 Hz, one 1-s strip), posted all at
+# once to both servers; answers compared without timing_ms
+python3 - "$DATA/mitdb/119" "$tmp" <<'PY' || { not_ok "fixtures"; exit 1; }
+import struct, sys
+path, tmp = sys.argv[1], sys.argv[2]
+raw = open(path + ".dat", "rb").read()
+# format 212: two 12-bit samples in 3 bytes; the first lead only
+x = []
+for i in range(0, 3 * 40000, 3):
+    b0, b1 = raw[i], raw[i + 1]
+    v = b0 | ((b1 & 0x0F) << 8)
+    x.append((v - 4096 if v > 2047 else v) / 200.0)
+lengths = [2, 3, 5, 10, 10, 10, 20, 30, 45, 60, 80, 1, 10, 7, 15, 10, 25, 40, 10, 12, 9, 10, 33, 80]
+for k, s in enumerate(lengths):
+    n = int(s * 360)
+    start = (k * 977) % (len(x) - n)
+    open("%s/strip%02d.csv" % (tmp, k), "w").write("".join("%.4f\n" % v for v in x[start:start + n]))
+PY
+
+post_all() { # post_all PORT TAG: every strip at once, answers to $tmp/ans-TAG.NN
+    local pids=()
+    for f in "$tmp"/strip*.csv; do
+        k=${f##*strip}; k=${k%.csv}
+        curl -s --max-time 60 -o "$tmp/ans-$2.$k" -H 'Content-Type: text/csv' --data-binary @"$f" \
+            "http://127.0.0.1:$1/v1/analyze?fs=360&include=all" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+}
+post_all "$plain" plain
+post_all "$batch" batch
+
+python3 - "$tmp" <<'PY'
+import glob, json, os, sys
+tmp = sys.argv[1]
+same = refused = 0
+bad = []
+for p in sorted(glob.glob(tmp + "/ans-plain.*")):
+    k = p.rsplit(".", 1)[1]
+    a = json.load(open(p))
+    b = json.load(open(tmp + "/ans-batch." + k))
+    for d in (a, b):
+        d.pop("timing_ms", None)
+    if a != b:
+        bad.append(k)
+    elif "error" in a:
+        refused += 1
+    else:
+        same += 1
+print("# %d answers identical, %d refusals identical, %d differ %s" % (same, refused, len(bad), bad))
+sys.exit(0 if not bad and same == 23 and refused == 1 else 1)
+PY
+check "batched answers equal the unbatched server's (23 analyses, the 1-s strip refused alike)" [ $? = 0 ]
+
+req GET /metrics >/dev/null
+check "/metrics: ecgd_batch_size counts the 23 batched analyses" \
+    grep -q '^ecgd_batch_size_count 23$' "$tmp/body"
+check "/metrics: some batch held several analyses" \
+    python3 -c "
+import re, sys
+t = open('$tmp/body').read()
+one = int(re.search(r'^ecgd_batch_size_bucket\{le=\"1\"\} (\d+)$', t, re.M).group(1))
+sys.exit(0 if one < 23 else 1)"
+check "/metrics: ecgd_batch_queue_delay_seconds has as many observations" \
+    grep -q '^ecgd_batch_queue_delay_seconds_count 23$' "$tmp/body"
+PORT=$plain
+req GET /metrics >/dev/null
+check "/metrics of the unbatched server: no batched analysis" \
+    grep -q '^ecgd_batch_size_count 0$' "$tmp/body"
+
+echo "# $n checks, $failures failed"
+[ "$failures" -eq 0 ]
