@@ -1,16 +1,22 @@
 /*
  * batch.c - the dynamic batcher (batch.h): lanes, their queues and threads, the shared plans,
- * and the stage-by-stage runner for a backend without batch operations.
+ * the stage-by-stage runner for a backend without batch operations, and an analysis's way
+ * through the batcher (ecg_batcher_analyze).
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "batch.h"
+#include "cpu/cpu.h" /* cpu_quality_features: a batched analysis's features, on the host */
+#include "quality.h"
 
 #define BATCH_PLANS 8 /* rates whose plans are kept */
+/* Quality windows of a batched analysis kept on the stack (80 s at 1 s each). */
+#define BATCH_STACK_WINDOWS 96
 
 struct batch_lane {
     struct ecg_batcher *owner;
@@ -372,4 +378,93 @@ struct ecg_batcher *ecg_batcher_create(const struct ecg_backend_ops *ops, void *
 fail:
     ecg_batcher_destroy(b);
     return NULL;
+}
+
+/* ---------------------------------------------------------------- an analysis */
+
+/* Whether sig can join a batch: one lead, not too long, long enough, a rate. */
+static bool batchable(const struct ecg_signal *sig)
+{
+    return sig->samples && sig->n > 0 && sig->n_extra == 0 && sig->n <= ECG_BATCH_MAX_SAMPLES &&
+           sig->fs_hz > 0 && (double)sig->n / sig->fs_hz >= ECG_MIN_DURATION_S;
+}
+
+enum ecg_status ecg_batcher_analyze(struct ecg_batcher *b, const struct ecg_batch_input *in,
+                                    struct ecg_signal *own, const struct ecg_signal **decoded,
+                                    struct ecg_result **out, struct ecg_error *err)
+{
+    struct ecg_batch_member m;
+    struct ecg_quality_window stack_windows[BATCH_STACK_WINDOWS];
+    struct ecg_quality_window *windows = stack_windows;
+    struct ecg_quality_geometry geom;
+    struct ecg_timing timing = {0};
+    struct ecg_error ignored = {0};
+    const struct ecg_signal *sig = in->signal;
+    enum ecg_status status = ECG_ERR_UNSUPPORTED;
+    const double t0 = batch_now_ms();
+    bool announced = false, queued = false;
+    double t;
+
+    memset(&m, 0, sizeof m);
+    *decoded = NULL;
+    if (in->opts && ecg_lead_is_list(in->opts->lead))
+        goto out;
+    ecg_batcher_announce(b);
+    announced = true;
+    if (!sig) {
+        if (ecg_read_memory(in->bytes, in->len, in->opts, own, &ignored) != ECG_OK)
+            goto out;
+        sig = own;
+    }
+    *decoded = sig;
+    if (!batchable(sig) || ecg_batcher_plan_get(b, sig->fs_hz, &m.plan, &ignored) != ECG_OK)
+        goto out;
+    timing.read_ms = batch_now_ms() - t0;
+    geom = ecg_quality_geometry_of(sig->n, sig->fs_hz);
+    if (geom.n_win > BATCH_STACK_WINDOWS) {
+        windows = malloc(geom.n_win * sizeof *windows);
+        if (!windows) {
+            status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows",
+                              geom.n_win);
+            goto out;
+        }
+    }
+    t = batch_now_ms();
+    cpu_quality_features(sig->samples, sig->n, sig->fs_hz, windows);
+    timing.quality_ms = batch_now_ms() - t;
+    m.samples = sig->samples;
+    m.n = sig->n;
+    m.latent_dim = in->latent_dim;
+    m.with_model = in->with_model;
+    queued = true; /* the announce is the batcher's to withdraw from here */
+    if (!ecg_batcher_run(b, &m) || (m.status != ECG_OK && m.retry_alone))
+        goto out; /* stopping, or the batch could not take it: its own pass */
+    status = m.status;
+    if (status != ECG_OK) {
+        if (err)
+            *err = m.err;
+        goto out;
+    }
+    m.result->n_samples = sig->n;
+    m.result->fs_hz = sig->fs_hz;
+    snprintf(m.result->lead, sizeof m.result->lead, "%s", sig->lead);
+    m.result->n_leads = 1;
+    snprintf(m.result->leads[0], sizeof m.result->leads[0], "%s", sig->lead);
+    status = ecg_result_assess(m.result, windows, geom.n_win, &timing, err);
+    if (status != ECG_OK)
+        goto out;
+    timing.queue_ms = m.queue_ms;
+    timing.batch_size = m.batch_size;
+    timing.total_ms = batch_now_ms() - t0;
+    m.result->timing = timing;
+    *out = m.result;
+    m.result = NULL;
+out:
+    if (announced && !queued)
+        ecg_batcher_withdraw(b);
+    ecg_result_free(m.result);
+    ecg_batcher_plan_put(b, m.plan);
+    if (windows != stack_windows)
+        free(windows);
+    return status;
 }

@@ -43,6 +43,30 @@ void ecg_batcher_plan_put(struct ecg_batcher *b, const struct ecg_plan *plan);
 void ecg_batcher_announce(struct ecg_batcher *b);
 void ecg_batcher_withdraw(struct ecg_batcher *b);
 
+/* An analysis the engine offers the batcher: a decoded signal, or bytes to read with opts. */
+struct ecg_batch_input {
+    const struct ecg_signal *signal;
+    const void *bytes;
+    size_t len;
+    const struct ecg_read_opts *opts;
+    uint32_t latent_dim;
+    bool with_model;
+};
+
+/*
+ * An analysis through the batcher: read on the host (in the calling thread), the features of
+ * signal quality on the host (cpu_quality_features: bit-identical to the CUDA twin by
+ * contract), the beat table from a batch, then the verdict and the rhythm statistics as the
+ * engine's own pass draws them (ecg_result_assess). Returns ECG_ERR_UNSUPPORTED, err untouched,
+ * for an analysis that takes its own pass instead (several leads, too long, a batch short of
+ * memory): *decoded then points at the signal read (when it was: in->signal, or own, which the
+ * caller frees), which that pass reuses. A recording the host reader refuses, or whose rate or
+ * length the engine refuses, goes that way too, so that its error is the engine's own.
+ */
+enum ecg_status ecg_batcher_analyze(struct ecg_batcher *b, const struct ecg_batch_input *in,
+                                    struct ecg_signal *own, const struct ecg_signal **decoded,
+                                    struct ecg_result **out, struct ecg_error *err);
+
 /* Queues m (its inputs filled; announced) and waits until its batch has run: m's outputs,
  * queue_ms and batch_size are then set. Returns false, m untouched, when the batcher is
  * stopping (the announce is withdrawn either way). */

@@ -20,7 +20,6 @@
 
 #include "backend.h"
 #include "batch.h"
-#include "cpu/cpu.h" /* cpu_quality_features: batched analyses' features, on the host */
 #include "ecg.h"
 #include "hrv.h"
 #include "plan.h"
@@ -420,10 +419,9 @@ static enum ecg_status load_input(struct ecg_engine *engine, void *ctx,
     return status;
 }
 
-/* The verdict and the rhythm statistics of a result whose beat table is filled: host code
- * shared by every backend, batched or not; its time is added to timing->quality_ms. */
-static enum ecg_status assess(struct ecg_result *result, const struct ecg_quality_window *windows,
-                              size_t n_win, struct ecg_timing *timing, struct ecg_error *err)
+enum ecg_status ecg_result_assess(struct ecg_result *result,
+                                  const struct ecg_quality_window *windows, size_t n_win,
+                                  struct ecg_timing *timing, struct ecg_error *err)
 {
     double t = now_ms();
     enum ecg_status status = ecg_quality_assess(windows, n_win, result, err);
@@ -530,7 +528,7 @@ static enum ecg_status analyze_alone(struct ecg_engine *engine, const struct ana
     snprintf(result->lead, sizeof result->lead, "%s", leads.name[0]);
     result->n_leads = leads.n;
     memcpy(result->leads, leads.name, sizeof result->leads);
-    status = assess(result, windows, quality_geom.n_win, &timing, err);
+    status = ecg_result_assess(result, windows, quality_geom.n_win, &timing, err);
     if (status != ECG_OK)
         goto out;
     timing.total_ms = now_ms() - t0;
@@ -552,109 +550,6 @@ out:
     return status;
 }
 
-/* Quality windows of a batched analysis: on the stack up to this many (80 s at 1 s each). */
-#define BATCH_STACK_WINDOWS 96
-
-/*
- * An analysis through the batcher: read on the host (in this thread), the features of signal
- * quality on the host (cpu_quality_features: bit-identical to the CUDA twin by contract), the
- * beat table from a batch, then the verdict and the rhythm statistics here as analyze_alone()
- * draws them. Returns ECG_ERR_UNSUPPORTED, err untouched, for an analysis that takes its own
- * pass instead: *decoded then points at the signal read (when it was), which that pass reuses.
- * A recording the host readers refuse, or whose plan or length the engine refuses, goes that
- * way too, so that its error is the one analyze_alone() gives.
- */
-static enum ecg_status analyze_batched(struct ecg_engine *engine, const struct analyze_input *in,
-                                       struct ecg_signal *own, const struct ecg_signal **decoded,
-                                       struct ecg_result **out, struct ecg_error *err)
-{
-    struct ecg_batch_member m;
-    struct ecg_quality_window stack_windows[BATCH_STACK_WINDOWS];
-    struct ecg_quality_window *windows = stack_windows;
-    struct ecg_quality_geometry geom;
-    struct ecg_timing timing = {0};
-    const struct ecg_signal *sig = in->signal;
-    struct ecg_result *r;
-    enum ecg_status status = ECG_ERR_UNSUPPORTED;
-    const double t0 = now_ms();
-    double t;
-
-    memset(&m, 0, sizeof m);
-    *decoded = NULL;
-    if (in->opts && ecg_lead_is_list(in->opts->lead))
-        return ECG_ERR_UNSUPPORTED;
-    ecg_batcher_announce(engine->batcher);
-    if (!sig) {
-        struct ecg_error ignored = {0};
-        if (ecg_read_memory(in->bytes, in->len, in->opts, own, &ignored) != ECG_OK)
-            goto withdraw;
-        sig = own;
-    }
-    *decoded = sig;
-    if (!sig->samples || sig->n == 0 || sig->n_extra > 0 || sig->n > ECG_BATCH_MAX_SAMPLES ||
-        !(sig->fs_hz > 0) || (double)sig->n / sig->fs_hz < ECG_MIN_DURATION_S)
-        goto withdraw;
-    {
-        struct ecg_error ignored = {0};
-        if (ecg_batcher_plan_get(engine->batcher, sig->fs_hz, &m.plan, &ignored) != ECG_OK)
-            goto withdraw;
-    }
-    timing.read_ms = now_ms() - t0;
-    geom = ecg_quality_geometry_of(sig->n, sig->fs_hz);
-    if (geom.n_win > BATCH_STACK_WINDOWS) {
-        windows = malloc(geom.n_win * sizeof *windows);
-        if (!windows) {
-            ecg_batcher_withdraw(engine->batcher);
-            status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows",
-                              geom.n_win);
-            goto out;
-        }
-    }
-    t = now_ms();
-    cpu_quality_features(sig->samples, sig->n, sig->fs_hz, windows);
-    timing.quality_ms = now_ms() - t;
-    m.samples = sig->samples;
-    m.n = sig->n;
-    m.latent_dim = engine->latent_dim;
-    m.with_model = engine->model != NULL;
-    if (!ecg_batcher_run(engine->batcher, &m))
-        goto out; /* stopping: its own pass */
-    if (m.status != ECG_OK) {
-        ecg_result_free(m.result);
-        m.result = NULL;
-        if (m.retry_alone)
-            goto out;
-        if (err)
-            *err = m.err;
-        status = m.status;
-        goto out;
-    }
-    r = m.result;
-    r->n_samples = sig->n;
-    r->fs_hz = sig->fs_hz;
-    snprintf(r->lead, sizeof r->lead, "%s", sig->lead);
-    r->n_leads = 1;
-    snprintf(r->leads[0], sizeof r->leads[0], "%s", sig->lead);
-    status = assess(r, windows, geom.n_win, &timing, err);
-    if (status != ECG_OK)
-        goto out;
-    timing.queue_ms = m.queue_ms;
-    timing.batch_size = m.batch_size;
-    timing.total_ms = now_ms() - t0;
-    r->timing = timing;
-    *out = r;
-    m.result = NULL;
-out:
-    ecg_result_free(m.result);
-    ecg_batcher_plan_put(engine->batcher, m.plan);
-    if (windows != stack_windows)
-        free(windows);
-    return status;
-withdraw:
-    ecg_batcher_withdraw(engine->batcher);
-    return ECG_ERR_UNSUPPORTED;
-}
-
 /* Batches what the batcher takes (batching on; no embedding, kept trace or streamed upload),
  * runs the rest alone, a recording the batched path has already read with its decoded signal. */
 static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_input *in,
@@ -665,7 +560,12 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
     struct ecg_signal own = {0};
     const struct ecg_signal *decoded = NULL;
     *out = NULL;
-    enum ecg_status status = analyze_batched(engine, in, &own, &decoded, out, err);
+    const struct ecg_batch_input batch_in = {.signal = in->signal, .bytes = in->bytes,
+                                             .len = in->len, .opts = in->opts,
+                                             .latent_dim = engine->latent_dim,
+                                             .with_model = engine->model != NULL};
+    enum ecg_status status = ecg_batcher_analyze(engine->batcher, &batch_in, &own, &decoded, out,
+                                                 err);
     if (status == ECG_ERR_UNSUPPORTED) {
         struct analyze_input alone = *in;
         if (decoded)

@@ -3,7 +3,8 @@
  * (gpu/ only; CUDA types are allowed here and nowhere outside gpu/).
  *
  * Layout of the backend:
- *   cuda_backend.cu   the ops table: open/close, contexts, load, read_buf/write_buf, fetch
+ *   cuda_backend.cu   the ops table: open/close, contexts, load
+ *   cuda_fetch.cu     fetch (the beat table to the host), read_buf/write_buf (test hooks)
  *   cuda_read.cu      load_bytes: CSV parsed on the device; dispatch of the other formats
  *   cuda_read_binary.cu  raw float32/float64/int16, .npy and EDF/BDF converted on the device
  *   cuda_upload.cu    streaming uploads: request bodies copied to the device as they arrive,
@@ -205,6 +206,12 @@ void ctx_reset_request(struct cuda_ctx *ctx);
 enum ecg_status fetch_queue(struct cuda_ctx *ctx, struct ecg_error *err);
 enum ecg_status fetch_copy(struct cuda_ctx *ctx, struct ecg_result *result,
                            struct ecg_error *err);
+/* The backend ops of the same names (backend.h), in cuda_fetch.cu. */
+enum ecg_status cuda_fetch(void *ctx, struct ecg_result *result, struct ecg_error *err);
+enum ecg_status cuda_read_buf(void *ctx, enum ecg_stage_buf which, void *host, size_t cap,
+                              size_t *n, struct ecg_error *err);
+enum ecg_status cuda_write_buf(void *ctx, enum ecg_stage_buf which, const void *host, size_t n,
+                               struct ecg_error *err);
 
 /* Stage entry points (one per operation family; each source file exports one). */
 enum ecg_status cuda_load_bytes(void *ctx, const void *buf, size_t len,
