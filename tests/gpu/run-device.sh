@@ -74,6 +74,10 @@ if [[ " $parts " == *" tests "* ]] && [ -x "$dir/test_gpu_batch" ]; then
     echo "== dynamic batching: 64 concurrent mixed requests batched, each against its lone answer"
     CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_batch" 2>&1 | tee "$out/batch.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    echo "== dynamic batching, two batchers per device (ECG_CUDA_BATCH_LANES=2)"
+    ECG_CUDA_BATCH_LANES=2 ECG_GPU_QUICK=1 CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_batch" 2>&1 |
+        tee "$out/batch-lanes2.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
 if [[ " $parts " == *" http "* ]] && [ -x "$dir/ecgd" ] && command -v curl >/dev/null; then
