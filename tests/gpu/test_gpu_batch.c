@@ -101,8 +101,12 @@ static void test_cuda_batch_graphs_match_lone_answers(void **state)
     printf("# %llu batches of %llu analyses, %llu fronts captured, %llu replayed\n",
            after.batches - before.batches, after.members - before.members,
            after.captures - before.captures, after.replays - before.replays);
-    assert_true(after.captures > before.captures);
-    assert_true(after.replays > before.replays);
+    /* a context captures once its buffers have stopped growing (rounds 2-3): the quick mode
+     * (compute-sanitizer) may end before it replays */
+    if (rounds >= 6) {
+        assert_true(after.captures > before.captures);
+        assert_true(after.replays > before.replays);
+    }
     engines_close(&e);
 #else
     printf("# this build has no CUDA backend\n");
