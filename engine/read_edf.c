@@ -37,8 +37,12 @@
 #include "edf_convert.h"
 #include "read_internal.h"
 
-/* Guards EDFlib's global file table (see the file comment). */
+/* Guards EDFlib's global file table (see the file comment), and edflib_header. */
 static pthread_mutex_t edflib_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The header block every EDFlib open fills (~150 KB, which EDFlib clears on each open): one for
+ * the process, like EDFlib's own file table, used only under edflib_lock. Allocating it for each
+ * read cost a fresh mapping and 37 page faults per read. */
+static struct edf_hdr_struct edflib_header;
 
 /* Samples read per EDFlib call. */
 #define EDF_CHUNK 65536
@@ -214,20 +218,17 @@ static enum ecg_status read_edf_path(const char *path, const char *name,
     struct edf_pick pick = {0};
 
     pthread_mutex_lock(&edflib_lock);
-    hdr = calloc(1, sizeof *hdr); /* ~100 KB: not for the stack */
-    chunk = malloc(EDF_CHUNK * sizeof *chunk);
-    if (!hdr || !chunk) {
-        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cannot allocate EDF buffers");
-        goto out;
-    }
+    hdr = &edflib_header;
     status = open_signal(path, name, opts, hdr, &handle, &pick, err);
     if (status != ECG_OK)
         goto out;
     size_t n = pick.n;
     int signal = pick.signal;
     const struct edf_param_struct *sp = &hdr->signalparam[signal];
+    /* The chunk no larger than the signal: a short recording does not pay for 256 KB. */
+    chunk = malloc((n < EDF_CHUNK ? n : EDF_CHUNK) * sizeof *chunk);
     samples = malloc(n * sizeof *samples);
-    if (!samples) {
+    if (!chunk || !samples) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cannot allocate %zu samples", n);
         goto out;
     }
@@ -260,7 +261,6 @@ out:
     pthread_mutex_unlock(&edflib_lock);
     free(samples);
     free(chunk);
-    free(hdr);
     if (status != ECG_OK)
         memset(out, 0, sizeof *out);
     return status;
@@ -402,11 +402,7 @@ enum ecg_status read_edf_layout(const void *buf, size_t len, const struct ecg_re
 
     pthread_mutex_lock(&edflib_lock);
     locked = true;
-    hdr = calloc(1, sizeof *hdr);
-    if (!hdr) {
-        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cannot allocate EDF buffers");
-        goto out;
-    }
+    hdr = &edflib_header;
     status = open_signal(path, "EDF input", opts, hdr, &handle, &pick, err);
     if (status != ECG_OK)
         goto out;
@@ -474,7 +470,6 @@ out:
         edfclose_file(handle);
     if (locked)
         pthread_mutex_unlock(&edflib_lock);
-    free(hdr);
     if (fd >= 0)
         close(fd);
     return status;

@@ -3,6 +3,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,35 +46,53 @@ void svc_admission_check_uri(struct svc_request *req, const char *raw_uri)
 
 bool svc_request_has_body(const struct svc_request *req)
 {
-    const char *length = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
-    const char *encoding = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                                       MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    const char *length = svc_head_header(&req->head, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *encoding = svc_head_header(&req->head, MHD_HTTP_HEADER_TRANSFER_ENCODING);
     return encoding || (length && strcmp(length, "0") != 0);
 }
 
 /*
- * Sends a refusal decided from the headers alone. With a body still to come, the answer goes out
- * now with Connection: close (libmicrohttpd then reads no more of the body); without one it goes
- * out at the request's final call, which keeps the connection alive.
+ * A refusal decided from the headers alone (the answer is set): with a body still to come, the
+ * answer goes out at once with Connection: close (libmicrohttpd then reads no more of the body);
+ * without one it goes out at the request's final call, which keeps the connection alive.
+ * Returns false (refused), for svc_admission_decide.
  */
-static enum MHD_Result answer_refusal(struct svc_request *req)
+static bool refuse(struct svc_request *req)
 {
-    if (svc_request_has_body(req)) {
+    if (svc_request_has_body(req))
         req->close_connection = true;
-        return svc_answer_send(req);
-    }
-    req->answer_pending = true;
-    return MHD_YES;
+    else
+        req->answer_pending = true;
+    return false;
 }
 
-#define REFUSE(req, ...) (svc_answer_error((req), __VA_ARGS__), answer_refusal(req))
+#define REFUSE(req, ...) (svc_answer_error((req), __VA_ARGS__), refuse(req))
 
-/* Refuses with Connection: close whatever the body: the request's framing is not trusted. */
-static enum MHD_Result refuse_framing(struct svc_request *req)
+/* Refuses with the given error once the headers were admitted (memory): as refuse(), and sends
+ * the answer now when it goes out at once. 503s get Retry-After. */
+static enum MHD_Result answer_refusal(struct svc_request *req, unsigned status, const char *code,
+                                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static enum MHD_Result answer_refusal(struct svc_request *req, unsigned status, const char *code,
+                                      const char *fmt, ...)
+{
+    char message[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    svc_answer_error(req, status, code, "%s", message);
+    if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
+        req->retry_after_s = 1;
+    refuse(req);
+    return req->answer_pending ? MHD_YES : svc_answer_send(req);
+}
+
+/* A refusal answered at once with Connection: close whatever the body: the request's framing
+ * is not trusted. Returns false. */
+static bool refuse_framing(struct svc_request *req)
 {
     req->close_connection = true;
-    return svc_answer_send(req);
+    return false;
 }
 
 static bool route_is_get(enum svc_route route)
@@ -81,31 +100,7 @@ static bool route_is_get(enum svc_route route)
     return !strcmp(svc_route_def(route)->method, "GET");
 }
 
-struct header_count {
-    unsigned content_length, transfer_encoding, host;
-    const char *bad_name;   /* a header name that is not a token ("Content-Length :") */
-};
-
-static bool is_token(const char *text);
-
-static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
-                                    const char *value)
-{
-    struct header_count *count = cls;
-    (void)kind;
-    (void)value;
-    if (!is_token(key) && !count->bad_name)
-        count->bad_name = key;
-    if (!strcasecmp(key, MHD_HTTP_HEADER_HOST))
-        count->host++;
-    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH))
-        count->content_length++;
-    else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING))
-        count->transfer_encoding++;
-    return MHD_YES;
-}
-
-/* RFC 9110 token characters (a method). */
+/* RFC 9110 token characters (a method, a header name). */
 static bool is_token(const char *text)
 {
     if (!*text)
@@ -117,45 +112,55 @@ static bool is_token(const char *text)
 }
 
 /* One meaning for the message's framing (RFC 9112 6.3); false with the answer set. */
-static bool framing_ok(struct svc_request *req, const char *version,
-                       unsigned long long *declared, bool *has_length)
+static bool framing_ok(struct svc_request *req, unsigned long long *declared, bool *has_length)
 {
-    struct header_count count = {0, 0, 0, NULL};
-    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, count_header, &count);
-    const char *length = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
-    const char *encoding = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                                       MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    const struct svc_head *head = &req->head;
+    unsigned content_length = 0, transfer_encoding = 0, host = 0;
+    const char *bad_name = NULL; /* a header name that is not a token ("Content-Length :") */
+    for (size_t i = 0; i < head->n_headers; i++) {
+        const char *key = head->headers[i].name;
+        if (!bad_name && !is_token(key))
+            bad_name = key;
+        if (!strcasecmp(key, MHD_HTTP_HEADER_HOST))
+            host++;
+        if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH))
+            content_length++;
+        else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+            transfer_encoding++;
+    }
+    const char *length = svc_head_header(head, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *encoding = svc_head_header(head, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    const char *version = head->version;
     *has_length = false;
     *declared = 0;
-    if (count.bad_name) {
+    if (bad_name) {
         svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_header",
                          "header name \"%.40s\" is not an HTTP token (no spaces before ':')",
-                         count.bad_name);
+                         bad_name);
         return false;
     }
-    if (count.host > 1 || (!count.host && version && !strcmp(version, "HTTP/1.1"))) {
+    if (host > 1 || (!host && version && !strcmp(version, "HTTP/1.1"))) {
         svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_host",
                          "an HTTP/1.1 request carries exactly one Host header (%u here)",
-                         count.host);
+                         host);
         return false;
     }
-    if (count.content_length > 1) {
+    if (content_length > 1) {
         svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "conflicting_content_length",
                          "%u Content-Length headers: a message has at most one",
-                         count.content_length);
+                         content_length);
         return false;
     }
-    if (count.content_length && count.transfer_encoding) {
+    if (content_length && transfer_encoding) {
         svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "content_length_with_transfer_encoding",
                          "Content-Length and Transfer-Encoding together: send one of them");
         return false;
     }
-    if (count.transfer_encoding) {
-        if (count.transfer_encoding > 1 || strcasecmp(encoding, "chunked")) {
+    if (transfer_encoding) {
+        if (transfer_encoding > 1 || strcasecmp(encoding, "chunked")) {
             svc_answer_error(req, MHD_HTTP_NOT_IMPLEMENTED, "unsupported_transfer_encoding",
                              "Transfer-Encoding \"%.40s\": only chunked is supported",
-                             count.transfer_encoding > 1 ? "(repeated)" : encoding);
+                             transfer_encoding > 1 ? "(repeated)" : encoding);
             return false;
         }
         return true;
@@ -176,30 +181,21 @@ static bool framing_ok(struct svc_request *req, const char *version,
     return true;
 }
 
-struct query_scan {
-    const char *keys[SVC_MAX_QUERY_OPTIONS];
-    unsigned n;
-    const char *repeated;
-    bool too_many;
-};
-
-static enum MHD_Result scan_query(void *cls, enum MHD_ValueKind kind, const char *key,
-                                  const char *value)
+/* The first query key given twice (exact case), or NULL; *too_many when there are more than
+ * SVC_MAX_QUERY_OPTIONS keys (checked up to there). */
+static const char *repeated_query(const struct svc_head *head, bool *too_many)
 {
-    struct query_scan *scan = cls;
-    (void)kind;
-    (void)value;
-    for (unsigned i = 0; i < scan->n; i++)
-        if (!strcmp(scan->keys[i], key)) {
-            scan->repeated = key;
-            return MHD_NO;
+    *too_many = false;
+    for (size_t i = 0; i < head->n_query; i++) {
+        if (i == SVC_MAX_QUERY_OPTIONS) {
+            *too_many = true;
+            return NULL;
         }
-    if (scan->n == SVC_MAX_QUERY_OPTIONS) {
-        scan->too_many = true;
-        return MHD_NO;
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(head->query[k].name, head->query[i].name))
+                return head->query[i].name;
     }
-    scan->keys[scan->n++] = key;
-    return MHD_YES;
+    return NULL;
 }
 
 /* The route may be reached on this listener: the admin port serves probes and metrics only. */
@@ -225,10 +221,16 @@ static bool path_needs_token(const struct svc_request *req)
            svc_route_def(req->route)->needs_token;
 }
 
-enum MHD_Result svc_admission_headers(struct svc_request *req, const char *version)
+bool svc_admission_decide(struct svc_request *req)
 {
     struct svc_server *srv = req->srv;
     const struct svc_route_def *def = svc_route_def(req->route);
+    if (req->head.incomplete) {
+        svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                         "no memory to hold the request's headers");
+        req->retry_after_s = 1;
+        return refuse_framing(req);
+    }
     if (req->uri_problem) {
         svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_uri", "%s", req->uri_problem);
         return refuse_framing(req);
@@ -239,22 +241,22 @@ enum MHD_Result svc_admission_headers(struct svc_request *req, const char *versi
         return refuse_framing(req);
     }
     unsigned long long declared = 0;
-    bool has_length = false;
-    if (!framing_ok(req, version, &declared, &has_length))
+    if (!framing_ok(req, &declared, &req->has_length))
         return refuse_framing(req);
+    req->declared_bytes = declared;
 
     /* CORS preflights carry no token (browsers never send one): answered for known routes. */
     if (!strcmp(req->method, "OPTIONS") && req->route != SVC_ROUTE_UNKNOWN &&
         route_on_listener(req)) {
         svc_cors_preflight(req);
-        return answer_refusal(req);
+        return refuse(req);
     }
     /* The token first: without it, which paths exist and what they accept is not told. */
-    if (path_needs_token(req) && !svc_token_ok(srv, req->conn)) {
+    if (path_needs_token(req) && !svc_token_ok(req)) {
         svc_answer_error(req, MHD_HTTP_UNAUTHORIZED, "unauthorized",
                          "missing or wrong bearer token (Authorization: Bearer ...)");
         req->www_authenticate = true;
-        return answer_refusal(req);
+        return refuse(req);
     }
     if (req->route == SVC_ROUTE_UNKNOWN || !route_on_listener(req))
         return REFUSE(req, MHD_HTTP_NOT_FOUND, "not_found", "no route %s %.200s%s", req->method,
@@ -265,14 +267,14 @@ enum MHD_Result svc_admission_headers(struct svc_request *req, const char *versi
                          "%s does not accept %s (allowed: %s)", def->pattern, req->method,
                          def->allow);
         req->allow = def->allow;
-        return answer_refusal(req);
+        return refuse(req);
     }
-    struct query_scan scan = {.n = 0};
-    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, scan_query, &scan);
-    if (scan.repeated)
+    bool too_many = false;
+    const char *repeated = repeated_query(&req->head, &too_many);
+    if (repeated)
         return REFUSE(req, MHD_HTTP_BAD_REQUEST, "repeated_parameter",
-                      "query parameter \"%.40s\" is given more than once", scan.repeated);
-    if (scan.too_many)
+                      "query parameter \"%.40s\" is given more than once", repeated);
+    if (too_many)
         return REFUSE(req, MHD_HTTP_BAD_REQUEST, "too_many_parameters",
                       "more than %d query parameters", SVC_MAX_QUERY_OPTIONS);
 
@@ -294,42 +296,45 @@ enum MHD_Result svc_admission_headers(struct svc_request *req, const char *versi
         svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
                          "the engine and models are still loading");
         req->retry_after_s = 5;
-        return answer_refusal(req);
+        return refuse(req);
     }
     if (is_get)
-        return MHD_YES;
+        return true;
 
     bool prepared = req->route == SVC_ROUTE_ANALYZE    ? svc_analyze_prepare(req)
                     : req->route == SVC_ROUTE_ANALYSES ? svc_analyses_prepare(req)
                                                        : svc_decode_prepare(req);
-    if (!prepared)
-        return answer_refusal(req);
+    return prepared || refuse(req);
+}
+
+enum MHD_Result svc_admission_headers(struct svc_request *req)
+{
+    struct svc_server *srv = req->srv;
+    if (!svc_admission_decide(req))
+        return req->answer_pending ? MHD_YES : svc_answer_send(req);
+    if (route_is_get(req->route))
+        return MHD_YES;
     req->opts.max_samples = svc_memory_max_samples(&srv->memory);
 
     /* A declared length: its worst case is reserved and its whole buffer taken now, so the
      * upload is copied once, never grown. */
-    if (has_length && declared) {
+    unsigned long long declared = req->declared_bytes;
+    if (req->has_length && declared) {
         size_t estimate = svc_request_estimate(req, (size_t)declared);
         if (estimate > srv->memory.budget_bytes)
-            return REFUSE(req, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                          "a body of %llu bytes may need up to %zu bytes to analyse, more than "
-                          "the whole memory budget (%zu bytes)", declared, estimate,
-                          srv->memory.budget_bytes);
-        if (!svc_memory_reserve_up_to(&srv->memory, &req->reserved_bytes, estimate)) {
-            svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "memory_busy",
-                             "a body of %llu bytes may need %zu bytes, more than the memory "
-                             "budget has free now (%zu bytes); retry later", declared, estimate,
-                             srv->memory.budget_bytes);
-            req->retry_after_s = 1;
-            return answer_refusal(req);
-        }
+            return answer_refusal(req, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+                                  "a body of %llu bytes may need up to %zu bytes to analyse, "
+                                  "more than the whole memory budget (%zu bytes)", declared,
+                                  estimate, srv->memory.budget_bytes);
+        if (!svc_memory_reserve_up_to(&srv->memory, &req->reserved_bytes, estimate))
+            return answer_refusal(req, MHD_HTTP_SERVICE_UNAVAILABLE, "memory_busy",
+                                  "a body of %llu bytes may need %zu bytes, more than the "
+                                  "memory budget has free now (%zu bytes); retry later",
+                                  declared, estimate, srv->memory.budget_bytes);
         req->body = svc_body_pool_get(&srv->bodies, (size_t)declared, 0, &req->body_cap);
-        if (!req->body) {
-            svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
-                             "no memory for a body of %llu bytes", declared);
-            req->retry_after_s = 1;
-            return answer_refusal(req);
-        }
+        if (!req->body)
+            return answer_refusal(req, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                                  "no memory for a body of %llu bytes", declared);
         /* Streamed to the device as it arrives; the body is exactly this long. */
         svc_request_upload_begin(req, (size_t)declared);
     }

@@ -24,9 +24,22 @@ struct svc_request;
  * so "/healthz%00.json" would read as "/healthz"), bad escapes, no leading '/'. */
 void svc_admission_check_uri(struct svc_request *req, const char *raw_uri);
 
-/* The headers are in: checks everything that can be decided from them. A refusal is answered
- * (at once with Connection: close when a body is announced). */
-enum MHD_Result svc_admission_headers(struct svc_request *req, const char *version);
+/*
+ * Decides from the request's head alone (head.h: no socket, no libmicrohttpd), in order: headers
+ * stored, URI, method, framing (Content-Length, Transfer-Encoding, Host, header names), CORS
+ * preflight, token, route on this listener, method, repeated or too many query options, body
+ * limit, readiness, and the route's own checks of Content-Type and query (svc_*_prepare).
+ * True when the request may go on (req->opts and friends set; nothing reserved yet). False with
+ * the answer set in req and either req->close_connection (send it now and close: the framing is
+ * not trusted, or a body is announced) or req->answer_pending (send it at the final call).
+ * Reserves nothing and sends nothing: a harness calls it as the server does.
+ */
+bool svc_admission_decide(struct svc_request *req);
+
+/* The headers are in: svc_admission_decide(), then for an admitted POST the memory reservation
+ * and body buffer of a declared length. A refusal is answered (at once with Connection: close
+ * when a body is announced, else at the final call). */
+enum MHD_Result svc_admission_headers(struct svc_request *req);
 
 /* The body is complete (or there is none): answers GET routes and body errors, or admits the
  * request and hands it to the worker pool. Also the call that sends a finished job's answer. */

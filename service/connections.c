@@ -268,6 +268,64 @@ static void on_connection(void *cls, struct MHD_Connection *connection, void **s
     free(conn);
 }
 
+/* ------------------------------------------------------------------ the request's head */
+
+struct field_fill {
+    struct svc_field *fields;
+    size_t n, cap;
+};
+
+static enum MHD_Result field_add(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    struct field_fill *fill = cls;
+    (void)kind;
+    if (fill->n == fill->cap)
+        return MHD_NO; /* more than counted: cannot happen on one thread */
+    fill->fields[fill->n].name = key ? key : "";
+    fill->fields[fill->n].value = value;
+    fill->n++;
+    return MHD_YES;
+}
+
+/* The fields of one kind, in arrival order, into a new array (NULL when there are none). False
+ * when out of memory. */
+static bool fields_of(struct MHD_Connection *connection, enum MHD_ValueKind kind,
+                      struct svc_field **fields, size_t *n)
+{
+    *fields = NULL;
+    *n = 0;
+    int count = MHD_get_connection_values(connection, kind, NULL, NULL);
+    if (count <= 0)
+        return true;
+    struct field_fill fill = {calloc((size_t)count, sizeof *fill.fields), 0, (size_t)count};
+    if (!fill.fields)
+        return false;
+    MHD_get_connection_values(connection, kind, field_add, &fill);
+    *fields = fill.fields;
+    *n = fill.n;
+    return true;
+}
+
+/* The head of the request on connection, as libmicrohttpd parsed it (head.h). When the fields
+ * cannot be stored the head says so (incomplete) and admission refuses the request. */
+static void head_from_connection(struct MHD_Connection *connection, const char *url,
+                                 const char *method, const char *version, struct svc_head *head)
+{
+    memset(head, 0, sizeof *head);
+    head->method = method;
+    head->url = url;
+    head->version = version;
+    if (!fields_of(connection, MHD_HEADER_KIND, &head->headers, &head->n_headers) ||
+        !fields_of(connection, MHD_GET_ARGUMENT_KIND, &head->query, &head->n_query)) {
+        svc_head_fini(head);
+        head->method = method;
+        head->url = url;
+        head->version = version;
+        head->incomplete = true;
+    }
+}
+
 /* The request line is in: the request starts here, with the URI as the client sent it. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *connection)
 {
@@ -295,8 +353,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         const union MHD_ConnectionInfo *info =
             MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         req->tracked = info ? info->socket_context : NULL;
-        svc_request_headers(req, url, method);
-        enum MHD_Result result = svc_admission_headers(req, version);
+        struct svc_head head;
+        head_from_connection(connection, url, method, version, &head);
+        svc_request_headers(req, &head);
+        enum MHD_Result result = svc_admission_headers(req);
         bool receiving = req->phase == SVC_PHASE_RECEIVING && !req->answer_pending &&
                          svc_request_has_body(req);
         svc_conn_set_phase(req->tracked, receiving ? SVC_CONN_BODY : SVC_CONN_BUSY);

@@ -18,7 +18,7 @@
 static const char *allowed_origin(const struct svc_request *req)
 {
     const char *list = req->srv->cfg.cors_origin;
-    const char *origin = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Origin");
+    const char *origin = svc_head_header(&req->head, "Origin");
     if (!origin || !*origin || !*list)
         return NULL;
     size_t len = strlen(origin);

@@ -150,14 +150,13 @@ enum MHD_Result svc_answer_send(struct svc_request *req)
     return queued;
 }
 
-bool svc_token_ok(const struct svc_server *srv, struct MHD_Connection *conn)
+bool svc_token_ok(const struct svc_request *req)
 {
-    const char *expected = srv->cfg.token;
+    const char *expected = req->srv->cfg.token;
     size_t expected_len = strlen(expected);
     if (!expected_len)
         return true;
-    const char *header = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *header = svc_head_header(&req->head, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!header || strncasecmp(header, "Bearer ", 7))
         return false;
     const char *given = header + 7;

@@ -68,14 +68,18 @@ struct svc_request *svc_request_create(struct svc_server *srv, struct MHD_Connec
     return req;
 }
 
-void svc_request_headers(struct svc_request *req, const char *url, const char *method)
+void svc_request_headers(struct svc_request *req, struct svc_head *head)
 {
     struct svc_server *srv = req->srv;
     req->started = true;
+    req->head = *head;
+    memset(head, 0, sizeof *head);
+    const char *method = req->head.method ? req->head.method : "";
+    const char *url = req->head.url ? req->head.url : "";
     snprintf(req->method, sizeof req->method, "%s", method);
     snprintf(req->path, sizeof req->path, "%s", url);
     req->route = svc_route_match(url, req->model_name, sizeof req->model_name);
-    const char *given = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Request-Id");
+    const char *given = svc_head_header(&req->head, "X-Request-Id");
     if (given && request_id_valid(given))
         snprintf(req->id, sizeof req->id, "%s", given);
     else
@@ -132,6 +136,7 @@ void svc_request_free(struct svc_request *req)
     svc_request_release_body(req);
     svc_memory_release(&srv->memory, req->reserved_bytes);
     ecg_buf_fini(&req->answer);
+    svc_head_fini(&req->head);
     free(req);
 }
 

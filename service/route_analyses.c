@@ -71,7 +71,7 @@ bool svc_analyses_prepare(struct svc_request *req)
 {
     if (!svc_analyze_prepare(req))
         return false;
-    const char *prefer = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Prefer");
+    const char *prefer = svc_head_header(&req->head, "Prefer");
     req->prefer_async = prefer && strcasestr(prefer, "respond-async") != NULL;
     return true;
 }
@@ -202,6 +202,7 @@ bool svc_analyses_async(struct svc_request *req)
     struct svc_request *copy = &a->req;
     copy->conn = NULL;
     copy->tracked = NULL;
+    memset(&copy->head, 0, sizeof copy->head); /* req's, and libmicrohttpd's strings */
     copy->upload = NULL;
     copy->upload_engine = NULL;
     copy->upload_cap = 0;
@@ -240,39 +241,19 @@ bool svc_analyses_async(struct svc_request *req)
 
 /* ------------------------------------------------------------------ reading an analysis */
 
-struct query_allow {
-    struct svc_request *req;
-    const char *const *known;
-    const char *list;
-    bool bad;
-};
-
-static enum MHD_Result query_allow_one(void *cls, enum MHD_ValueKind kind, const char *key,
-                                       const char *value)
-{
-    struct query_allow *check = cls;
-    (void)kind;
-    (void)value;
-    for (const char *const *k = check->known; *k; k++)
-        if (!strcmp(key, *k))
-            return MHD_YES;
-    svc_answer_error(check->req, MHD_HTTP_BAD_REQUEST, "unknown_parameter",
-                     "unknown query parameter \"%.40s\" (expected %s)", key, check->list);
-    check->bad = true;
-    return MHD_NO;
-}
-
 /* Refuses query parameters outside known (NULL-terminated); list names them for the message. */
 static bool query_only(struct svc_request *req, const char *const *known, const char *list)
 {
-    struct query_allow check = {req, known, list, false};
-    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, query_allow_one, &check);
-    return !check.bad;
+    const char *unknown = svc_head_unknown_query(&req->head, known);
+    if (unknown)
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "unknown_parameter",
+                         "unknown query parameter \"%.40s\" (expected %s)", unknown, list);
+    return !unknown;
 }
 
 static const char *query(struct svc_request *req, const char *key)
 {
-    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
+    return svc_head_query(&req->head, key);
 }
 
 /* Parses a number query parameter within [lo, hi]; absent leaves *out. False with an answer. */

@@ -129,7 +129,7 @@ static bool content_type_parse(struct svc_request *req, const char *header,
 
 /* The query options of POST /v1/analyze. */
 static const char *const query_names[] = {"fs", "lead", "embed_lead", "model", "include",
-                                          "dtype"};
+                                          "dtype", NULL};
 
 void svc_route_details(enum svc_route route, FILE *file)
 {
@@ -138,50 +138,31 @@ void svc_route_details(enum svc_route route, FILE *file)
     svc_analyses_details(route, file);
     if (route != SVC_ROUTE_ANALYZE && route != SVC_ROUTE_ANALYSES)
         return;
-    for (size_t i = 0; i < sizeof query_names / sizeof query_names[0]; i++)
+    for (size_t i = 0; query_names[i]; i++)
         fprintf(file, "  query %s\n", query_names[i]);
     for (size_t i = 0; i < sizeof media_types / sizeof media_types[0]; i++)
         fprintf(file, "  content-type %s\n", media_types[i].media);
 }
 
-struct query_check {
-    struct svc_request *req;
-    bool bad;
-};
-
-static enum MHD_Result query_check_one(void *cls, enum MHD_ValueKind kind, const char *key,
-                                       const char *value)
-{
-    struct query_check *check = cls;
-    (void)kind;
-    (void)value;
-    for (size_t i = 0; i < sizeof query_names / sizeof query_names[0]; i++)
-        if (!strcmp(key, query_names[i]))
-            return MHD_YES;
-    svc_answer_error(check->req, MHD_HTTP_BAD_REQUEST, "unknown_parameter",
-                     "unknown query parameter \"%.40s\" (expected fs, lead, embed_lead, model, "
-                     "include or dtype)", key);
-    check->bad = true;
-    return MHD_NO;
-}
-
 static const char *query(struct svc_request *req, const char *key)
 {
-    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
+    return svc_head_query(&req->head, key);
 }
 
 bool svc_analyze_prepare(struct svc_request *req)
 {
     struct svc_server *srv = req->srv;
-    struct query_check check = {req, false};
-    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, query_check_one, &check);
-    if (check.bad)
+    const char *unknown = svc_head_unknown_query(&req->head, query_names);
+    if (unknown) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "unknown_parameter",
+                         "unknown query parameter \"%.40s\" (expected fs, lead, embed_lead, "
+                         "model, include or dtype)", unknown);
         return false;
+    }
 
     enum ecg_format format = ECG_FORMAT_AUTO, dtype_format = ECG_FORMAT_F32;
     bool has_dtype = false;
-    const char *content_type = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                                           MHD_HTTP_HEADER_CONTENT_TYPE);
+    const char *content_type = svc_head_header(&req->head, MHD_HTTP_HEADER_CONTENT_TYPE);
     if (!content_type_parse(req, content_type, &format, &dtype_format, &has_dtype))
         return false;
     const char *dtype = query(req, "dtype");

@@ -68,8 +68,7 @@ bool svc_decode_prepare(struct svc_request *req)
                          req->model_name);
         return false;
     }
-    const char *type = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                                   MHD_HTTP_HEADER_CONTENT_TYPE);
+    const char *type = svc_head_header(&req->head, MHD_HTTP_HEADER_CONTENT_TYPE);
     size_t media_len = type ? strcspn(type, ";") : 0;
     while (media_len && type[media_len - 1] == ' ')
         media_len--;

@@ -90,41 +90,31 @@ static int wait_stop_signal(struct svc_server *srv, const sigset_t *signals)
     }
 }
 
-int ecg_service_main(int argc, char **argv)
+struct svc_server *svc_server_create(int argc, char **argv, int *exit_code)
 {
     struct svc_server *srv = calloc(1, sizeof *srv);
-    struct ecg_error err = {0};
-    int rc = 1;
-    bool jobs_started = false, listening = false;
     if (!srv) {
         fprintf(stderr, "ecgd serve: out of memory\n");
-        return 1;
+        *exit_code = 1;
+        return NULL;
     }
     switch (svc_config_parse(&srv->cfg, argc, argv, stdout, stderr)) {
     case SVC_CONFIG_RUN:
         break;
     case SVC_CONFIG_EXIT_OK:
         free(srv);
-        return 0;
+        *exit_code = 0;
+        return NULL;
     case SVC_CONFIG_LIST_ROUTES:
         svc_routes_print(stdout, svc_route_details);
         free(srv);
-        return 0;
+        *exit_code = 0;
+        return NULL;
     case SVC_CONFIG_EXIT_USAGE:
         free(srv);
-        return 2;
+        *exit_code = 2;
+        return NULL;
     }
-
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGHUP);
-    sigaddset(&signals, SIGUSR1);
-    sigaddset(&signals, SIGUSR2);
-    pthread_sigmask(SIG_BLOCK, &signals, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
     svc_metrics_init(&srv->metrics);
     svc_log_limiter_init(&srv->noise);
     size_t pool_bytes = srv->cfg.max_body_bytes > SVC_BODY_POOL_MAX_BYTES / 2
@@ -141,6 +131,39 @@ int ecg_service_main(int argc, char **argv)
     atomic_init(&srv->admitted, 0);
     atomic_init(&srv->next_id, 1);
     id_prefix_init(srv);
+    return srv;
+}
+
+void svc_server_destroy(struct svc_server *srv)
+{
+    if (!srv)
+        return;
+    svc_body_pool_fini(&srv->bodies); /* before the engine that allocated them goes */
+    svc_store_fini(&srv->store);      /* its traces live in the engines' memory */
+    svc_registry_fini(&srv->registry);
+    svc_log_limiter_fini(&srv->noise);
+    svc_metrics_fini(&srv->metrics);
+    free(srv);
+}
+
+int ecg_service_main(int argc, char **argv)
+{
+    struct ecg_error err = {0};
+    int rc = 1;
+    bool jobs_started = false, listening = false;
+    struct svc_server *srv = svc_server_create(argc, argv, &rc);
+    if (!srv)
+        return rc;
+
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGHUP);
+    sigaddset(&signals, SIGUSR1);
+    sigaddset(&signals, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
 
     if (svc_jobs_start(&srv->jobs, srv->cfg.workers, &err) != ECG_OK)
         goto out;
@@ -201,16 +224,11 @@ out:
     bool sent = !listening || wait_idle(srv, SVC_SEND_GRACE_S);
     if (listening)
         svc_listeners_stop(srv);
-    svc_body_pool_fini(&srv->bodies); /* before the engine that allocated them goes */
-    svc_store_fini(&srv->store);      /* its traces live in the engines' memory */
-    svc_registry_fini(&srv->registry);
-    svc_log_limiter_fini(&srv->noise);
-    svc_metrics_fini(&srv->metrics);
+    svc_server_destroy(srv);
     if (rc == 0)
         svc_log("info", "stopped", "%s", drained ? "all requests finished"
                                          : sent ? "drain time over: queued analyses and bodies "
                                                   "still arriving were answered 503"
                                                 : "drain time over: some connections were cut");
-    free(srv);
     return rc;
 }

@@ -42,6 +42,7 @@
 #include "config.h"
 #include "connections.h"
 #include "ecg.h"
+#include "head.h"
 #include "jobs.h"
 #include "log.h"
 #include "memory.h"
@@ -100,6 +101,7 @@ struct svc_request {
     char id[64];
     bool admin;               /* arrived on the admin listener */
     bool started;             /* headers seen (svc_request_headers) */
+    struct svc_head head;     /* method, path, version, headers, query: what the checks read */
     const char *uri_problem;  /* why the raw request target is refused; NULL = fine */
     struct svc_conn *tracked; /* its connection (connections.c); NULL when untracked */
     size_t reserved_bytes;    /* held in the memory budget */
@@ -107,6 +109,8 @@ struct svc_request {
     uint64_t bytes_in;
     uint64_t bytes_out;
     bool admitted;
+    bool has_length;          /* a valid Content-Length, of declared_bytes */
+    unsigned long long declared_bytes;
 
     /* body: one buffer from srv->bodies, grown only for chunked uploads */
     char *body;
@@ -145,6 +149,20 @@ struct svc_request {
     bool prefer_async;        /* POST /v1/analyses with Prefer: respond-async */
 };
 
+/* ---- server.c: the server object */
+
+/*
+ * Creates the server object from the command line (argv[0] "serve"): configuration, metrics,
+ * body pool, memory budget, registry (no model loaded yet) and store; no thread, no listener.
+ * NULL with *exit_code set when the process should end instead: --help or --list-routes (0,
+ * printed), a bad option (2), no memory (1).
+ */
+struct svc_server *svc_server_create(int argc, char **argv, int *exit_code);
+
+/* Frees what svc_server_create made, once the listeners and the workers are stopped. NULL is a
+ * no-op. */
+void svc_server_destroy(struct svc_server *srv);
+
 /* ---- request.c: the request object and its body */
 
 /* Monotonic seconds. */
@@ -154,8 +172,8 @@ double svc_now_s(void);
 struct svc_request *svc_request_create(struct svc_server *srv, struct MHD_Connection *conn,
                                        bool admin);
 
-/* The headers are in: method, path, route and id. */
-void svc_request_headers(struct svc_request *req, const char *url, const char *method);
+/* The headers are in: takes over head (left empty) and sets method, path, route and id. */
+void svc_request_headers(struct svc_request *req, struct svc_head *head);
 
 /* Worst-case memory of this request with a body of body_bytes (memory.h). */
 size_t svc_request_estimate(const struct svc_request *req, size_t body_bytes);
@@ -206,8 +224,8 @@ void svc_answer_body(struct svc_request *req, unsigned http_status, struct ecg_b
  * failed, which closes the connection. */
 enum MHD_Result svc_answer_send(struct svc_request *req);
 
-/* True when the request carries the configured bearer token (constant-time comparison). */
-bool svc_token_ok(const struct svc_server *srv, struct MHD_Connection *conn);
+/* True when no token is configured or the request carries it (constant-time comparison). */
+bool svc_token_ok(const struct svc_request *req);
 
 /* Parses a whole plain decimal number ("360", "0.5", "1e3"): no sign, no hex, no spaces, no
  * "inf" or "nan". False on anything else. */
