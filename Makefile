@@ -127,10 +127,17 @@ soak: deps
 	@$(MAKE) --no-print-directory $(BUILD)/ecgd
 	@ulimit -n 12000 2>/dev/null; python3 tests/hostile/hostile.py --ecgd $(BUILD)/ecgd --soak
 
-fuzz:
-	@$(MAKE) -C tests/fuzz
+# The fuzzing campaign: every libFuzzer harness (tests/fuzz) for FUZZ_SECONDS (60) each with
+# FUZZ_JOBS processes (all CPUs), a table of executions per harness; fails on any crash.
+fuzz: fuzz-build
+	@$(MAKE) --no-print-directory -C tests/fuzz campaign
+
+# The harnesses alone (clang with ASan, UBSan and libFuzzer; installed by install-deps.sh --fuzz).
+fuzz-build:
+	@scripts/install-deps.sh --fuzz
+	@$(MAKE) --no-print-directory -C tests/fuzz
 
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all deps test tests run bench clean fuzz soak
+.PHONY: all deps test tests run bench clean fuzz fuzz-build soak

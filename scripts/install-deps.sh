@@ -19,9 +19,14 @@ npm_tools() {
 }
 npm_tools
 
+# --fuzz: also what `make fuzz` needs (clang with libFuzzer and the sanitizers, the OpenMP
+# runtime the engine's objects call, llvm-symbolizer for readable reports).
+fuzz_pkgs=()
+[ "${1:-}" = "--fuzz" ] && fuzz_pkgs=(clang libomp-dev llvm)
+
 pkgs=(build-essential pkg-config libmicrohttpd-dev libcjson-dev libfftw3-dev libedf-dev
       libcmocka-dev libcurl4-openssl-dev curl python3 python3-numpy python3-yaml wrk
-      zlib1g-dev libzstd-dev libssl-dev chromium)
+      zlib1g-dev libzstd-dev libssl-dev chromium "${fuzz_pkgs[@]}")
 # chromium: the dashboard's browser tests (tests/e2e/test_browser.sh, headless).
 missing=()
 for p in "${pkgs[@]}"; do

@@ -18,9 +18,11 @@
  *   admission.c    framing, token, route, limits, memory and admission slots (admission.h)
  *   route_*.c      the routes: GET answers on the HTTP thread, POST jobs on the worker pool
  *   request.c, http.c, memory.c, body_pool.c, jobs.c, metrics.c, log.c: shared services
+ *   head.c         the request's head (headers and query), the only thing the checks read
  *
  * Request flow: the URI callback creates the request and checks the raw target; when the headers
- * arrive admission.c checks them, answering errors before any body byte is read. The body is
+ * arrive connections.c hands their fields over as the request's head (head.h) and admission.c
+ * checks them, answering errors before any body byte is read. The body is
  * appended as it arrives (request.c), with the size limit checked on every chunk. When it is
  * complete, GET routes are answered on the HTTP thread; POST routes take an admission slot and
  * become a job for the worker pool while the connection is suspended, and the job leaves its

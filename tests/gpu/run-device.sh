@@ -18,6 +18,8 @@
 # "1800 72000", are never batched and take long), STRIP_BACKENDS, STRIP_DURATION (default 5s
 # per cell), BIG_CONNS, WRK_THREADS, ONE_CLIENT=0 override). "tests" includes test_gpu_batch (batched answers against lone ones);
 # "sanitize" runs memcheck and racecheck over it.
+# "fuzz" (not in the default set) runs the fuzzing campaign of the libFuzzer harnesses
+# (tests/fuzz/campaign.sh; FUZZ_SECONDS per harness (50), FUZZ_RUNS (10 M), FUZZ_JOBS (all CPUs)).
 # "tests" includes test_gpu_trace (kept traces, min/max decimation on the device); "http"
 # includes tests/e2e/test_analyses.sh (/v1/analyses) against a CUDA-backed server; "dashboard"
 # (not in the default set) runs bench/bench_dashboard.sh against a CUDA- and a CPU-backed server.
@@ -203,6 +205,23 @@ if [[ " $parts " == *" dashboard "* ]] && [ -x "$dir/ecgd" ]; then
         ECGD=$dir/ecgd BACKEND=$backend ECG_SHARED_DATA=$dir/data timeout 300 \
             bash bench/bench_dashboard.sh 2>&1 | tee "$out/dashboard-$backend.log"
     done
+fi
+if [[ " $parts " == *" fuzz "* ]]; then
+    # The fuzzing campaign (issue 9, tests/fuzz/campaign.sh): every harness in turn, one
+    # libFuzzer process per CPU, FUZZ_SECONDS each (default 50: 9 harnesses in about 8 minutes),
+    # stopping a harness at FUZZ_RUNS executions (default 10 M) so that the time it leaves goes
+    # to the slower ones after it. The binaries travel compressed (DIR/fuzz.tar.xz, bundle.sh);
+    # the new corpus units and any reproducer come back in $out/fuzz-found.tar.gz.
+    [ -x "$dir/fuzz/fuzz_request" ] || tar xJf "$dir/fuzz.tar.xz" -C "$dir"
+    work=$(mktemp -d /tmp/fuzz-campaign.XXXXXX)
+    echo "== fuzzing campaign: $(nproc) processes per harness"
+    FUZZ_WORK=$work FUZZ_SECONDS=${FUZZ_SECONDS:-50} FUZZ_RUNS=${FUZZ_RUNS:-10000000} \
+        FUZZ_JOBS=${FUZZ_JOBS:-$(nproc)} bash tests/fuzz/campaign.sh "$dir/fuzz" 2>&1 |
+        tee "$out/fuzz.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    (cd "$work" && tar czf "$out/fuzz-found.tar.gz" --exclude='*/fuzz-*.log' --exclude='*/main.log' \
+        $(ls -d */corpus */crash-* */leak-* */timeout-* */oom-* 2>/dev/null))
+    ls -la "$out/fuzz-found.tar.gz"
 fi
 echo "== done, status $status"
 exit $status
