@@ -3,7 +3,6 @@
  */
 #include <ctype.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,21 +67,9 @@ static bool refuse(struct svc_request *req)
 
 #define REFUSE(req, ...) (svc_answer_error((req), __VA_ARGS__), refuse(req))
 
-/* Refuses with the given error once the headers were admitted (memory): as refuse(), and sends
- * the answer now when it goes out at once. 503s get Retry-After. */
-static enum MHD_Result answer_refusal(struct svc_request *req, unsigned status, const char *code,
-                                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static enum MHD_Result answer_refusal(struct svc_request *req, unsigned status, const char *code,
-                                      const char *fmt, ...)
+/* Sends a refusal decided after svc_admission_decide() (the answer is set), as refuse() says. */
+static enum MHD_Result refuse_now(struct svc_request *req)
 {
-    char message[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(message, sizeof message, fmt, ap);
-    va_end(ap);
-    svc_answer_error(req, status, code, "%s", message);
-    if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
-        req->retry_after_s = 1;
     refuse(req);
     return req->answer_pending ? MHD_YES : svc_answer_send(req);
 }
@@ -321,20 +308,28 @@ enum MHD_Result svc_admission_headers(struct svc_request *req)
     unsigned long long declared = req->declared_bytes;
     if (req->has_length && declared) {
         size_t estimate = svc_request_estimate(req, (size_t)declared);
-        if (estimate > srv->memory.budget_bytes)
-            return answer_refusal(req, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                                  "a body of %llu bytes may need up to %zu bytes to analyse, "
-                                  "more than the whole memory budget (%zu bytes)", declared,
-                                  estimate, srv->memory.budget_bytes);
-        if (!svc_memory_reserve_up_to(&srv->memory, &req->reserved_bytes, estimate))
-            return answer_refusal(req, MHD_HTTP_SERVICE_UNAVAILABLE, "memory_busy",
-                                  "a body of %llu bytes may need %zu bytes, more than the "
-                                  "memory budget has free now (%zu bytes); retry later",
-                                  declared, estimate, srv->memory.budget_bytes);
+        if (estimate > srv->memory.budget_bytes) {
+            svc_answer_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+                             "a body of %llu bytes may need up to %zu bytes to analyse, more "
+                             "than the whole memory budget (%zu bytes)", declared, estimate,
+                             srv->memory.budget_bytes);
+            return refuse_now(req);
+        }
+        if (!svc_memory_reserve_up_to(&srv->memory, &req->reserved_bytes, estimate)) {
+            svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "memory_busy",
+                             "a body of %llu bytes may need %zu bytes, more than the memory "
+                             "budget has free now (%zu bytes); retry later", declared, estimate,
+                             srv->memory.budget_bytes);
+            req->retry_after_s = 1;
+            return refuse_now(req);
+        }
         req->body = svc_body_pool_get(&srv->bodies, (size_t)declared, 0, &req->body_cap);
-        if (!req->body)
-            return answer_refusal(req, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
-                                  "no memory for a body of %llu bytes", declared);
+        if (!req->body) {
+            svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                             "no memory for a body of %llu bytes", declared);
+            req->retry_after_s = 1;
+            return refuse_now(req);
+        }
         /* Streamed to the device as it arrives; the body is exactly this long. */
         svc_request_upload_begin(req, (size_t)declared);
     }
