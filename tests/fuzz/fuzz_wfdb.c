@@ -2,8 +2,10 @@
  * fuzz_wfdb.c - libFuzzer harness for the WFDB record reader (engine/read_wfdb.c).
  *
  * Input: one option byte (as in fuzz_common.h), the header text, a NUL, then the signal file's
- * bytes. They are written to r.hea and r.dat in a private temporary directory and the record
- * is read with ecg_read_file(); the reader's contract is then checked as for the other readers.
+ * bytes. They are written to r.hea and r.dat in a private directory on tmpfs (/dev/shm: on a
+ * disk file system the truncations and writebacks took 99 % of the time, 281 exec/s against
+ * 25,800) and the record is read with ecg_read_file(); the reader's contract is then checked as
+ * for the other readers.
  */
 #include <stdio.h>
 #include <unistd.h>
@@ -13,6 +15,17 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char record_dir[64];
+
+/* The record's files and their directory go when the process exits. */
+static void remove_record(void)
+{
+    char path[96];
+    snprintf(path, sizeof path, "%s/r.hea", record_dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/r.dat", record_dir);
+    unlink(path);
+    rmdir(record_dir);
+}
 
 static int write_all(const char *path, const uint8_t *bytes, size_t len)
 {
@@ -29,9 +42,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     if (!record_dir[0]) {
-        snprintf(record_dir, sizeof record_dir, "/tmp/fuzz-wfdb-XXXXXX");
-        if (!mkdtemp(record_dir))
-            __builtin_trap();
+        snprintf(record_dir, sizeof record_dir, "/dev/shm/fuzz-wfdb-XXXXXX");
+        if (!mkdtemp(record_dir)) { /* no tmpfs there: slower, but it runs */
+            snprintf(record_dir, sizeof record_dir, "/tmp/fuzz-wfdb-XXXXXX");
+            if (!mkdtemp(record_dir))
+                __builtin_trap();
+        }
+        atexit(remove_record);
     }
     const uint8_t *hea = data + 1, *end = data + size;
     const uint8_t *nul = memchr(hea, 0, (size_t)(end - hea));
