@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,7 +118,7 @@ static enum ecg_status parse_signal_line(const char *line, int lineno, const cha
     sig->baseline = got >= 5 ? adczero : 0;
     if (got >= 3) {
         double g = strtod(gain, &endp);
-        if (endp == gain || !(g >= 0.0))
+        if (endp == gain || !(g >= 0.0) || !isfinite(g))
             return ecg_fail(err, ECG_ERR_FORMAT, "bad_wfdb", "%s line %d: bad gain \"%s\"", hea,
                             lineno, gain);
         if (g > 0.0)
@@ -176,7 +177,9 @@ static enum ecg_status parse_header(const char *text, const char *hea, struct wf
             h->fs_hz = 250.0; /* WFDB default */
             if (got >= 3) {
                 double f = strtod(fs, &endp);
-                if (endp == fs || !(f > 0.0) || (*endp != '\0' && *endp != '/' && *endp != '('))
+                /* finite too: "18e0360" is a number to strtod, an infinite rate to no one */
+                if (endp == fs || !(f > 0.0) || !isfinite(f) ||
+                    (*endp != '\0' && *endp != '/' && *endp != '('))
                     return ecg_fail(err, ECG_ERR_FORMAT, "bad_wfdb",
                                     "%s line %d: bad sampling frequency \"%s\"", hea, lineno, fs);
                 h->fs_hz = f;

@@ -450,6 +450,16 @@ static void test_hostile_wfdb(void **state)
     st = read_wfdb_case("r 1 abc 10\nr.dat 16 200 16 0 0 0 0 X\n", frames, sizeof frames, NULL,
                         &sig, &err);
     check_hostile("wfdb bad rate", st, &sig, &err, ECG_ERR_FORMAT, "bad sampling frequency");
+    /* found by fuzz_wfdb: numbers to strtod, but infinite */
+    st = read_wfdb_case("r 1 18e0360 10\nr.dat 16 200 16 0 0 0 0 X\n", frames, sizeof frames,
+                        NULL, &sig, &err);
+    check_hostile("wfdb infinite rate", st, &sig, &err, ECG_ERR_FORMAT, "bad sampling frequency");
+    st = read_wfdb_case("r 1 inf 10\nr.dat 16 200 16 0 0 0 0 X\n", frames, sizeof frames, NULL,
+                        &sig, &err);
+    check_hostile("wfdb rate inf", st, &sig, &err, ECG_ERR_FORMAT, "bad sampling frequency");
+    st = read_wfdb_case("r 1 360 10\nr.dat 16 1e999 16 0 0 0 0 X\n", frames, sizeof frames, NULL,
+                        &sig, &err);
+    check_hostile("wfdb infinite gain", st, &sig, &err, ECG_ERR_FORMAT, "bad gain");
     st = read_wfdb_case("r 2 360 10\nr.dat 212 200 11 1024 0 0 0 MLII\n", frames, sizeof frames,
                         NULL, &sig, &err);
     check_hostile("wfdb missing signal line", st, &sig, &err, ECG_ERR_FORMAT,
