@@ -253,7 +253,8 @@ static enum ecg_status decode_samples(const struct wfdb_header *h, int first, in
             if (v & 0x800)
                 v -= 0x1000;
         }
-        out[i] = (float)((double)(v - sig->baseline) * scale);
+        /* in double: a header's baseline may be any long (LONG_MAX from "1055...5") */
+        out[i] = (float)(((double)v - (double)sig->baseline) * scale);
     }
     return ECG_OK;
 }

@@ -460,6 +460,12 @@ static void test_hostile_wfdb(void **state)
     st = read_wfdb_case("r 1 360 10\nr.dat 16 1e999 16 0 0 0 0 X\n", frames, sizeof frames, NULL,
                         &sig, &err);
     check_hostile("wfdb infinite gain", st, &sig, &err, ECG_ERR_FORMAT, "bad gain");
+    /* a baseline beyond any sample (was a signed overflow, UBSan): read, finite */
+    st = read_wfdb_case("r 1 360 10\nr.dat 16 200 16 99999999999999999999999 0 0 0 X\n", frames,
+                        sizeof frames, NULL, &sig, &err);
+    assert_int_equal(st, ECG_OK);
+    assert_true(sig.samples[0] == (float)((-1024.0 - 9223372036854775807.0) / 200.0));
+    ecg_signal_free(&sig);
     st = read_wfdb_case("r 2 360 10\nr.dat 212 200 11 1024 0 0 0 MLII\n", frames, sizeof frames,
                         NULL, &sig, &err);
     check_hostile("wfdb missing signal line", st, &sig, &err, ECG_ERR_FORMAT,
