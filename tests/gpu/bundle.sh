@@ -5,11 +5,38 @@
 # (data.tar.xz, made once).
 # Then, on the device: tar xJf .gpu-run/data.tar.xz -C .gpu-run &&
 #   LD_LIBRARY_PATH=.gpu-run/lib bash tests/gpu/run-device.sh .gpu-run
-# The fuzzing campaign alone (about 8 minutes on 16 CPUs; no data needed):
+# The fuzzing campaign (about 8 minutes on 16 CPUs; no data needed):
 #   LD_LIBRARY_PATH=.gpu-run/lib bash tests/gpu/run-device.sh .gpu-run fuzz
+# `bundle.sh --fuzz` packs only the libFuzzer harnesses and their libraries, into .gpu-fuzz/
+# (about 13 MB, to carry alone), for
+#   LD_LIBRARY_PATH=.gpu-fuzz/lib bash tests/gpu/run-device.sh .gpu-fuzz fuzz
 set -euo pipefail
 dir=.gpu-run
 bundle=../shared/tools/bundle-libs
+
+# The libFuzzer harnesses for the fuzzing campaign (run-device.sh part "fuzz"), built here with
+# clang (the device has no compiler): their libraries join DIR/lib, the binaries travel
+# compressed in DIR/fuzz.tar.xz (about 3 MB instead of 30).
+bundle_fuzz() {
+    local into=$1 stage
+    make -j2 fuzz-build
+    stage=$(mktemp -d)
+    for bin in build/fuzz/fuzz_*; do
+        "$bundle" "$bin" "$stage/fuzz" >/dev/null
+    done
+    mkdir -p "$into/lib"
+    cp "$stage"/fuzz/lib/* "$into/lib/"
+    tar cJf "$into/fuzz.tar.xz" -C "$stage" $(cd "$stage" && ls fuzz/fuzz_*)
+    rm -rf "$stage" "$into/fuzz"
+}
+
+if [ "${1:-}" = "--fuzz" ]; then
+    rm -rf .gpu-fuzz
+    bundle_fuzz .gpu-fuzz
+    git rev-parse --short HEAD >.gpu-fuzz/COMMIT
+    du -sh .gpu-fuzz
+    exit 0
+fi
 make -j2 all build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory \
     build/tests/gpu/test_gpu_upload build/tests/gpu/test_gpu_leads \
     build/tests/gpu/test_gpu_quality build/tests/gpu/test_gpu_trace build/tests/gpu/test_gpu_batch \
@@ -21,17 +48,7 @@ for bin in build/ecgd build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_h
            build/bench/bench_gpu build/bench/http_sink; do
     "$bundle" "$bin" "$dir" >/dev/null
 done
-# The libFuzzer harnesses for the fuzzing campaign (run-device.sh part "fuzz"), built here with
-# clang (the device has no compiler): their libraries join DIR/lib, the binaries travel
-# compressed in DIR/fuzz.tar.xz (about 3 MB instead of 30).
-make -j2 fuzz-build
-fuzz_stage=$(mktemp -d)
-for bin in build/fuzz/fuzz_*; do
-    "$bundle" "$bin" "$fuzz_stage/fuzz" >/dev/null
-done
-cp "$fuzz_stage"/fuzz/lib/* "$dir/lib/"
-tar cJf "$dir/fuzz.tar.xz" -C "$fuzz_stage" $(cd "$fuzz_stage" && ls fuzz/fuzz_*)
-rm -rf "$fuzz_stage" "$dir/fuzz"
+bundle_fuzz "$dir"
 # wrk drives bench_http.sh's 64-client runs on the device
 if command -v wrk >/dev/null; then
     "$bundle" "$(command -v wrk)" "$dir" >/dev/null
