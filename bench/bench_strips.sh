@@ -12,11 +12,15 @@
 # Usage: bench/bench_strips.sh [BUILD_DIR]      (from the repository root; default build)
 # Environment:
 #   ECGD, SINK      binaries (default BUILD/ecgd, BUILD/bench/http_sink)
-#   BACKENDS        backends in order (default "cpu"; "cuda+batch cuda cpu" on a GPU host):
-#                   "cuda+batch" is the CUDA backend with dynamic batching (--max-batch
-#                   MAX_BATCH, default 64, --batch-window-us BATCH_WINDOW_US, default 200, and
-#                   --workers BATCH_WORKERS, default 64: a batch's analyses wait in workers);
-#                   "cuda+batch+graphs" the same with ECG_CUDA_BATCH_GRAPHS=1
+#   BACKENDS        backends in order (default "cpu"; "cuda cuda-unbatched cpu" on a GPU host):
+#                   "cuda" is the CUDA backend as shipped, no batching option given (dynamic
+#                   batching, --max-batch 64, --batch-window-us 200, 4 batchers per GPU, fronts
+#                   as CUDA graphs, and the workers that come with it: at least --max-batch);
+#                   "cuda-unbatched" the same with --max-batch 1 --workers WORKERS (each
+#                   analysis on its own pass); "cuda-nographs" the default with
+#                   ECG_CUDA_BATCH_GRAPHS=0. MAX_BATCH, BATCH_WINDOW_US, BATCH_LANES and
+#                   BATCH_WORKERS, when set, are passed to "cuda" and "cuda-nographs" as
+#                   --max-batch, --batch-window-us, --batch-lanes and --workers (sweeps)
 #   SIZES           recording lengths in seconds (default "2 10 80 1800"; 72000 = 20 h). 2 s
 #                   is the shortest the service analyses (ECG_MIN_DURATION_S): a 1-s strip is
 #                   answered 422 too_short on every backend, batched or not (the detector needs
@@ -43,9 +47,10 @@ BIG_CONNS=${BIG_CONNS:-4}
 DURATION=${DURATION:-10s}
 WRK_THREADS=${WRK_THREADS:-2}
 MODEL=${MODEL:-models/default.ecgm}
-MAX_BATCH=${MAX_BATCH:-64}
-BATCH_WINDOW_US=${BATCH_WINDOW_US:-200}
-BATCH_WORKERS=${BATCH_WORKERS:-64}
+MAX_BATCH=${MAX_BATCH:-}
+BATCH_WINDOW_US=${BATCH_WINDOW_US:-}
+BATCH_LANES=${BATCH_LANES:-}
+BATCH_WORKERS=${BATCH_WORKERS:-}
 ONE_CLIENT=${ONE_CLIENT:-0}
 ONE_CLIENT_N=${ONE_CLIENT_N:-400}
 export ECG_SHARED_DATA=${ECG_SHARED_DATA:-../shared/data}
@@ -106,14 +111,23 @@ wrk_cell() {
         sed -E 's/.*rps=([^ ]+) p50_ms=([^ ]+) p99_ms=([^ ]+) requests=([^ ]+) non2xx=([^ ]+) socket_errors=([^ ]+).*/\1 \2 \3 \4 \5 \6/'
 }
 
-start_ecgd() { # start_ecgd BACKEND[+batch]: sets server_pid and base
+start_ecgd() { # start_ecgd cpu|cuda|cuda-unbatched|cuda-nographs: sets server_pid and base
     : >"$tmp/server.log"
-    local batch_args=(--workers "$WORKERS") graphs=0
-    [[ "$1" == *+batch* ]] && batch_args=(--workers "$BATCH_WORKERS" --max-batch "$MAX_BATCH"
-                                          --batch-window-us "$BATCH_WINDOW_US")
-    [[ "$1" == *+graphs ]] && graphs=1
-    ECG_CUDA_BATCH_GRAPHS=$graphs "$ECGD" serve --bind 127.0.0.1 --port 0 \
-        --backend "${1%%+*}" "${batch_args[@]}" \
+    local args=(--workers "$WORKERS") env=()
+    case "$1" in
+    cuda | cuda-nographs)
+        args=()
+        [ -n "$MAX_BATCH" ] && args+=(--max-batch "$MAX_BATCH")
+        [ -n "$BATCH_WINDOW_US" ] && args+=(--batch-window-us "$BATCH_WINDOW_US")
+        [ -n "$BATCH_LANES" ] && args+=(--batch-lanes "$BATCH_LANES")
+        [ -n "$BATCH_WORKERS" ] && args+=(--workers "$BATCH_WORKERS")
+        [ "$1" = cuda-nographs ] && env=(ECG_CUDA_BATCH_GRAPHS=0) ;;
+    cuda-unbatched) args+=(--max-batch 1) ;;
+    cpu) ;;
+    *) echo "bench_strips: unknown backend $1 (cpu, cuda, cuda-unbatched, cuda-nographs)" >&2; exit 1 ;;
+    esac
+    env "${env[@]}" "$ECGD" serve --bind 127.0.0.1 --port 0 \
+        --backend "${1%%-*}" "${args[@]}" \
         --io-threads "$IO_THREADS" --max-body-mb 2048 --queue-depth 1024 --timeout-s 300 \
         --max-conns-per-ip 0 "${model_args[@]}" 2>"$tmp/server.log" &
     server_pid=$!
@@ -126,7 +140,13 @@ start_ecgd() { # start_ecgd BACKEND[+batch]: sets server_pid and base
     done
     [ -n "$port" ] || { echo "bench_strips: ecgd did not start" >&2; cat "$tmp/server.log" >&2; exit 1; }
     base=http://127.0.0.1:$port
-    echo "# ecgd $(curl -s "$base/v1/info" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["version"], "backend", d["backend"], "on", d["device"])') ($1: ${batch_args[*]}), $IO_THREADS io threads, $cpus CPUs, model ${model_args[1]}"
+    local config
+    config=$(grep -m1 '"event":"listening"' "$tmp/server.log" | python3 -c '
+import json, sys
+c = json.loads(sys.stdin.read())["config"]
+print("workers %d, max_batch %d, batch_window_us %d, batch_lanes %d" % (
+    c["workers"], c["max_batch"], c["batch_window_us"], c["batch_lanes"]))')
+    echo "# ecgd $(curl -s "$base/v1/info" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["version"], "backend", d["backend"], "on", d["device"])') ($1: ${env[*]} ${args[*]}; $config), $IO_THREADS io threads, $cpus CPUs, model ${model_args[1]}"
 }
 
 rows=$tmp/rows

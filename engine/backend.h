@@ -209,6 +209,9 @@ struct ecg_trace *ecg_trace_wrap(const struct ecg_backend_ops *ops, void *backen
 extern const struct ecg_backend_ops ecg_cpu_backend;
 /* NULL in a build without CUDA. Defined by the one file that decides (engine/backends.c). */
 const struct ecg_backend_ops *ecg_cuda_backend_ops(void);
+/* Whether a CUDA device is visible (cudaGetDeviceCount > 0), without opening the backend; false
+ * in a build without CUDA. Defined there too. */
+bool ecg_cuda_device_visible(void);
 
 #ifdef __cplusplus
 }

@@ -9,14 +9,25 @@
 
 #ifdef ECG_HAVE_CUDA
 extern const struct ecg_backend_ops ecg_cuda_backend;
+int cuda_device_count(void); /* gpu/cuda_backend.cu */
 
 const struct ecg_backend_ops *ecg_cuda_backend_ops(void)
 {
     return &ecg_cuda_backend;
 }
+
+bool ecg_cuda_device_visible(void)
+{
+    return cuda_device_count() > 0;
+}
 #else
 const struct ecg_backend_ops *ecg_cuda_backend_ops(void)
 {
     return NULL;
+}
+
+bool ecg_cuda_device_visible(void)
+{
+    return false;
 }
 #endif

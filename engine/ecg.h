@@ -263,10 +263,15 @@ struct ecg_engine_config {
     /* Dynamic batching (engine/batch.c): analyses of at most ECG_BATCH_MAX_SAMPLES samples that
      * arrive within batch_window_us of the first one waiting run as one batch, at most max_batch
      * of them, on one batcher per device. max_batch <= 1 (or ECG_CUDA_BATCH=0 in the
-     * environment) leaves every analysis on its own pass. Answers are identical either way. */
+     * environment) leaves every analysis on its own pass. Answers are identical either way.
+     * batch_lanes: batchers per CUDA device, 0 = ECG_BATCH_LANES_DEFAULT (ECG_CUDA_BATCH_LANES
+     * in the environment, 1..8, overrides it). */
     unsigned max_batch;
     unsigned batch_window_us;
+    unsigned batch_lanes;
 };
+#define ECG_BATCH_LANES_DEFAULT 4u
+#define ECG_BATCH_LANES_MAX 8u
 /* The longest recording (samples, one lead) a batch takes; longer ones keep their own pass. */
 #define ECG_BATCH_MAX_SAMPLES ((size_t)1 << 17)
 
@@ -280,6 +285,14 @@ struct ecg_engine;
 struct ecg_engine *ecg_engine_create(const struct ecg_engine_config *config,
                                      struct ecg_error *err) ECG_WUR;
 void ecg_engine_destroy(struct ecg_engine *engine);
+
+/*
+ * Whether an engine created with config would batch (max_batch > 1, ECG_CUDA_BATCH not 0, on a
+ * backend that batches), decided without creating it: AUTO counts as CUDA when a CUDA device is
+ * visible. A batched analysis waits for its batch in its caller's thread, so a caller that sizes
+ * its thread pool before creating the engine (the service's --workers) asks this first.
+ */
+bool ecg_engine_would_batch(const struct ecg_engine_config *config);
 
 /* "cpu" or "cuda". */
 const char *ecg_engine_backend(const struct ecg_engine *engine);

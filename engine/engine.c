@@ -123,14 +123,21 @@ static enum ecg_status open_backend(struct ecg_engine *engine,
  * (tests and benchmarks compare the two without another configuration). ECG_BATCH_ANY=1 batches
  * on any backend (tests of the batcher without a device: the CPU backend gains nothing, as
  * batch.c then runs a batch's analyses one after another). */
-static bool batching_wanted(const struct ecg_engine_config *config,
-                            const struct ecg_backend_ops *ops)
+static bool batching_wanted(const struct ecg_engine_config *config, bool backend_batches)
 {
     const char *env = getenv("ECG_CUDA_BATCH");
     const char *any = getenv("ECG_BATCH_ANY");
     if (config->max_batch <= 1 || (env && strcmp(env, "0") == 0))
         return false;
-    return ops->batch_run != NULL || (any && strcmp(any, "1") == 0);
+    return backend_batches || (any && strcmp(any, "1") == 0);
+}
+
+bool ecg_engine_would_batch(const struct ecg_engine_config *config)
+{
+    const struct ecg_backend_ops *cuda = ecg_cuda_backend_ops();
+    bool on_cuda = cuda && config->backend != ECG_BACKEND_CPU &&
+                   (config->backend == ECG_BACKEND_CUDA || ecg_cuda_device_visible());
+    return batching_wanted(config, on_cuda && cuda->batch_run != NULL);
 }
 
 struct ecg_engine *ecg_engine_create(const struct ecg_engine_config *config, struct ecg_error *err)
@@ -165,7 +172,7 @@ struct ecg_engine *ecg_engine_create(const struct ecg_engine_config *config, str
         if (engine->ops->ctx_create(engine->state, &engine->ctx[i], err) != ECG_OK)
             goto fail;
     }
-    if (batching_wanted(config, engine->ops)) {
+    if (batching_wanted(config, engine->ops->batch_run != NULL)) {
         engine->batcher = ecg_batcher_create(engine->ops, engine->state, &engine->params,
                                              engine->model != NULL, config->max_batch,
                                              config->batch_window_us, err);

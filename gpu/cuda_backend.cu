@@ -350,6 +350,31 @@ static void cuda_close(void *state_ptr)
     free(state);
 }
 
+/* Visible devices (0 where none, or no driver), for ecg_cuda_device_visible() (engine/backends.c):
+ * the engine's defaults are decided before an engine exists. */
+extern "C" int cuda_device_count(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return count;
+}
+
+/* Batchers per device: config->batch_lanes (0 = ECG_BATCH_LANES_DEFAULT), unless
+ * ECG_CUDA_BATCH_LANES (1..8) says otherwise. One thread queues a batch's launches; more lanes
+ * queue batches side by side (4 measured best on an H100 host, bench/RESULTS.md). */
+static unsigned lanes_per_device(const struct ecg_engine_config *config)
+{
+    const char *v = getenv("ECG_CUDA_BATCH_LANES");
+    long n = config && config->batch_lanes ? (long)config->batch_lanes
+                                            : (long)ECG_BATCH_LANES_DEFAULT;
+    if (v && *v)
+        n = strtol(v, NULL, 10);
+    return n < 1 ? 1u : n > (long)ECG_BATCH_LANES_MAX ? ECG_BATCH_LANES_MAX : (unsigned)n;
+}
+
 static enum ecg_status cuda_open(const struct ecg_engine_config *config, void **state_out,
                                  struct ecg_error *err)
 {
@@ -369,6 +394,7 @@ static enum ecg_status cuda_open(const struct ecg_engine_config *config, void **
     if (!state)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda: backend state");
     state->model = config ? config->model : NULL;
+    state->lanes_per_device = lanes_per_device(config);
     if (config && config->device >= 0) {
         if (config->device >= count) {
             status = ecg_fail(err, ECG_ERR_DEVICE, "no_device",
@@ -587,12 +613,8 @@ static void cuda_host_free(void *state_ptr, void *ptr)
 
 int cuda_memory_stats(size_t *used_now, size_t *used_peak, size_t *reserved_peak)
 {
-    int count = 0;
+    const int count = cuda_device_count();
     *used_now = *used_peak = *reserved_peak = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
     for (int i = 0; i < count; i++) {
         cudaMemPool_t pool;
         uint64_t v = 0;
@@ -610,11 +632,7 @@ int cuda_memory_stats(size_t *used_now, size_t *used_peak, size_t *reserved_peak
 
 void cuda_memory_reset_peak(void)
 {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return;
-    }
+    const int count = cuda_device_count();
     for (int i = 0; i < count; i++) {
         cudaMemPool_t pool;
         uint64_t zero = 0;

@@ -66,7 +66,7 @@ struct cuda_batch {
     struct cuda_state *state;
     struct cuda_device *dev;
     unsigned max_batch;
-    bool use_graphs;            /* ECG_CUDA_BATCH_GRAPHS=1 */
+    bool use_graphs;            /* unless ECG_CUDA_BATCH_GRAPHS=0 */
     struct front_graph *graph;  /* per member context */
     struct cuda_ctx **member;   /* max_batch contexts on dev */
     bool *live;                 /* per member of the batch running: no failure so far */
@@ -74,18 +74,10 @@ struct cuda_batch {
     size_t h_pack_floats;
 };
 
-/* Batchers per device: ECG_CUDA_BATCH_LANES (1..8, default 1). One thread queues a batch's
- * launches; more lanes queue batches side by side, should that thread be what limits. */
-static unsigned lanes_per_device(void)
-{
-    const char *v = getenv("ECG_CUDA_BATCH_LANES");
-    int n = v ? atoi(v) : 1;
-    return n < 1 ? 1u : n > 8 ? 8u : (unsigned)n;
-}
-
 extern "C" unsigned cuda_batch_lanes(void *state_ptr)
 {
-    return (unsigned)((struct cuda_state *)state_ptr)->n_devices * lanes_per_device();
+    const struct cuda_state *state = (const struct cuda_state *)state_ptr;
+    return (unsigned)state->n_devices * state->lanes_per_device;
 }
 
 extern "C" void cuda_batch_destroy(void *batch_ptr)
@@ -118,6 +110,7 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     enum ecg_status status = ECG_OK;
     struct cuda_state *state = (struct cuda_state *)state_ptr;
     struct cuda_batch *b = NULL;
+    const char *graphs_env = getenv("ECG_CUDA_BATCH_GRAPHS");
     *batch_out = NULL;
     if (lane >= cuda_batch_lanes(state) || max_batch == 0)
         return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cuda batch: lane %u of %u", lane,
@@ -131,7 +124,7 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->member = (struct cuda_ctx **)calloc(max_batch, sizeof *b->member);
     b->live = (bool *)calloc(max_batch, sizeof *b->live);
     b->graph = (struct front_graph *)calloc(max_batch, sizeof *b->graph);
-    b->use_graphs = getenv("ECG_CUDA_BATCH_GRAPHS") && !strcmp(getenv("ECG_CUDA_BATCH_GRAPHS"), "1");
+    b->use_graphs = !graphs_env || strcmp(graphs_env, "0") != 0;
     if (!b->member || !b->live || !b->graph) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
         goto out;

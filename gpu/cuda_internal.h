@@ -88,6 +88,7 @@ struct cuda_state {
     struct cuda_device dev[CUDA_MAX_DEVICES];
     unsigned next_ctx;       /* round-robin of contexts over devices (atomic) */
     unsigned next_upload;    /* round-robin of uploads over devices (atomic) */
+    unsigned lanes_per_device; /* batchers per device (dynamic batching) */
     char description[512];
 };
 

@@ -43,9 +43,11 @@ static const struct opt_def opts[] = {
      "default model: a name in the model directory, a path to a .ecgm file, or none "
      "(default default)"},
     {"--workers", "ECGD_WORKERS", OPT_UINT, FIELD(workers), 1, SVC_MAX_WORKERS, "N",
-     "concurrent analyses = engine worker contexts (default: number of CPUs)"},
+     "concurrent analyses = engine worker contexts (default: number of CPUs; where the CUDA "
+     "backend batches, at least --max-batch, as a batch's analyses wait in workers)"},
     {"--io-threads", "ECGD_IO_THREADS", OPT_UINT, FIELD(io_threads), 1, 64, "N",
-     "HTTP threads in the libmicrohttpd pool (default: workers, at least 2)"},
+     "HTTP threads in the libmicrohttpd pool (default: --workers when given, else the number "
+     "of CPUs; at least 2)"},
     {"--max-body-mb", "ECGD_MAX_BODY_MB", OPT_MB, FIELD(max_body_bytes), 1, 1u << 20, "MB",
      "largest request body in MiB, checked while it streams (default 256)"},
     {"--timeout-s", "ECGD_TIMEOUT_S", OPT_UINT, FIELD(timeout_s), 1, 86400, "S",
@@ -85,12 +87,14 @@ static const struct opt_def opts[] = {
      "none)"},
     {"--max-batch", "ECGD_MAX_BATCH", OPT_UINT, FIELD(max_batch), 1, 1024, "N",
      "CUDA backend: short analyses (one lead, at most 131072 samples) arriving together run as "
-     "one batch of at most N on each device, with the same answers (1 = each on its own pass; "
-     "default 1); the analyses of a batch wait in their worker threads, so --workers bounds "
-     "the batch"},
+     "one batch of at most N on each batcher, with the same answers (1 = each on its own pass, "
+     "as does ECG_CUDA_BATCH=0; the CPU backend never batches; default 64)"},
     {"--batch-window-us", "ECGD_BATCH_WINDOW_US", OPT_UINT, FIELD(batch_window_us), 0, 100000,
      "US", "how long a batch waits for more analyses after its first one, in microseconds "
      "(default 200)"},
+    {"--batch-lanes", "ECGD_BATCH_LANES", OPT_UINT, FIELD(batch_lanes), 1, ECG_BATCH_LANES_MAX,
+     "N", "CUDA backend: batchers per GPU, each queuing its batches from a thread of its own "
+     "(ECG_CUDA_BATCH_LANES overrides it; default 4)"},
 };
 
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -120,6 +124,22 @@ static void config_defaults(struct svc_config *cfg)
     cfg->async_min_bytes = (size_t)SVC_DEFAULT_ASYNC_MB << 20;
     cfg->max_batch = SVC_DEFAULT_MAX_BATCH;
     cfg->batch_window_us = SVC_DEFAULT_BATCH_WINDOW_US;
+    cfg->batch_lanes = ECG_BATCH_LANES_DEFAULT;
+}
+
+/*
+ * The worker count when neither --workers nor ECGD_WORKERS gave one: the number of CPUs, and at
+ * least max_batch where the engine will batch (CUDA): a batched analysis waits for its batch in
+ * its worker, so fewer workers than max_batch would cap every batch at the worker count (64
+ * workers for 64-wide batches on 4 lanes measured best on an H100 host, bench/RESULTS.md). The
+ * CPU backend never batches, and keeps the CPU count.
+ */
+static unsigned default_workers(const struct svc_config *cfg)
+{
+    struct ecg_engine_config engine = {.backend = cfg->backend, .max_batch = cfg->max_batch};
+    if (cfg->workers >= cfg->max_batch || !ecg_engine_would_batch(&engine))
+        return cfg->workers;
+    return cfg->max_batch < SVC_MAX_WORKERS ? cfg->max_batch : SVC_MAX_WORKERS;
 }
 
 /* Parses a whole decimal integer within [min, max]; false on anything else. */
@@ -219,11 +239,13 @@ static const struct opt_def *opt_find(const char *flag, size_t flag_len)
 enum svc_config_action svc_config_parse(struct svc_config *cfg, int argc, char **argv, FILE *out,
                                         FILE *errs)
 {
+    bool workers_given = false;
     config_defaults(cfg);
     for (size_t i = 0; i < N_OPTS; i++) {
         const char *value = getenv(opts[i].env);
         if (value && *value && !opt_set(&opts[i], value, opts[i].env, cfg, errs))
             return SVC_CONFIG_EXIT_USAGE;
+        workers_given |= value && *value && opts[i].offset == offsetof(struct svc_config, workers);
     }
 
     bool print_config = false, list_routes = false;
@@ -261,10 +283,15 @@ enum svc_config_action svc_config_parse(struct svc_config *cfg, int argc, char *
         }
         if (!opt_set(opt, value, opt->flag, cfg, errs))
             return SVC_CONFIG_EXIT_USAGE;
+        workers_given |= opt->offset == offsetof(struct svc_config, workers);
     }
 
+    /* the HTTP threads follow the CPU count or the operator's --workers, not the batching
+     * workers below: they only move bytes */
     if (!cfg->io_threads)
         cfg->io_threads = cfg->workers < 2 ? 2 : cfg->workers > 64 ? 64 : cfg->workers;
+    if (!workers_given)
+        cfg->workers = default_workers(cfg);
     if (!cfg->model[0]) {
         fprintf(errs, "ecgd serve: --model must not be empty (use \"none\" for no model)\n");
         return SVC_CONFIG_EXIT_USAGE;
@@ -323,6 +350,6 @@ void svc_config_write_json(const struct svc_config *cfg, struct ecg_buf *out)
                    cfg->max_conns_per_ip, cfg->memory_budget_bytes, cfg->store_bytes,
                    cfg->store_ttl_s, cfg->async_min_bytes);
     put_string(out, cfg->cors_origin);
-    ecg_buf_printf(out, ",\"max_batch\":%u,\"batch_window_us\":%u}", cfg->max_batch,
-                   cfg->batch_window_us);
+    ecg_buf_printf(out, ",\"max_batch\":%u,\"batch_window_us\":%u,\"batch_lanes\":%u}",
+                   cfg->max_batch, cfg->batch_window_us, cfg->batch_lanes);
 }

@@ -29,7 +29,7 @@
 #define SVC_DEFAULT_STORE_MB 1024u
 #define SVC_DEFAULT_STORE_TTL_S 3600u
 #define SVC_DEFAULT_ASYNC_MB 100u
-#define SVC_DEFAULT_MAX_BATCH 1u
+#define SVC_DEFAULT_MAX_BATCH 64u
 #define SVC_DEFAULT_BATCH_WINDOW_US 200u
 
 struct svc_config {
@@ -57,6 +57,7 @@ struct svc_config {
     char cors_origin[1024];        /* allowed origins, comma-separated, or "*"; "" = none */
     unsigned max_batch;            /* analyses per GPU batch; 1 = no batching */
     unsigned batch_window_us;      /* how long a batch waits for more after its first one */
+    unsigned batch_lanes;          /* batchers per GPU */
 };
 
 enum svc_config_action {

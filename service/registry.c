@@ -183,13 +183,23 @@ struct ecg_engine *svc_registry_engine(struct svc_registry *reg, struct svc_mode
             .device = reg->cfg->device,
             .max_batch = reg->cfg->max_batch,
             .batch_window_us = reg->cfg->batch_window_us,
+            .batch_lanes = reg->cfg->batch_lanes,
         };
         entry->engine = ecg_engine_create(&config, err);
-        if (entry->engine)
+        if (entry->engine) {
             svc_log("info", "engine_ready", "model %s: backend %s on %s%s%s",
                     entry->model ? entry->name : "none", ecg_engine_backend(entry->engine),
                     ecg_engine_device(entry->engine), ecg_engine_note(entry->engine)[0] ? "; " : "",
                     ecg_engine_note(entry->engine));
+            /* an operator's --workers below --max-batch bounds every batch: said, not silent */
+            config.backend = strcmp(ecg_engine_backend(entry->engine), "cuda") ? ECG_BACKEND_CPU
+                                                                              : ECG_BACKEND_CUDA;
+            if (config.workers < config.max_batch && ecg_engine_would_batch(&config))
+                svc_log("warn", "batch_capped",
+                        "--workers %u caps every batch at %u analyses (--max-batch %u): a "
+                        "batch's analyses wait in workers; raise --workers, or leave it unset",
+                        config.workers, config.workers, config.max_batch);
+        }
     }
     struct ecg_engine *engine = entry->engine;
     pthread_mutex_unlock(&reg->mutex);

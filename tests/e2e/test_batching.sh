@@ -2,15 +2,16 @@
 # test_batching.sh - dynamic batching through the service: --max-batch/--batch-window-us reach
 # the engine, batched answers over HTTP equal an unbatched server's byte for byte (every field
 # but timing_ms), refusals too, and /metrics shows the batches (ecgd_batch_size,
-# ecgd_batch_queue_delay_seconds). Without a GPU the CPU backend batches under ECG_BATCH_ANY=1
-# (engine/batch.c's stage-by-stage runner); on a device, ECGD_TEST_BACKEND=cuda runs the same
-# against the CUDA backend's own batches.
+# ecgd_batch_queue_delay_seconds), a --workers below --max-batch is warned about at start
+# (batch_capped), and --print-config shows the settings. Without a GPU the CPU backend batches
+# under ECG_BATCH_ANY=1 (engine/batch.c's stage-by-stage runner); on a device,
+# ECGD_TEST_BACKEND=cuda runs the same against the CUDA backend's own batches.
 set -u
 ECGD=${ECGD:-build/ecgd}
 . "$(dirname "$0")/lib.sh"
 export ECG_BATCH_ANY=1
 
-start_server "$tmp/plain.log" --workers 4 --model models/default.ecgm ||
+start_server "$tmp/plain.log" --workers 4 --max-batch 1 --model models/default.ecgm ||
     { echo "not ok 1 - unbatched server did not start"; cat "$tmp/plain.log"; exit 1; }
 plain=$PORT
 start_server "$tmp/batch.log" --workers 24 --max-batch 16 --batch-window-us 50000 \
@@ -20,7 +21,9 @@ batch=$PORT
 
 check "--print-config shows the batching settings" \
     bash -c "'$ECGD' serve --max-batch 8 --batch-window-us 50 --print-config |
-             grep -q '\"max_batch\":8,\"batch_window_us\":50'"
+             grep -q '\"max_batch\":8,\"batch_window_us\":50,\"batch_lanes\":4'"
+check "the batching server's log has no batch_capped warning (24 workers, batches of 16)" \
+    bash -c "! grep -q '\"event\":\"batch_capped\"' '$tmp/batch.log'"
 check "--max-batch 0 is refused (exit 2)" \
     bash -c "'$ECGD' serve --max-batch 0 --print-config >/dev/null 2>&1; [ \$? = 2 ]"
 
@@ -93,6 +96,13 @@ PORT=$plain
 req GET /metrics >/dev/null
 check "/metrics of the unbatched server: no batched analysis" \
     grep -q '^ecgd_batch_size_count 0$' "$tmp/body"
+
+# fewer workers than --max-batch (64 by default) bound every batch: the log says so at start
+start_server "$tmp/capped.log" --workers 2 --model none ||
+    not_ok "capped server did not start"
+check "--workers 2 under --max-batch 64: a batch_capped warning at start" \
+    grep -q '"event":"batch_capped".*--workers 2 caps every batch at 2' "$tmp/capped.log"
+kill -TERM "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
 
 echo "# $n checks, $failures failed"
 [ "$failures" -eq 0 ]

@@ -4,8 +4,10 @@
  * lengths, rates and formats, with the shipped model, batched by up to 64 within 2 ms, must
  * give the answers of the unbatched engine (--max-batch 1) byte for byte; then 64 requests of
  * one shape three times over, so that the batch contexts' fronts are captured as CUDA graphs
- * and replayed (ECG_CUDA_BATCH_GRAPHS=1), with the same check. Skips, visibly, where there is
- * no device.
+ * and replayed (ECG_CUDA_BATCH_GRAPHS=1, the default; the first test sets 0), with the same
+ * check. The batched engine has the default batchers per device (4: each batch takes every
+ * fourth request); run-device.sh runs the quick mode again with ECG_CUDA_BATCH_LANES=1. Skips,
+ * visibly, where there is no device.
  *
  * ECG_BATCH_TEST_MODEL may name another model file. ECG_GPU_DATA overrides the records' place;
  * ECG_GPU_QUICK=1 (compute-sanitizer) runs fewer rounds.

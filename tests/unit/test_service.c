@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -117,7 +118,8 @@ static enum svc_config_action parse(struct svc_config *cfg, int argc, const char
 static const char *const all_vars[] = {
     "ECGD_PORT", "ECGD_BIND", "ECGD_BACKEND", "ECGD_DEVICE", "ECGD_MODEL_DIR", "ECGD_MODEL",
     "ECGD_WORKERS", "ECGD_IO_THREADS", "ECGD_MAX_BODY_MB", "ECGD_TIMEOUT_S",
-    "ECGD_QUEUE_DEPTH", "ECGD_DRAIN_S", "ECGD_TOKEN",
+    "ECGD_QUEUE_DEPTH", "ECGD_DRAIN_S", "ECGD_TOKEN", "ECGD_MAX_BATCH", "ECGD_BATCH_WINDOW_US",
+    "ECGD_BATCH_LANES", "ECG_BATCH_ANY", "ECG_CUDA_BATCH",
 };
 
 static void clear_env(void)
@@ -192,6 +194,56 @@ static void test_config(void **state)
     assert_null(strstr(json.data, "secret-value"));
     assert_non_null(strstr(json.data, "\"token\":\"(set)\""));
     ecg_buf_fini(&json);
+}
+
+/* Dynamic batching is on by default where the engine batches (ECG_BATCH_ANY=1 stands in for a
+ * CUDA device here), and the default workers then rise to --max-batch, since a batch's analyses
+ * wait in workers; an operator's --workers or ECGD_WORKERS is kept, and the HTTP threads stay
+ * at the CPU count. The CPU backend never batches and keeps the CPU count. */
+static void test_config_batching(void **state)
+{
+    (void)state;
+    struct svc_config cfg;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned cpus = online < 1 ? 1u : online > 64 ? 64u : (unsigned)online;
+    unsigned io = cpus < 2 ? 2u : cpus;
+    clear_env();
+
+    const char *cpu[] = {"serve", "--backend", "cpu"};
+    assert_int_equal(parse(&cfg, 3, cpu), SVC_CONFIG_RUN);
+    assert_int_equal(cfg.max_batch, 64);
+    assert_int_equal(cfg.batch_window_us, 200);
+    assert_int_equal(cfg.batch_lanes, 4);
+    assert_int_equal(cfg.workers, cpus);
+    assert_int_equal(cfg.io_threads, io);
+
+    setenv("ECG_BATCH_ANY", "1", 1);
+    assert_int_equal(parse(&cfg, 3, cpu), SVC_CONFIG_RUN);
+    assert_int_equal(cfg.workers, cpus > 64 ? cpus : 64);
+    assert_int_equal(cfg.io_threads, io);
+    const char *wide[] = {"serve", "--backend", "cpu", "--max-batch", "100", "--batch-lanes", "2"};
+    assert_int_equal(parse(&cfg, 7, wide), SVC_CONFIG_RUN);
+    assert_int_equal(cfg.workers, 100);
+    assert_int_equal(cfg.batch_lanes, 2);
+    const char *given[] = {"serve", "--backend", "cpu", "--workers", "8"};
+    assert_int_equal(parse(&cfg, 5, given), SVC_CONFIG_RUN);
+    assert_int_equal(cfg.workers, 8);
+    assert_int_equal(cfg.io_threads, 8);
+    setenv("ECGD_WORKERS", "7", 1);
+    assert_int_equal(parse(&cfg, 3, cpu), SVC_CONFIG_RUN);
+    assert_int_equal(cfg.workers, 7);
+    unsetenv("ECGD_WORKERS");
+    const char *off[] = {"serve", "--backend", "cpu", "--max-batch", "1"};
+    assert_int_equal(parse(&cfg, 5, off), SVC_CONFIG_RUN);
+    assert_int_equal(cfg.workers, cpus);
+    setenv("ECG_CUDA_BATCH", "0", 1);
+    assert_int_equal(parse(&cfg, 3, cpu), SVC_CONFIG_RUN);
+    assert_int_equal(cfg.workers, cpus);
+
+    const char *bad[][3] = {{"serve", "--batch-lanes", "0"}, {"serve", "--batch-lanes", "9"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(parse(&cfg, 3, bad[i]), SVC_CONFIG_EXIT_USAGE);
+    clear_env();
 }
 
 static void test_metrics_render(void **state)
@@ -350,7 +402,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_route_match),   cmocka_unit_test(test_http_status),
-        cmocka_unit_test(test_config),        cmocka_unit_test(test_metrics_render),
+        cmocka_unit_test(test_config),        cmocka_unit_test(test_config_batching),
+        cmocka_unit_test(test_metrics_render),
         cmocka_unit_test(test_json_string),   cmocka_unit_test(test_jobs_all_run),
         cmocka_unit_test(test_jobs_cancel),
     };
