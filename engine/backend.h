@@ -176,7 +176,7 @@ struct ecg_backend_ops {
 
     /* Optional, all or none (NULL: engine/batch.c runs a batch's members one after another
      * through the stages above, on a context of its own): dynamic batching.
-     * batch_lanes: how many batchers the engine starts (CUDA: one per device).
+     * batch_lanes: how many batchers the engine starts (CUDA: config->batch_lanes per device).
      * batch_create: what the batches of lane (< batch_lanes) run on, for up to max_batch
      *   members (CUDA: contexts on the lane's device, pinned memory); *batch NULL on failure.
      * batch_run: analyses n <= max_batch members, each exactly as load + resample + filter +

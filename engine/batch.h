@@ -2,12 +2,13 @@
  * batch.h - dynamic batching of short analyses (internal to the engine), in the spirit of
  * Triton's dynamic batcher.
  *
- * A batcher holds one lane per device of the backend (ops->batch_lanes; one lane for a backend
- * without batch operations). Each lane has a FIFO of waiting analyses and one thread: it takes
- * the first analysis waiting, keeps collecting until max_batch are there, or window_us have passed
- * since that first one arrived, or no other analysis is on its way to the batcher (announced:
- * its body being read), and runs them as one batch (ops->batch_run, or the stages one
- * member after another on a context of its own). Analyses go to the lanes in turn.
+ * A batcher holds ops->batch_lanes lanes (CUDA: config->batch_lanes per device; one for a
+ * backend without batch operations). Each lane has a FIFO of waiting analyses and one thread:
+ * it takes the first analysis waiting, keeps collecting until max_batch are there, or
+ * window_us have passed since that first one arrived, or no other analysis is on its way to
+ * the batcher (announced: its body being read), and runs them as one batch (ops->batch_run, or
+ * the stages one member after another on a context of its own). Analyses go to the lanes in
+ * turn.
  *
  * The batcher also keeps the plans of the rates it has seen (a plan costs more to design than a
  * short strip costs to analyse), shared by the batches that use them.

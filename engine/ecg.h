@@ -262,10 +262,10 @@ struct ecg_engine_config {
     int device;                    /* CUDA device ordinal; -1 = every visible device */
     /* Dynamic batching (engine/batch.c): analyses of at most ECG_BATCH_MAX_SAMPLES samples that
      * arrive within batch_window_us of the first one waiting run as one batch, at most max_batch
-     * of them, on one batcher per device. max_batch <= 1 (or ECG_CUDA_BATCH=0 in the
-     * environment) leaves every analysis on its own pass. Answers are identical either way.
-     * batch_lanes: batchers per CUDA device, 0 = ECG_BATCH_LANES_DEFAULT (ECG_CUDA_BATCH_LANES
-     * in the environment, 1..8, overrides it). */
+     * of them, on one of the batchers (batch_lanes per device). max_batch <= 1 (or
+     * ECG_CUDA_BATCH=0 in the environment) leaves every analysis on its own pass. Answers are
+     * identical either way. batch_lanes: batchers per CUDA device, 0 = ECG_BATCH_LANES_DEFAULT
+     * (ECG_CUDA_BATCH_LANES in the environment, 1..8, overrides it). */
     unsigned max_batch;
     unsigned batch_window_us;
     unsigned batch_lanes;
