@@ -4,6 +4,7 @@
  * through the batcher (ecg_batcher_analyze).
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -417,7 +418,11 @@ enum ecg_status ecg_batcher_analyze(struct ecg_batcher *b, const struct ecg_batc
         sig = own;
     }
     *decoded = sig;
-    if (!batchable(sig) || ecg_batcher_plan_get(b, sig->fs_hz, &m.plan, &ignored) != ECG_OK)
+    /* An fs given that the recording contradicts goes its own pass, which says conflicting_fs. */
+    bool fs_conflicts = in->opts && in->opts->fs_hz > 0 &&
+                        fabs(in->opts->fs_hz - sig->fs_hz) > 1e-9 * sig->fs_hz;
+    if (!batchable(sig) || fs_conflicts ||
+        ecg_batcher_plan_get(b, sig->fs_hz, &m.plan, &ignored) != ECG_OK)
         goto out;
     timing.read_ms = batch_now_ms() - t0;
     geom = ecg_quality_geometry_of(sig->n, sig->fs_hz);
@@ -450,6 +455,8 @@ enum ecg_status ecg_batcher_analyze(struct ecg_batcher *b, const struct ecg_batc
     snprintf(m.result->lead, sizeof m.result->lead, "%s", sig->lead);
     m.result->n_leads = 1;
     snprintf(m.result->leads[0], sizeof m.result->leads[0], "%s", sig->lead);
+    snprintf(m.result->time_column, sizeof m.result->time_column, "%s", sig->time_column);
+    m.result->fs_from_time = sig->fs_from_time;
     status = ecg_result_assess(m.result, windows, geom.n_win, &timing, err);
     if (status != ECG_OK)
         goto out;

@@ -104,6 +104,9 @@ struct ecg_signal {
     size_t n_extra;                          /* further leads, at most ECG_MAX_LEADS - 1 */
     float *extra[ECG_MAX_LEADS - 1];         /* owned; n values each */
     char extra_lead[ECG_MAX_LEADS - 1][32];  /* their labels, as lead */
+    char time_column[32]; /* CSV: the time (or sample index) column skipped, by its header
+                           * name or "column 1"; "" when there was none */
+    bool fs_from_time;    /* fs_hz was measured from that time column */
 };
 void ecg_signal_free(struct ecg_signal *sig); /* frees every lead, zeroes the struct; NULL ok */
 
@@ -153,6 +156,16 @@ bool ecg_lead_is_list(const char *selection);
  */
 enum ecg_status ecg_read_memory(const void *buf, size_t len, const struct ecg_read_opts *opts,
                                 struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
+
+/*
+ * Reads a WFDB record held in memory: the header text (sent as hea_name) and the signal file
+ * that holds the selected lead, which must be the one the header names (dat_name, without a
+ * directory). Formats 212 and 16, as from files. Same contract as ecg_read_memory().
+ */
+enum ecg_status ecg_read_wfdb_memory(const char *hea_name, const char *hea, size_t hea_len,
+                                     const char *dat_name, const void *dat, size_t dat_len,
+                                     const struct ecg_read_opts *opts, struct ecg_signal *out,
+                                     struct ecg_error *err) ECG_WUR;
 
 /* Reads a file (for WFDB, PATH is the record path with or without ".hea"). Same contract. */
 enum ecg_status ecg_read_file(const char *path, const struct ecg_read_opts *opts,
@@ -386,6 +399,8 @@ struct ecg_result {
     char lead[32];     /* the lead the beat table and the model read */
     size_t n_leads;    /* the leads detection used: leads[0] is lead, then the others */
     char leads[ECG_MAX_LEADS][32];
+    char time_column[32];  /* CSV: the time column skipped (ecg_signal), or "" */
+    bool fs_from_time;     /* fs_hz was measured from it */
     struct ecg_timing timing;
     /* signal quality (engine/quality.c) */
     float *beat_quality;   /* 0 (unreadable) .. 1, the quality of the stretch at the R peak */
@@ -521,6 +536,18 @@ enum ecg_status ecg_engine_analyze_keep(struct ecg_engine *engine, struct ecg_up
                                         const struct ecg_read_opts *opts, struct ecg_result **out,
                                         struct ecg_trace **trace, float **embedding,
                                         struct ecg_error *err) ECG_WUR;
+
+/*
+ * ecg_engine_analyze() of a signal decoded already (a WFDB record sent as two parts) with the
+ * options it was read with (opts->fs_hz, when set, must agree with signal->fs_hz:
+ * conflicting_fs), keeping it as *trace when trace is not NULL and handing back the embedded
+ * beats when embedding is not NULL. Same contract as ecg_engine_analyze_keep().
+ */
+enum ecg_status ecg_engine_analyze_signal_keep(struct ecg_engine *engine,
+                                               const struct ecg_signal *signal,
+                                               const struct ecg_read_opts *opts,
+                                               struct ecg_result **out, struct ecg_trace **trace,
+                                               float **embedding, struct ecg_error *err) ECG_WUR;
 
 /* Samples in the trace, and the bytes of memory it holds (host or device). NULL: 0. */
 size_t ecg_trace_len(const struct ecg_trace *trace);

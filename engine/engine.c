@@ -368,6 +368,8 @@ struct analyze_input {
 struct lead_names {
     size_t n;
     char name[ECG_MAX_LEADS][32];
+    char time_column[32];  /* a CSV's time column skipped (read_csv_time.c), or "" */
+    bool fs_from_time;     /* the rate was measured from it */
 };
 
 /* Loads a decoded signal, all its leads, into the context. */
@@ -381,6 +383,8 @@ static enum ecg_status load_signal(const struct ecg_backend_ops *ops, void *ctx,
     snprintf(leads->name[0], 32, "%s", sig->lead);
     for (size_t i = 0; i < sig->n_extra; i++)
         snprintf(leads->name[i + 1], 32, "%s", sig->extra_lead[i]);
+    snprintf(leads->time_column, sizeof leads->time_column, "%s", sig->time_column);
+    leads->fs_from_time = sig->fs_from_time;
     if (!sig->samples || sig->n == 0)
         return ecg_fail(err, ECG_ERR_FORMAT, "empty_input", "the recording has no samples");
     if (sig->n_extra >= ECG_MAX_LEADS)
@@ -424,6 +428,12 @@ static enum ecg_status load_input(struct ecg_engine *engine, void *ctx,
     status = load_signal(ops, ctx, &sig, n, fs_hz, leads, err);
     ecg_signal_free(&sig);
     return status;
+}
+
+/* True when opts give a rate (fs) that is not the one the recording carries (fs_hz). */
+static bool fs_conflicts(const struct ecg_read_opts *opts, double fs_hz)
+{
+    return opts && opts->fs_hz > 0 && fabs(opts->fs_hz - fs_hz) > 1e-9 * fs_hz;
 }
 
 enum ecg_status ecg_result_assess(struct ecg_result *result,
@@ -472,6 +482,14 @@ static enum ecg_status analyze_alone(struct ecg_engine *engine, const struct ana
     } while (0)
 
     STAGE(read_ms, load_input(engine, ctx, in, &n_in, &fs_hz, &leads, err));
+    /* A rate given with a recording that carries its own (JSON "fs", EDF, WFDB) must agree with
+     * it: neither may silently win over the other. */
+    if (fs_conflicts(in->opts, fs_hz)) {
+        status = ecg_fail(err, ECG_ERR_ARG, "conflicting_fs",
+                          "fs=%g was given, but the recording says %g Hz: give one, or the same",
+                          in->opts->fs_hz, fs_hz);
+        goto out;
+    }
     status = slot_plan(engine, slot, fs_hz, &plan, err);
     if (status != ECG_OK)
         goto out;
@@ -538,6 +556,8 @@ static enum ecg_status analyze_alone(struct ecg_engine *engine, const struct ana
     status = ecg_result_assess(result, windows, quality_geom.n_win, &timing, err);
     if (status != ECG_OK)
         goto out;
+    snprintf(result->time_column, sizeof result->time_column, "%s", leads.time_column);
+    result->fs_from_time = leads.fs_from_time;
     timing.total_ms = now_ms() - t0;
     result->timing = timing;
     *out = result;
@@ -683,6 +703,21 @@ enum ecg_status ecg_engine_analyze_keep(struct ecg_engine *engine, struct ecg_up
         in.bytes = up->buf;
         in.upload = up->engine == engine ? up : NULL;
     }
+    return analyze(engine, &in, out, embedding, err);
+}
+
+enum ecg_status ecg_engine_analyze_signal_keep(struct ecg_engine *engine,
+                                               const struct ecg_signal *signal,
+                                               const struct ecg_read_opts *opts,
+                                               struct ecg_result **out, struct ecg_trace **trace,
+                                               float **embedding, struct ecg_error *err)
+{
+    struct analyze_input in = {.signal = signal, .opts = opts, .trace = trace};
+    *out = NULL;
+    if (trace)
+        *trace = NULL;
+    if (embedding)
+        *embedding = NULL;
     return analyze(engine, &in, out, embedding, err);
 }
 

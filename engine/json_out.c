@@ -333,6 +333,11 @@ void ecg_result_write_json(const struct ecg_result *r, const struct ecg_engine *
         put_string(out, r->n_leads ? r->leads[i] : r->lead);
     }
     ecg_buf_puts(out, "]");
+    if (r->time_column[0]) {
+        ecg_buf_puts(out, ",\"time_column\":");
+        put_string(out, r->time_column);
+        ecg_buf_puts(out, r->fs_from_time ? ",\"fs_from\":\"time_column\"" : ",\"fs_from\":\"fs\"");
+    }
     ecg_buf_puts(out, "}");
     put_quality(out, r);
     if (include & ECG_INCLUDE_SUMMARY)

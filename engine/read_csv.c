@@ -4,8 +4,10 @@
  * Accepted: LF or CRLF line ends; blank (or all-space) lines anywhere; an optional UTF-8 byte
  * order mark; an optional header row (the first non-blank line, when its chosen field - or, for
  * a lead chosen by name, any field - starts with a letter, '_' or a quote); columns separated
- * by ',', ';' or tab (whichever the first non-blank line uses, in that order of preference);
- * spaces around fields. Only the selected column (opts->lead: 0-based index, or a header name)
+ * by ';', ',' or tab (whichever the first non-blank line uses, in that order of preference);
+ * spaces around fields. With ';' between columns, a comma in a number is its decimal mark
+ * ("1,25;1,30", as European spreadsheets export): a comma cannot separate columns there, so it
+ * is read as '.' (a field holding both ',' and '.' is refused, not guessed). Only the selected column (opts->lead: 0-based index, or a header name)
  * must hold numbers; every field of the rows must still be text (no control bytes). Numbers are
  * decimal (ecg_parse_float): "nan", "inf" and values beyond the float range are refused with
  * their line and column.
@@ -162,10 +164,11 @@ static enum ecg_status out_of_range(const struct csv_state *st, size_t column, c
                     q);
 }
 
-/* Picks the delimiter from the first non-blank line [ls, le). */
+/* Picks the delimiter from the first non-blank line [ls, le). ';' goes first: a line holding
+ * both ';' and ',' is ';'-separated with decimal commas. */
 static char sniff_delim(const char *ls, const char *le)
 {
-    static const char candidates[] = {',', ';', '\t'};
+    static const char candidates[] = {';', ',', '\t'};
     for (size_t i = 0; i < sizeof candidates; i++)
         if (memchr(ls, candidates[i], (size_t)(le - ls)))
             return candidates[i];
@@ -227,8 +230,8 @@ static size_t count_fields(const struct csv_state *st, const char *ls, const cha
     return n;
 }
 
-enum ecg_status read_csv(const char *buf, size_t len, const struct ecg_read_opts *opts,
-                         struct ecg_signal *out, struct ecg_error *err)
+enum ecg_status read_csv_column(const char *buf, size_t len, const struct ecg_read_opts *opts,
+                                struct ecg_signal *out, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     struct sample_buf sb = {.max = opts->max_samples};
@@ -361,6 +364,17 @@ enum ecg_status read_csv(const char *buf, size_t len, const struct ecg_read_opts
         trim_field(&st, &fs, &fe);
         float v = 0;
         const char *q = (fs < fe) ? ecg_parse_float(fs, fe, &v) : fs;
+        if (st.delim == ';' && q != fe && q > fs && *q == ',') {
+            /* a decimal comma: the number again with '.', from a copy of the field */
+            char number[64];
+            size_t n = (size_t)(fe - fs);
+            if (n < sizeof number && !memchr(fs, '.', n)) {
+                memcpy(number, fs, n);
+                number[q - fs] = '.';
+                const char *r = ecg_parse_float(number, number + n, &v);
+                q = r == number + n ? fe : fs + (r - number);
+            }
+        }
         if (q == fs || q != fe) {
             status = bad_value(&st, column, fs, fe, err);
             goto out;

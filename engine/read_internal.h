@@ -19,9 +19,23 @@
 
 /* ---------------------------------------------------------------- one reader per format */
 
-/* CSV/text: one or more columns; rate from opts->fs_hz. */
+/* CSV/text: one or more columns; rate from opts->fs_hz, or from a time column
+ * (read_csv_time.c: recognised, skipped, checked against fs, reported in out->time_column). */
 enum ecg_status read_csv(const char *buf, size_t len, const struct ecg_read_opts *opts,
                          struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
+
+/* One column of a CSV (opts->lead, default the first), as the file holds it: read_csv.c. */
+enum ecg_status read_csv_column(const char *buf, size_t len, const struct ecg_read_opts *opts,
+                                struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
+
+/*
+ * True when, with no lead chosen, a CSV's first column looks like time or a sample index
+ * rather than a signal: a header naming it so ("time", "t", "time_s", "time (ms)",
+ * "timestamp", "elapsed time", "sample", "index"...), or, without a header, its first rows
+ * strictly increasing by steady steps; and there is a second column. read_csv() then verifies
+ * the whole column. The CUDA backend hands such files to the host reader.
+ */
+bool read_csv_time_column_likely(const char *buf, size_t len, const struct ecg_read_opts *opts);
 
 /* Raw little-endian samples: format is ECG_FORMAT_F32, _F64 or _I16; rate from opts->fs_hz. */
 enum ecg_status read_raw(const void *buf, size_t len, enum ecg_format format,

@@ -259,24 +259,31 @@ static enum ecg_status decode_samples(const struct wfdb_header *h, int first, in
     return ECG_OK;
 }
 
-enum ecg_status read_wfdb_file(const char *path, const struct ecg_read_opts *opts,
-                               struct ecg_signal *out, struct ecg_error *err)
+/* Where the signal file of a record comes from: a file beside the header, or memory. */
+struct dat_source {
+    const char *dir;        /* files: the header's directory ("" or ending in '/') */
+    const char *name;       /* memory: the file name the data was sent under */
+    const char *data;       /* memory: the bytes */
+    size_t len;
+};
+
+/* The record from its header text and signal file: both readers' common part. */
+static enum ecg_status read_wfdb_record(const char *text, size_t text_len, const char *hea,
+                                        const struct dat_source *src,
+                                        const struct ecg_read_opts *opts,
+                                        struct ecg_signal *out, struct ecg_error *err)
 {
     enum ecg_status status;
-    char base[PATH_MAX], dir[PATH_MAX], hea[PATH_MAX + 8], dat[PATH_MAX * 2];
-    char *text = NULL, *data = NULL;
+    char dat[PATH_MAX * 2];
+    char *file_data = NULL;
+    const char *data = NULL;
+    size_t data_len = 0;
     float *samples = NULL;
-    size_t text_len = 0, data_len = 0;
     struct wfdb_header *h = calloc(1, sizeof *h);
 
     memset(out, 0, sizeof *out);
     if (!h)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "WFDB header");
-    record_paths(path, base, sizeof base, dir, sizeof dir);
-    snprintf(hea, sizeof hea, "%s.hea", base);
-    status = slurp(hea, &text, &text_len, err);
-    if (status != ECG_OK)
-        goto out;
     if (memchr(text, '\0', text_len)) {
         status = ecg_fail(err, ECG_ERR_FORMAT, "bad_wfdb", "%s: binary data in header", hea);
         goto out;
@@ -313,10 +320,23 @@ enum ecg_status read_wfdb_file(const char *path, const struct ecg_read_opts *opt
                           sig->file);
         goto out;
     }
-    snprintf(dat, sizeof dat, "%s%s", dir, sig->file);
-    status = slurp(dat, &data, &data_len, err);
-    if (status != ECG_OK)
-        goto out;
+    if (src->dir) {
+        snprintf(dat, sizeof dat, "%s%s", src->dir, sig->file);
+        status = slurp(dat, &file_data, &data_len, err);
+        if (status != ECG_OK)
+            goto out;
+        data = file_data;
+    } else {
+        if (strcmp(src->name, sig->file) != 0) {
+            status = ecg_fail(err, ECG_ERR_FORMAT, "bad_wfdb",
+                              "%s: signal %d is in \"%s\", but the signal file sent is \"%s\"",
+                              hea, which, sig->file, src->name);
+            goto out;
+        }
+        snprintf(dat, sizeof dat, "%s", src->name);
+        data = src->data;
+        data_len = src->len;
+    }
     size_t bytes_per_frame_x2 = sig->format == 16 ? 4 * (size_t)count : 3 * (size_t)count;
     size_t frames = (data_len * 2) / bytes_per_frame_x2;
     if (h->n_samples >= 0) {
@@ -351,9 +371,45 @@ enum ecg_status read_wfdb_file(const char *path, const struct ecg_read_opts *opt
     samples = NULL;
 out:
     free(samples);
-    free(data);
-    free(text);
+    free(file_data);
     free(h);
+    return status;
+}
+
+enum ecg_status read_wfdb_file(const char *path, const struct ecg_read_opts *opts,
+                               struct ecg_signal *out, struct ecg_error *err)
+{
+    char base[PATH_MAX], dir[PATH_MAX], hea[PATH_MAX + 8];
+    char *text = NULL;
+    size_t text_len = 0;
+
+    memset(out, 0, sizeof *out);
+    record_paths(path, base, sizeof base, dir, sizeof dir);
+    snprintf(hea, sizeof hea, "%s.hea", base);
+    enum ecg_status status = slurp(hea, &text, &text_len, err);
+    if (status != ECG_OK)
+        return status;
+    struct dat_source src = {.dir = dir};
+    status = read_wfdb_record(text, text_len, hea, &src, opts, out, err);
+    free(text);
+    return status;
+}
+
+enum ecg_status ecg_read_wfdb_memory(const char *hea_name, const char *hea, size_t hea_len,
+                                     const char *dat_name, const void *dat, size_t dat_len,
+                                     const struct ecg_read_opts *opts, struct ecg_signal *out,
+                                     struct ecg_error *err)
+{
+    /* The header parser reads a NUL-terminated text. */
+    char *text = malloc(hea_len + 1);
+    memset(out, 0, sizeof *out);
+    if (!text)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "WFDB header");
+    memcpy(text, hea, hea_len);
+    text[hea_len] = '\0';
+    struct dat_source src = {.name = dat_name, .data = dat, .len = dat_len};
+    enum ecg_status status = read_wfdb_record(text, hea_len, hea_name, &src, opts, out, err);
+    free(text);
     return status;
 }
 

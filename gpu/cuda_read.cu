@@ -259,8 +259,11 @@ static bool csv_head_read(const char *buf, size_t len, const struct ecg_read_opt
     for (const char *c = ls; c < le; c++)
         if ((unsigned char)*c < 0x20 && *c != '\t')
             return false;
+    /* ';' files (whose numbers may have decimal commas: read_csv.c) and files whose first
+     * column may be time (read_csv_time.c) go to the host reader */
+    if (memchr(ls, ';', (size_t)(le - ls)) || read_csv_time_column_likely(buf, len, opts))
+        return false;
     h->delim = memchr(ls, ',', (size_t)(le - ls))    ? ','
-               : memchr(ls, ';', (size_t)(le - ls))  ? ';'
                : memchr(ls, '\t', (size_t)(le - ls)) ? '\t'
                                                      : 0;
     name = read_lead_index(opts->lead, &index) ? NULL : opts->lead;

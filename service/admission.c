@@ -268,7 +268,8 @@ bool svc_admission_decide(struct svc_request *req)
     /* GET routes take no body; decode takes a small one. */
     if (is_get)
         req->body_limit = 0;
-    else if (req->route == SVC_ROUTE_DECODE && req->body_limit > SVC_SMALL_BODY_BYTES)
+    else if ((req->route == SVC_ROUTE_DECODE || req->route == SVC_ROUTE_RELOAD) &&
+             req->body_limit > SVC_SMALL_BODY_BYTES)
         req->body_limit = SVC_SMALL_BODY_BYTES;
     if (declared > req->body_limit)
         return REFUSE(req, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
@@ -278,7 +279,7 @@ bool svc_admission_decide(struct svc_request *req)
 
     bool needs_models = req->route == SVC_ROUTE_ANALYZE || req->route == SVC_ROUTE_MODELS ||
                         req->route == SVC_ROUTE_MODEL || req->route == SVC_ROUTE_DECODE ||
-                        req->route == SVC_ROUTE_ANALYSES;
+                        req->route == SVC_ROUTE_ANALYSES || req->route == SVC_ROUTE_RELOAD;
     if (needs_models && !atomic_load(&srv->ready)) {
         svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
                          "the engine and models are still loading");
@@ -290,6 +291,7 @@ bool svc_admission_decide(struct svc_request *req)
 
     bool prepared = req->route == SVC_ROUTE_ANALYZE    ? svc_analyze_prepare(req)
                     : req->route == SVC_ROUTE_ANALYSES ? svc_analyses_prepare(req)
+                    : req->route == SVC_ROUTE_RELOAD   ? svc_reload_prepare(req)
                                                        : svc_decode_prepare(req);
     return prepared || refuse(req);
 }
@@ -349,6 +351,8 @@ static void request_job(struct svc_job *job, bool cancelled)
         svc_analyze_run(req);
     } else if (req->route == SVC_ROUTE_ANALYSES) {
         svc_analyses_run(req);
+    } else if (req->route == SVC_ROUTE_RELOAD) {
+        svc_reload_run(req);
     } else {
         svc_decode_run(req);
     }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "cpus.h"
 
 enum opt_kind { OPT_STR, OPT_UINT, OPT_INT, OPT_BACKEND, OPT_MB };
 
@@ -43,8 +44,9 @@ static const struct opt_def opts[] = {
      "default model: a name in the model directory, a path to a .ecgm file, or none "
      "(default default)"},
     {"--workers", "ECGD_WORKERS", OPT_UINT, FIELD(workers), 1, SVC_MAX_WORKERS, "N",
-     "concurrent analyses = engine worker contexts (default: number of CPUs; where the CUDA "
-     "backend batches, at least --max-batch, as a batch's analyses wait in workers)"},
+     "concurrent analyses = engine worker contexts (default: the CPUs this process may use - "
+     "its affinity mask, capped by its cgroup's cpu.max quota; where the CUDA backend "
+     "batches, at least --max-batch, as a batch's analyses wait in workers)"},
     {"--io-threads", "ECGD_IO_THREADS", OPT_UINT, FIELD(io_threads), 1, 64, "N",
      "HTTP threads in the libmicrohttpd pool (default: --workers when given, else the number "
      "of CPUs; at least 2)"},
@@ -108,8 +110,9 @@ static void config_defaults(struct svc_config *cfg)
     cfg->device = -1;
     snprintf(cfg->model_dir, sizeof cfg->model_dir, "%s", SVC_DEFAULT_MODEL_DIR);
     snprintf(cfg->model, sizeof cfg->model, "%s", SVC_DEFAULT_MODEL);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    cfg->workers = cpus < 1 ? 1u : cpus > 64 ? 64u : (unsigned)cpus;
+    /* The CPUs this process may use (affinity, cgroup quota), not the host's. */
+    unsigned cpus = svc_cpus_available(NULL, cfg->cpus_note, sizeof cfg->cpus_note);
+    cfg->workers = cpus > 64 ? 64u : cpus;
     cfg->io_threads = 0; /* derived from workers after parsing */
     cfg->max_body_bytes = (size_t)SVC_DEFAULT_MAX_BODY_MB << 20;
     cfg->timeout_s = SVC_DEFAULT_TIMEOUT_S;
@@ -218,13 +221,14 @@ static void print_help(FILE *out)
     fprintf(out,
             "\n"
             "routes: POST /v1/analyze, GET /v1/models, GET /v1/models/{name},\n"
-            "        POST /v1/models/{name}/decode, GET /v1/info, GET /healthz, GET /readyz,\n"
-            "        GET /v2/health/live, GET /v2/health/ready, GET /metrics, GET /openapi.json,\n"
+            "        POST /v1/models/{name}/decode, POST /v1/models/reload, GET /v1/info,\n"
+            "        GET /healthz, GET /readyz, GET /v2/health/live, GET /v2/health/ready,\n"
+            "        GET /metrics, GET /openapi.json,\n"
             "        POST /v1/analyses, GET|DELETE /v1/analyses/{id}, GET .../signal,\n"
             "        GET .../beats/{k}, GET / (the dashboard page)\n"
             "signals: SIGTERM or SIGINT stop accepting, finish in-flight requests (up to\n"
-            "        --drain-s), then exit 0. SIGHUP rescans the model directory (where the\n"
-            "        registry supports it; logged either way); SIGUSR1 and SIGUSR2 are logged\n"
+            "        --drain-s), then exit 0. SIGHUP rescans the model directory as\n"
+            "        POST /v1/models/reload does (logged); SIGUSR1 and SIGUSR2 are logged\n"
             "        and ignored. Access logs are JSON lines on stderr.\n");
 }
 
@@ -343,12 +347,14 @@ void svc_config_write_json(const struct svc_config *cfg, struct ecg_buf *out)
                    "\"queue_depth\":%u,\"drain_s\":%u,\"token\":%s,\"admin_port\":%d,"
                    "\"header_timeout_s\":%u,\"min_upload_kib_s\":%u,\"max_conns_per_ip\":%u,"
                    "\"memory_budget_bytes\":%zu,\"store_bytes\":%zu,\"store_ttl_s\":%u,"
-                   "\"async_min_bytes\":%zu,\"cors_origin\":",
+                   "\"async_min_bytes\":%zu,\"cpus\":",
                    cfg->workers, cfg->io_threads, cfg->max_body_bytes, cfg->timeout_s,
                    cfg->queue_depth, cfg->drain_s, cfg->token[0] ? "\"(set)\"" : "null",
                    cfg->admin_port, cfg->header_timeout_s, cfg->min_upload_kib_s,
                    cfg->max_conns_per_ip, cfg->memory_budget_bytes, cfg->store_bytes,
                    cfg->store_ttl_s, cfg->async_min_bytes);
+    put_string(out, cfg->cpus_note);
+    ecg_buf_puts(out, ",\"cors_origin\":");
     put_string(out, cfg->cors_origin);
     ecg_buf_printf(out, ",\"max_batch\":%u,\"batch_window_us\":%u,\"batch_lanes\":%u}",
                    cfg->max_batch, cfg->batch_window_us, cfg->batch_lanes);

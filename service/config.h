@@ -39,7 +39,9 @@ struct svc_config {
     int device;                    /* CUDA device ordinal, -1 = every visible device */
     char model_dir[512];
     char model[512];               /* default model: a name in model_dir, a path, or "none" */
-    unsigned workers;              /* analysis threads = engine worker contexts */
+    unsigned workers;              /* analysis threads = engine worker contexts; default: the
+                                    * CPUs this process may use (cpus.h) */
+    char cpus_note[96];            /* how that default was found (logged) */
     unsigned io_threads;           /* libmicrohttpd thread pool size */
     size_t max_body_bytes;
     unsigned timeout_s;            /* idle connection timeout */

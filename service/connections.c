@@ -394,6 +394,32 @@ static const char *termination_name(enum MHD_RequestTerminationCode toe)
     return "unknown";
 }
 
+/* Why a request ended without an answer. */
+static enum svc_abort abort_reason(enum MHD_RequestTerminationCode toe)
+{
+    switch (toe) {
+    case MHD_REQUEST_TERMINATED_CLIENT_ABORT: return SVC_ABORT_CLIENT;
+    case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED: return SVC_ABORT_TIMEOUT;
+    case MHD_REQUEST_TERMINATED_READ_ERROR: return SVC_ABORT_READ_ERROR;
+    case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN: return SVC_ABORT_SHUTDOWN;
+    case MHD_REQUEST_TERMINATED_COMPLETED_OK:
+    case MHD_REQUEST_TERMINATED_WITH_ERROR: break;
+    }
+    return SVC_ABORT_ERROR;
+}
+
+/* The access log's outcome: what the client got (ok, client_error, server_error), or why it
+ * got nothing (client_abort, timeout...), or answer_cut when the answer was cut while sent. */
+static const char *outcome_name(unsigned status, enum MHD_RequestTerminationCode toe,
+                                bool sent_on_socket)
+{
+    if (!status)
+        return termination_name(toe);
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !sent_on_socket)
+        return "answer_cut";
+    return status >= 500 ? "server_error" : status >= 400 ? "client_error" : "ok";
+}
+
 /* Once per request that got past its request line: metrics, the access log line, and freeing
  * the request. A request that never completed its headers is connection noise: counted, and
  * logged only within the noise rate limit. */
@@ -424,7 +450,11 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
     unsigned status = req->phase == SVC_PHASE_ANSWERED ? req->status : 0;
     uint64_t bytes_out = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || req->refused_on_socket
                              ? req->bytes_out : 0;
-    svc_metrics_request(&srv->metrics, req->route, status, duration_s, req->bytes_in, bytes_out);
+    if (status)
+        svc_metrics_request(&srv->metrics, req->route, status, duration_s, req->bytes_in,
+                            bytes_out);
+    else
+        svc_metrics_aborted(&srv->metrics, req->route, abort_reason(toe), req->bytes_in);
 
     struct ecg_buf line = {0};
     svc_log_begin(&line, status >= 500 || status == 0 ? "warn" : "info", "request");
@@ -439,7 +469,16 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
                    "\"duration_ms\":%.3f,\"outcome\":\"%s\"%s",
                    svc_route_def(req->route)->pattern, status,
                    (unsigned long long)req->bytes_in, (unsigned long long)bytes_out,
-                   duration_s * 1000.0, termination_name(toe), req->admin ? ",\"admin\":true" : "");
+                   duration_s * 1000.0, outcome_name(status, toe, req->refused_on_socket),
+                   req->admin ? ",\"admin\":true" : "");
+    if (status >= 400 && req->error_code[0]) {
+        ecg_buf_puts(&line, ",\"error_code\":");
+        svc_json_string(&line, req->error_code);
+    }
+    if (req->model) {
+        ecg_buf_puts(&line, ",\"model\":");
+        svc_json_string(&line, req->model->name);
+    }
     if (status == 0)
         svc_log_noise_line(&srv->noise, &line);
     else

@@ -54,6 +54,7 @@ static void answer_reset(struct svc_request *req)
     /* close_connection stays: it is about the connection, not the answer */
     req->location[0] = '\0';
     req->cache_control = NULL;
+    req->error_code[0] = '\0';
 }
 
 void svc_answer_error(struct svc_request *req, unsigned http_status, const char *code,
@@ -68,6 +69,7 @@ void svc_answer_error(struct svc_request *req, unsigned http_status, const char 
     answer_reset(req);
     req->status = http_status;
     req->content_type = "application/json";
+    snprintf(req->error_code, sizeof req->error_code, "%s", code);
     cJSON *root = cJSON_CreateObject();
     cJSON *error = cJSON_AddObjectToObject(root, "error");
     char *text = NULL;

@@ -2,6 +2,7 @@
  * metrics.c - Prometheus counters, the request duration histogram and the text rendering.
  */
 #include <string.h>
+#include <time.h>
 
 #include "metrics.h"
 
@@ -12,7 +13,7 @@ static const double duration_bounds[SVC_N_DURATION_BUCKETS - 1] = {
 
 /* HTTP statuses with a slot of their own; anything else counts in the last slot ("other"). */
 static const unsigned status_slots[SVC_N_STATUS_SLOTS - 1] = {
-    0, 200, 400, 401, 404, 405, 408, 413, 415, 422, 429, 500, 503, 204, 304,
+    200, 400, 401, 403, 404, 405, 408, 409, 413, 415, 422, 429, 500, 503, 204,
 };
 
 static const char *const conn_event_names[SVC_CONN_EVENT_COUNT] = {
@@ -37,13 +38,20 @@ static size_t bucket_of(const double *bounds, size_t n, double value)
 }
 
 static const char *const stage_names[SVC_STAGE_COUNT] = {
-    "read", "resample", "filter", "detect", "embed", "encode", "quality", "total",
+    "read", "resample", "filter", "detect", "embed", "encode", "quality",
+};
+
+static const char *const abort_names[SVC_ABORT_COUNT] = {
+    "client_abort", "timeout", "read_error", "error", "shutdown",
 };
 
 void svc_metrics_init(struct svc_metrics *metrics)
 {
     memset(metrics, 0, sizeof *metrics);
     pthread_mutex_init(&metrics->mutex, NULL);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    metrics->start_time_s = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
 }
 
 void svc_metrics_conn_event(struct svc_metrics *metrics, enum svc_conn_event event)
@@ -84,21 +92,54 @@ void svc_metrics_request(struct svc_metrics *metrics, enum svc_route route, unsi
     pthread_mutex_unlock(&metrics->mutex);
 }
 
-void svc_metrics_analysis(struct svc_metrics *metrics, const struct ecg_timing *timing,
-                          uint64_t samples, uint64_t beats, uint64_t outliers)
+void svc_metrics_aborted(struct svc_metrics *metrics, enum svc_route route, enum svc_abort why,
+                         uint64_t bytes_in)
+{
+    if ((unsigned)route >= SVC_ROUTE_COUNT)
+        route = SVC_ROUTE_UNKNOWN;
+    if ((unsigned)why >= SVC_ABORT_COUNT)
+        why = SVC_ABORT_ERROR;
+    pthread_mutex_lock(&metrics->mutex);
+    metrics->c.aborted[route][why]++;
+    metrics->c.bytes_received += bytes_in;
+    pthread_mutex_unlock(&metrics->mutex);
+}
+
+/* The counters of a model, added on first use (under the mutex). */
+static struct svc_model_counters *model_counters(struct svc_counters *c, const char *model)
+{
+    for (size_t i = 0; i < c->n_models; i++)
+        if (!strcmp(c->models[i].name, model))
+            return &c->models[i];
+    struct svc_model_counters *slot = &c->models[SVC_METRIC_MODELS];
+    if (c->n_models < SVC_METRIC_MODELS)
+        slot = &c->models[c->n_models++];
+    if (!slot->name[0] || slot == &c->models[SVC_METRIC_MODELS])
+        snprintf(slot->name, sizeof slot->name, "%s",
+                 slot == &c->models[SVC_METRIC_MODELS] ? "other" : model);
+    return slot;
+}
+
+void svc_metrics_analysis(struct svc_metrics *metrics, const char *model,
+                          const struct ecg_timing *timing, uint64_t samples, uint64_t beats,
+                          uint64_t outliers)
 {
     const double stage_ms[SVC_STAGE_COUNT] = {
-        timing->read_ms,  timing->resample_ms, timing->filter_ms, timing->detect_ms,
-        timing->embed_ms, timing->encode_ms,   timing->quality_ms, timing->total_ms,
+        timing->read_ms,   timing->resample_ms, timing->filter_ms, timing->detect_ms,
+        timing->embed_ms,  timing->encode_ms,   timing->quality_ms,
     };
     pthread_mutex_lock(&metrics->mutex);
     for (size_t i = 0; i < SVC_STAGE_COUNT; i++)
         if (stage_ms[i] > 0)
             metrics->c.stage_sum_s[i] += stage_ms[i] / 1000.0;
     metrics->c.analyses++;
-    metrics->c.samples += samples;
-    metrics->c.beats += beats;
-    metrics->c.outliers += outliers;
+    struct svc_model_counters *m = model_counters(&metrics->c, model ? model : "none");
+    m->analyses++;
+    m->samples += samples;
+    m->beats += beats;
+    m->outliers += outliers;
+    if (timing->total_ms > 0)
+        m->seconds += timing->total_ms / 1000.0;
     if (timing->batch_size > 0) {
         const double delay_s = timing->queue_ms / 1000.0;
         metrics->c.batch_size_buckets[bucket_of(batch_size_bounds, SVC_N_BATCH_SIZE_BUCKETS,
@@ -135,7 +176,7 @@ static void put_label(struct ecg_buf *out, const char *value)
 static void render_requests(const struct svc_counters *m, struct ecg_buf *out)
 {
     ecg_buf_puts(out, "# HELP ecgd_http_requests_total HTTP requests answered, by route and "
-                      "status (code 0: the client left before the answer).\n"
+                      "status.\n"
                       "# TYPE ecgd_http_requests_total counter\n");
     for (int route = 0; route < SVC_ROUTE_COUNT; route++)
         for (size_t slot = 0; slot < SVC_N_STATUS_SLOTS; slot++) {
@@ -177,6 +218,53 @@ static void render_requests(const struct svc_counters *m, struct ecg_buf *out)
         ecg_buf_printf(out, "ecgd_http_request_duration_seconds_count{route=\"%s\"} %llu\n",
                        label, (unsigned long long)m->duration_count[route]);
     }
+
+    ecg_buf_puts(out, "# HELP ecgd_http_requests_aborted_total HTTP requests that ended without "
+                      "an answer, by route and reason.\n"
+                      "# TYPE ecgd_http_requests_aborted_total counter\n");
+    for (int route = 0; route < SVC_ROUTE_COUNT; route++)
+        for (int why = 0; why < SVC_ABORT_COUNT; why++)
+            if (m->aborted[route][why])
+                ecg_buf_printf(out,
+                               "ecgd_http_requests_aborted_total{route=\"%s\",reason=\"%s\"} "
+                               "%llu\n",
+                               svc_route_def((enum svc_route)route)->pattern, abort_names[why],
+                               (unsigned long long)m->aborted[route][why]);
+}
+
+/* Per-model analysis counters: one metric each, labelled model. */
+static void render_models(const struct svc_counters *m, struct ecg_buf *out)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } metrics[] = {
+        {"ecgd_analyses_total", "counter", "Recordings analysed successfully, by model."},
+        {"ecgd_samples_analysed_total", "counter", "Input samples analysed, by model."},
+        {"ecgd_beats_analysed_total", "counter", "Beats detected in analysed recordings."},
+        {"ecgd_outlier_beats_total", "counter", "Beats scored above the model's threshold."},
+        {"ecgd_analysis_seconds_total", "counter",
+         "Engine time of whole analyses, by model (the stages of ecgd_engine_stage_seconds, "
+         "plus bookkeeping)."},
+    };
+    for (size_t k = 0; k < sizeof metrics / sizeof metrics[0]; k++) {
+        ecg_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", metrics[k].name, metrics[k].help,
+                       metrics[k].name, metrics[k].type);
+        for (size_t i = 0; i <= SVC_METRIC_MODELS; i++) {
+            const struct svc_model_counters *c = &m->models[i];
+            if (!c->analyses)
+                continue;
+            ecg_buf_printf(out, "%s{model=\"", metrics[k].name);
+            put_label(out, c->name);
+            if (k == 4)
+                ecg_buf_printf(out, "\"} %.9g\n", c->seconds);
+            else
+                ecg_buf_printf(out, "\"} %llu\n",
+                               (unsigned long long)(k == 0   ? c->analyses
+                                                    : k == 1 ? c->samples
+                                                    : k == 2 ? c->beats
+                                                             : c->outliers));
+        }
+    }
 }
 
 /* One histogram: counts per bucket (cumulated here), sum and count. */
@@ -208,6 +296,7 @@ void svc_metrics_render(struct svc_metrics *metrics, const struct svc_metrics_ga
     pthread_mutex_unlock(&metrics->mutex);
 
     render_requests(&m, out);
+    render_models(&m, out);
 
     ecg_buf_puts(out, "# HELP ecgd_engine_stage_seconds Engine time per pipeline stage, summed "
                       "over analyses.\n"
@@ -233,25 +322,11 @@ void svc_metrics_render(struct svc_metrics *metrics, const struct svc_metrics_ga
                    "# HELP ecgd_http_sent_bytes_total Response body bytes sent.\n"
                    "# TYPE ecgd_http_sent_bytes_total counter\n"
                    "ecgd_http_sent_bytes_total %llu\n"
-                   "# HELP ecgd_analyses_total Recordings analysed successfully.\n"
-                   "# TYPE ecgd_analyses_total counter\n"
-                   "ecgd_analyses_total %llu\n"
-                   "# HELP ecgd_samples_analysed_total Input samples analysed.\n"
-                   "# TYPE ecgd_samples_analysed_total counter\n"
-                   "ecgd_samples_analysed_total %llu\n"
-                   "# HELP ecgd_beats_analysed_total Beats detected in analysed recordings.\n"
-                   "# TYPE ecgd_beats_analysed_total counter\n"
-                   "ecgd_beats_analysed_total %llu\n"
-                   "# HELP ecgd_outlier_beats_total Beats scored above the model's threshold.\n"
-                   "# TYPE ecgd_outlier_beats_total counter\n"
-                   "ecgd_outlier_beats_total %llu\n"
                    "# HELP ecgd_uploads_streamed_total Analyses that parsed a request body copied "
                    "to the device while it arrived.\n"
                    "# TYPE ecgd_uploads_streamed_total counter\n"
                    "ecgd_uploads_streamed_total %llu\n",
                    (unsigned long long)m.bytes_received, (unsigned long long)m.bytes_sent,
-                   (unsigned long long)m.analyses, (unsigned long long)m.samples,
-                   (unsigned long long)m.beats, (unsigned long long)m.outliers,
                    (unsigned long long)m.uploads_streamed);
     ecg_buf_printf(out,
                    "# HELP ecgd_http_requests_in_flight HTTP requests being received, processed "
@@ -319,4 +394,5 @@ void svc_metrics_render(struct svc_metrics *metrics, const struct svc_metrics_ga
     ecg_buf_puts(out, "\",device=\"");
     put_label(out, gauges->device);
     ecg_buf_puts(out, "\"} 1\n");
+    svc_metrics_render_process(metrics->start_time_s, out);
 }

@@ -23,6 +23,8 @@
 #define SVC_N_BATCH_SIZE_BUCKETS 9   /* 1 2 4 ... 128, +Inf */
 #define SVC_N_BATCH_DELAY_BUCKETS 10 /* 50 us .. 25 ms, +Inf */
 
+/* Pipeline stages; their sum is the analysis time less bookkeeping. The whole analysis is a
+ * metric of its own (ecgd_analysis_seconds), so that a sum over stages counts nothing twice. */
 enum svc_stage {
     SVC_STAGE_READ = 0,
     SVC_STAGE_RESAMPLE,
@@ -31,7 +33,6 @@ enum svc_stage {
     SVC_STAGE_EMBED,
     SVC_STAGE_ENCODE,
     SVC_STAGE_QUALITY,
-    SVC_STAGE_TOTAL,
     SVC_STAGE_COUNT
 };
 
@@ -46,16 +47,35 @@ enum svc_conn_event {
     SVC_CONN_EVENT_COUNT
 };
 
+/* Why a request ended without an answer (ecgd_http_requests_aborted_total{reason}). */
+enum svc_abort {
+    SVC_ABORT_CLIENT = 0,   /* the client closed the connection */
+    SVC_ABORT_TIMEOUT,      /* idle past --timeout-s */
+    SVC_ABORT_READ_ERROR,   /* the socket failed while reading */
+    SVC_ABORT_ERROR,        /* libmicrohttpd gave up on the connection */
+    SVC_ABORT_SHUTDOWN,     /* the server stopped */
+    SVC_ABORT_COUNT
+};
+
+/* Analyses are counted per model; models past this many share the label "other". */
+#define SVC_METRIC_MODELS 40
+
+struct svc_model_counters {
+    char name[64];
+    uint64_t analyses, samples, beats, outliers;
+    double seconds;          /* whole analyses (engine time) */
+};
+
 struct svc_counters {
     uint64_t requests[SVC_ROUTE_COUNT][SVC_N_STATUS_SLOTS];
     uint64_t duration_buckets[SVC_ROUTE_COUNT][SVC_N_DURATION_BUCKETS];
     double duration_sum[SVC_ROUTE_COUNT];
     uint64_t duration_count[SVC_ROUTE_COUNT];
+    uint64_t aborted[SVC_ROUTE_COUNT][SVC_ABORT_COUNT];
     double stage_sum_s[SVC_STAGE_COUNT];
     uint64_t analyses;
-    uint64_t beats;
-    uint64_t outliers;
-    uint64_t samples;
+    struct svc_model_counters models[SVC_METRIC_MODELS + 1]; /* the last: "other" */
+    size_t n_models;
     uint64_t bytes_received;
     uint64_t bytes_sent;
     uint64_t uploads_streamed; /* analyses that read a body streamed to the device */
@@ -72,6 +92,7 @@ struct svc_metrics {
     pthread_mutex_t mutex;
     struct svc_counters c;
     atomic_uint_fast64_t conn_events[SVC_CONN_EVENT_COUNT]; /* lock-free: the reaper counts */
+    double start_time_s;     /* Unix time the process started (process_start_time_seconds) */
 };
 
 /* Values read at render time from the server object. */
@@ -96,13 +117,24 @@ struct svc_metrics_gauges {
 void svc_metrics_init(struct svc_metrics *metrics);
 void svc_metrics_fini(struct svc_metrics *metrics);
 
-/* Records one finished request (status 0 = the client went away before an answer). */
+/* Records one answered request (ecgd_http_requests_total{route,code}, the duration histogram,
+ * bytes). */
 void svc_metrics_request(struct svc_metrics *metrics, enum svc_route route, unsigned status,
                          double duration_s, uint64_t bytes_in, uint64_t bytes_out);
 
-/* Records one finished analysis: stage timings and beat counts. */
-void svc_metrics_analysis(struct svc_metrics *metrics, const struct ecg_timing *timing,
-                          uint64_t samples, uint64_t beats, uint64_t outliers);
+/* Records one request that ended without an answer: ecgd_http_requests_aborted_total. */
+void svc_metrics_aborted(struct svc_metrics *metrics, enum svc_route route, enum svc_abort why,
+                         uint64_t bytes_in);
+
+/* Records one finished analysis with the model that ran it ("none" without): stage timings,
+ * the whole analysis time and beat counts. */
+void svc_metrics_analysis(struct svc_metrics *metrics, const char *model,
+                          const struct ecg_timing *timing, uint64_t samples, uint64_t beats,
+                          uint64_t outliers);
+
+/* Appends the process_* metrics of the Prometheus conventions: CPU seconds, resident and
+ * virtual memory, open and maximum file descriptors, start time (metrics_process.c). */
+void svc_metrics_render_process(double start_time_s, struct ecg_buf *out);
 
 /* Records one analysis that parsed its body from the copy streamed to the device while the body
  * arrived (ecg_upload_used_device). */

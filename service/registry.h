@@ -1,20 +1,31 @@
 /*
- * registry.h - the models the service offers and the engine that runs each one.
+ * registry.h - the models the service offers and the engine that runs each one; hot reload.
  *
  * At start the registry loads every *.ecgm file of the model directory (and the default model,
  * which may also be given as a path) and creates the default model's engine. Engines of the
- * other models are created on first use and kept. "none" as the default model means a
- * signal-only engine (detection and segmentation, no latent or score).
+ * other models are created on first use and kept. "none" is always there: a signal-only engine
+ * (detection and segmentation, no latent or score), created on first use, or the default when
+ * the server runs with --model none. The names "none" and "reload" are reserved: model files
+ * so named are skipped.
  *
- * Threading: after svc_registry_load() the list of models is immutable and may be read from any
- * thread without locking; svc_registry_engine() creates engines under the registry's mutex, and
- * svc_registry_engine_if_created() only tries it (HTTP threads must not wait on it).
- * The registry owns models and engines; svc_registry_fini() frees them once no request runs.
+ * Reload (svc_registry_reload: POST /v1/models/reload and SIGHUP) rescans the directory without
+ * stopping anything: files are loaded first, outside any lock; a file whose SHA-256 is that of
+ * the loaded model keeps its entry (and its engine); a new or changed file gets a new entry; a
+ * file that no longer loads keeps the last good version; then the list is swapped in one short
+ * critical section. Entries are reference-counted: a request holds the entry it resolved
+ * (svc_registry_acquire) until it ends (svc_model_release), so an entry removed or replaced by a
+ * reload lives, with its engine, until the last request using it is answered. The first default
+ * entry is also held until svc_registry_fini(): the body pool's buffers came from its engine.
+ *
+ * Threading: every function may be called from any thread. The list is guarded by a mutex held
+ * only to copy pointers; engine creation by another (held for seconds; the HTTP threads only
+ * try it: svc_registry_engine_if_created); reloads by a third, one at a time.
  */
 #ifndef SVC_REGISTRY_H
 #define SVC_REGISTRY_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "config.h"
 #include "ecg.h"
@@ -24,17 +35,21 @@
 struct svc_model {
     char name[64];
     char path[1024];
+    char sha256[65];            /* of the file; "" for "none" */
     struct ecg_model *model;    /* NULL only for the "none" pseudo-model */
     struct ecg_engine *engine;  /* NULL until first use (the default's is created at load) */
+    atomic_int refs;
 };
 
 struct svc_registry {
-    pthread_mutex_t mutex;      /* guards engine creation */
-    struct svc_model models[SVC_MAX_MODELS];
+    pthread_mutex_t mutex;          /* guards models[], n_models, def */
+    pthread_mutex_t engine_mutex;   /* guards engine creation */
+    pthread_mutex_t reload_mutex;   /* one load or reload at a time */
+    struct svc_model *models[SVC_MAX_MODELS]; /* by name; one reference each */
     size_t n_models;
-    size_t default_index;
-    bool has_model;             /* false when the default is "none" */
-    struct svc_model none;      /* the signal-only pseudo-model when has_model is false */
+    struct svc_model *def;          /* the default (a model, or none); one reference */
+    struct svc_model *none;         /* the signal-only pseudo-model; one reference */
+    struct svc_model *first_default; /* held until fini (the body pool's engine) */
     const struct svc_config *cfg;
 };
 
@@ -47,11 +62,33 @@ void svc_registry_init(struct svc_registry *reg, const struct svc_config *cfg);
  */
 enum ecg_status svc_registry_load(struct svc_registry *reg, struct ecg_error *err) ECG_WUR;
 
-/* The default model entry (valid after a successful load). */
-struct svc_model *svc_registry_default(struct svc_registry *reg);
+/*
+ * Rescans the model directory (and re-reads a default given as a path), as described above. On
+ * success appends to report (if not NULL) the JSON object {"default", "models", "added",
+ * "replaced", "removed", "unchanged", "skipped": [{"file", "error"}]} and logs one line. Fails,
+ * changing nothing, when the default model is gone (ECG_ERR_NOT_FOUND, default_model_missing)
+ * or the directory cannot be read. Callable from any thread, at any time after a load
+ * succeeded; requests in flight keep the entries they hold.
+ */
+enum ecg_status svc_registry_reload(struct svc_registry *reg, struct ecg_buf *report,
+                                    struct ecg_error *err) ECG_WUR;
 
-/* The entry named name, or NULL. */
-struct svc_model *svc_registry_find(struct svc_registry *reg, const char *name);
+/* The entry named name ("none" included; NULL or "" = the default), with a reference the caller
+ * gives back with svc_model_release(); NULL when there is none. */
+struct svc_model *svc_registry_acquire(struct svc_registry *reg, const char *name);
+
+/* Takes one more reference on entry (for what outlives the request: a kept analysis); returns
+ * entry. NULL ok. */
+struct svc_model *svc_model_hold(struct svc_model *entry);
+
+/* Gives back a reference; the last one frees the entry, its engine and its model. NULL ok. */
+void svc_model_release(struct svc_model *entry);
+
+/* Writes the default model's name into name (size bytes). */
+void svc_registry_default_name(struct svc_registry *reg, char *name, size_t size);
+
+/* Appends GET /v1/models's document {"default", "models": [...]} to out. */
+void svc_registry_write_list(struct svc_registry *reg, struct ecg_buf *out);
 
 /* The engine of entry, created now if needed. NULL with err filled on failure. */
 struct ecg_engine *svc_registry_engine(struct svc_registry *reg, struct svc_model *entry,
@@ -63,6 +100,7 @@ struct ecg_engine *svc_registry_engine(struct svc_registry *reg, struct svc_mode
 struct ecg_engine *svc_registry_engine_if_created(struct svc_registry *reg,
                                                   struct svc_model *entry);
 
+/* Frees everything; once no request runs. */
 void svc_registry_fini(struct svc_registry *reg);
 
 #endif /* SVC_REGISTRY_H */

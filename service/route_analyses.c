@@ -87,6 +87,7 @@ static bool analyse_into(struct svc_request *req, struct svc_analysis *entry)
     entry->result = svc_analyze_body(req, &engine, &entry->trace, &entry->embedding);
     if (!entry->result)
         return false;
+    entry->model_entry = svc_model_hold(req->model);
     entry->engine = engine;
     entry->model = ecg_engine_model(engine);
     entry->beat_len = ecg_engine_params(engine)->beat_len;
@@ -171,6 +172,7 @@ static void async_run(struct svc_job *job, bool cancelled)
     svc_store_finish(&srv->store, entry, done ? SVC_ANALYSIS_DONE : SVC_ANALYSIS_FAILED);
     svc_analysis_put(entry);
     svc_request_release_body(req);
+    svc_model_release(req->model);
     svc_memory_release(&srv->memory, req->reserved_bytes);
     ecg_buf_fini(&req->answer);
     atomic_fetch_sub(&srv->admitted, 1);
@@ -181,6 +183,10 @@ bool svc_analyses_async(struct svc_request *req)
 {
     struct svc_server *srv = req->srv;
     if (!req->prefer_async || req->body_len < srv->cfg.async_min_bytes || !req->admitted)
+        return false;
+    /* A form is split by libmicrohttpd's post processor, which reads the boundary from the
+     * connection: it is analysed while the connection is there, answered synchronously. */
+    if (req->multipart)
         return false;
     struct async_job *a = calloc(1, sizeof *a);
     struct svc_analysis *entry = a ? svc_analysis_create() : NULL;
@@ -213,6 +219,7 @@ bool svc_analyses_async(struct svc_request *req)
         copy->opts.embed_lead = copy->embed_lead;
     ecg_upload_free(req->upload);
     req->upload = NULL;
+    req->model = NULL; /* the copy holds the model entry now */
     req->body = NULL;
     req->body_len = req->body_cap = 0;
     req->admitted = false;

@@ -8,9 +8,16 @@
  *   application/x-npy (also application/npy)   NumPy .npy
  *   application/edf (also application/x-edf)   EDF, EDF+ or BDF
  *   application/json                       {"fs": 360, "signal": [...], "lead": "MLII"}, or a bare array
+ *   multipart/form-data                    a form with one file part (its format from the file
+ *                                          name's extension, else from the part's Content-Type),
+ *                                          or a WFDB record: its .hea and .dat as two file parts
+ * Content-Encoding gzip, deflate or zstd is undone first (decode_body.c), with the body limit
+ * applied to the decompressed size.
  * Query: fs (Hz), lead (index or name, a comma list or "all"), embed_lead, model (a name from
- * /v1/models), include (comma list),
- * dtype. Unknown query options are refused, so that a typo cannot silently change an analysis.
+ * /v1/models), include (comma list), dtype, format (json or wfdb-atr). Unknown query options are
+ * refused (and repeated ones, admission.c), so that a typo cannot silently change an analysis;
+ * an fs that disagrees with the rate the recording carries is refused by the engine
+ * (conflicting_fs).
  *
  * The answer is ecg_result_write_json()'s document, the same bytes `ecgd analyze` prints for the
  * same input and options (apart from timing_ms).
@@ -41,6 +48,7 @@ static const struct {
     {"application/edf", ECG_FORMAT_EDF},
     {"application/x-edf", ECG_FORMAT_EDF},
     {"application/json", ECG_FORMAT_JSON},
+    {"multipart/form-data", ECG_FORMAT_AUTO}, /* the format of the file part(s) */
 };
 
 static const struct {
@@ -93,6 +101,7 @@ static bool content_type_parse(struct svc_request *req, const char *header,
             !strncasecmp(media_types[i].media, p, media_len)) {
             *format = media_types[i].format;
             known = true;
+            req->multipart = media_types[i].format == ECG_FORMAT_AUTO;
         }
     if (!known) {
         svc_answer_error(req, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type",
@@ -142,6 +151,8 @@ void svc_route_details(enum svc_route route, FILE *file)
         fprintf(file, "  query %s\n", query_names[i]);
     for (size_t i = 0; i < sizeof media_types / sizeof media_types[0]; i++)
         fprintf(file, "  content-type %s\n", media_types[i].media);
+    for (size_t i = 0; svc_coding_names[i]; i++)
+        fprintf(file, "  content-encoding %s\n", svc_coding_names[i]);
 }
 
 static const char *query(struct svc_request *req, const char *key)
@@ -165,6 +176,13 @@ bool svc_analyze_prepare(struct svc_request *req)
     const char *content_type = svc_head_header(&req->head, MHD_HTTP_HEADER_CONTENT_TYPE);
     if (!content_type_parse(req, content_type, &format, &dtype_format, &has_dtype))
         return false;
+    const char *coding = svc_head_header(&req->head, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    if (!svc_coding_parse(coding, &req->coding)) {
+        svc_answer_error(req, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_encoding",
+                         "Content-Encoding \"%.40s\": use gzip, deflate, zstd or identity "
+                         "(one coding)", coding);
+        return false;
+    }
     const char *dtype = query(req, "dtype");
     if (dtype) {
         enum ecg_format query_format;
@@ -181,7 +199,7 @@ bool svc_analyze_prepare(struct svc_request *req)
         dtype_format = query_format;
         has_dtype = true;
     }
-    if (has_dtype && format != ECG_FORMAT_F32) {
+    if (has_dtype && format != ECG_FORMAT_F32 && !req->multipart) {
         svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "dtype_not_applicable",
                          "dtype applies to application/octet-stream only");
         return false;
@@ -189,6 +207,7 @@ bool svc_analyze_prepare(struct svc_request *req)
     if (format == ECG_FORMAT_F32)
         format = dtype_format;
     req->opts.format = format;
+    req->dtype_format = dtype_format; /* for an application/octet-stream file part */
 
     const char *fs = query(req, "fs");
     if (fs) {
@@ -247,19 +266,110 @@ bool svc_analyze_prepare(struct svc_request *req)
         return false;
     }
 
+    /* "none": the signal-only engine; held until the request ends (a reload may replace it) */
     const char *model = query(req, "model");
-    if (!model || !*model) {
-        req->model = svc_registry_default(&srv->registry);
-    } else {
-        req->model = svc_registry_find(&srv->registry, model);
-        if (!req->model && !strcmp(model, "none") && !srv->registry.has_model)
-            req->model = svc_registry_default(&srv->registry);
-        if (!req->model) {
-            svc_answer_error(req, MHD_HTTP_NOT_FOUND, "model_not_found",
-                             "no model named \"%.63s\" (GET /v1/models lists them)", model);
+    req->model = svc_registry_acquire(&srv->registry, model);
+    if (!req->model) {
+        svc_answer_error(req, MHD_HTTP_NOT_FOUND, "model_not_found",
+                         "no model named \"%.63s\" (GET /v1/models lists them; \"none\": no "
+                         "model)", model);
+        return false;
+    }
+    return true;
+}
+
+/* The file name of a form part without any directory a client put in it. */
+static const char *part_basename(const struct svc_part *part)
+{
+    const char *slash = strrchr(part->filename, '/');
+    const char *backslash = strrchr(part->filename, '\\');
+    const char *base = slash > backslash ? slash : backslash;
+    return base ? base + 1 : part->filename;
+}
+
+/* The lower-case extension of a form part's file name, or "". */
+static const char *part_extension(const struct svc_part *part)
+{
+    const char *base = part_basename(part);
+    const char *dot = strrchr(base, '.');
+    return dot && dot != base ? dot + 1 : "";
+}
+
+/*
+ * The format of a form's single file part: from its file name's extension (curl -F and browsers
+ * send application/octet-stream for types they do not know), else from its Content-Type; an
+ * octet-stream part takes dtype. False with an error answer set.
+ */
+static bool part_format(struct svc_request *req, const struct svc_part *part,
+                        enum ecg_format *format)
+{
+    enum ecg_format by_name = ecg_format_from_name(part_extension(part));
+    if (by_name == ECG_FORMAT_WFDB) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_multipart",
+                         "file \"%.64s\": a WFDB record needs its .hea and its .dat, sent as two "
+                         "file parts of the form", part_basename(part));
+        return false;
+    }
+    if (by_name != ECG_FORMAT_AUTO) {
+        bool raw = by_name == ECG_FORMAT_F32 || by_name == ECG_FORMAT_F64 ||
+                   by_name == ECG_FORMAT_I16;
+        *format = raw && by_name == ECG_FORMAT_F32 ? req->dtype_format : by_name;
+        return true;
+    }
+    size_t media_len = strcspn(part->content_type, ";");
+    for (size_t i = 0; i < sizeof media_types / sizeof media_types[0]; i++)
+        if (media_types[i].format != ECG_FORMAT_AUTO && strlen(media_types[i].media) == media_len &&
+            !strncasecmp(media_types[i].media, part->content_type, media_len)) {
+            *format = media_types[i].format == ECG_FORMAT_F32 ? req->dtype_format
+                                                              : media_types[i].format;
+            return true;
+        }
+    svc_answer_error(req, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type",
+                     "file \"%.64s\" (%.64s): name it .csv, .txt, .f32, .f64, .i16, .npy, .edf, "
+                     ".bdf, .json or .hea + .dat, or give its part a known Content-Type",
+                     part_basename(part), part->content_type[0] ? part->content_type : "no type");
+    return false;
+}
+
+/*
+ * The recording of a multipart body: one file part (*bytes, *len, req->opts.format set), or a
+ * WFDB record as a .hea and a .dat part (read into *sig, *have_signal set). Plain form fields are
+ * refused: options go in the query, where they are checked. False with an error answer set.
+ */
+static bool multipart_input(struct svc_request *req, const struct svc_multipart *mp,
+                            const char **bytes, size_t *len, struct ecg_signal *sig,
+                            bool *have_signal)
+{
+    const struct svc_part *hea = NULL, *dat = NULL;
+    for (size_t i = 0; i < mp->n_parts; i++) {
+        const struct svc_part *part = &mp->parts[i];
+        if (!part->filename[0]) {
+            svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_multipart",
+                             "form field \"%.64s\" is not a file: give options (fs, lead, model, "
+                             "include, dtype) in the query string", part->name);
             return false;
         }
+        if (!strcasecmp(part_extension(part), "hea"))
+            hea = part;
+        else if (!strcasecmp(part_extension(part), "dat"))
+            dat = part;
     }
+    if (mp->n_parts == 1)
+        return part_format(req, &mp->parts[0], &req->opts.format) &&
+               (*bytes = mp->parts[0].data, *len = mp->parts[0].len, true);
+    if (mp->n_parts != 2 || !hea || !dat) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_multipart",
+                         "the form holds %zu files: send one recording, or a WFDB record's .hea "
+                         "and .dat", mp->n_parts);
+        return false;
+    }
+    struct ecg_error err = {0};
+    if (ecg_read_wfdb_memory(part_basename(hea), hea->data, hea->len, part_basename(dat),
+                             dat->data, dat->len, &req->opts, sig, &err) != ECG_OK) {
+        svc_answer_ecg_error(req, &err);
+        return false;
+    }
+    *have_signal = true;
     return true;
 }
 
@@ -269,6 +379,12 @@ struct ecg_result *svc_analyze_body(struct svc_request *req, struct ecg_engine *
     struct svc_server *srv = req->srv;
     struct ecg_error err = {0};
     struct ecg_result *result = NULL;
+    char *decoded = NULL;
+    struct svc_multipart form = {0};
+    struct ecg_signal signal = {0};
+    bool have_signal = false;
+    const char *bytes = req->body;
+    size_t len = req->body_len;
 
     if (!req->body_len) {
         svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "empty_body",
@@ -280,37 +396,71 @@ struct ecg_result *svc_analyze_body(struct svc_request *req, struct ecg_engine *
         svc_answer_ecg_error(req, &err);
         return NULL;
     }
+    if (req->coding != SVC_CODING_IDENTITY) {
+        if (svc_body_decompress(req->coding, req->body, req->body_len, srv->cfg.max_body_bytes,
+                                &decoded, &len, &err) != ECG_OK) {
+            svc_answer_ecg_error(req, &err);
+            goto out;
+        }
+        /* The admission reckoned a 10-fold expansion: what the body really decodes to (within
+         * the body limit) is what the reading costs, and must fit the budget too. */
+        size_t need = svc_request_estimate_decoded(req, req->body_len, len);
+        if (!svc_memory_reserve_up_to(&srv->memory, &req->reserved_bytes, need)) {
+            svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "memory_busy",
+                             "the body decompresses to %zu bytes: their analysis does not fit in "
+                             "the memory budget now; retry later", len);
+            req->retry_after_s = 1;
+            goto out;
+        }
+        bytes = decoded;
+        svc_request_release_body(req);
+    }
+    if (req->multipart) {
+        if (svc_multipart_split(req->conn, bytes, len, srv->cfg.max_body_bytes, &form, &err) !=
+            ECG_OK) {
+            svc_answer_ecg_error(req, &err);
+            goto out;
+        }
+        if (!multipart_input(req, &form, &bytes, &len, &signal, &have_signal))
+            goto out;
+    }
     /* The body streamed to the device while it arrived (server.c) when that could start on
      * this very engine and the body fits the upload (always: server.c begins uploads within
-     * the buffer and the limit); otherwise the host bytes alone. */
-    bool streamed = req->upload && req->upload_engine == engine &&
-                    req->body_len <= req->upload_cap;
+     * the buffer and the limit; never for compressed or multipart bodies); otherwise the host
+     * bytes alone. */
+    bool streamed = !have_signal && req->upload && req->upload_engine == engine &&
+                    req->body_len <= req->upload_cap && bytes == req->body;
     enum ecg_status status;
-    if (trace)
-        status = ecg_engine_analyze_keep(engine, streamed ? req->upload : NULL, req->body,
-                                         req->body_len, &req->opts, &result, trace, embedding,
-                                         &err);
+    if (have_signal) /* a WFDB record: read from its two parts already */
+        status = ecg_engine_analyze_signal_keep(engine, &signal, &req->opts, &result, trace,
+                                                embedding, &err);
+    else if (trace)
+        status = ecg_engine_analyze_keep(engine, streamed ? req->upload : NULL, bytes, len,
+                                         &req->opts, &result, trace, embedding, &err);
     else if (streamed)
         status = ecg_engine_analyze_upload(engine, req->upload, req->body_len, &req->opts,
                                            &result, &err);
     else
-        status = ecg_engine_analyze_bytes(engine, req->body, req->body_len, &req->opts, &result,
-                                          &err);
+        status = ecg_engine_analyze_bytes(engine, bytes, len, &req->opts, &result, &err);
     if (streamed && ecg_upload_used_device(req->upload))
         svc_metrics_upload_streamed(&srv->metrics);
     if (status != ECG_OK) {
         svc_answer_ecg_error(req, &err);
-        return NULL;
+        goto out;
     }
-    /* The recording is no longer needed: give its buffer back before rendering. */
-    svc_request_release_body(req);
     uint64_t outliers = 0;
     if (result->outlier)
         for (size_t i = 0; i < result->n_beats; i++)
             outliers += result->outlier[i] != 0;
-    svc_metrics_analysis(&srv->metrics, &result->timing, result->n_samples, result->n_beats,
-                         outliers);
+    svc_metrics_analysis(&srv->metrics, req->model->name, &result->timing, result->n_samples,
+                         result->n_beats, outliers);
     *engine_out = engine;
+out:
+    /* The recording is no longer needed: its buffers go back before the answer is rendered. */
+    svc_request_release_body(req);
+    ecg_signal_free(&signal);
+    svc_multipart_fini(&form);
+    free(decoded);
     return result;
 }
 

@@ -21,53 +21,67 @@
 
 void svc_models_list(struct svc_request *req)
 {
-    struct svc_registry *reg = &req->srv->registry;
     struct ecg_buf body = {0};
-    ecg_buf_puts(&body, "{\"default\":");
-    svc_json_string(&body, reg->has_model ? svc_registry_default(reg)->name : "none");
-    ecg_buf_puts(&body, ",\"models\":[");
-    for (size_t i = 0; i < reg->n_models; i++) {
-        struct ecg_model_info info;
-        ecg_model_get_info(reg->models[i].model, &info);
-        ecg_buf_puts(&body, i ? ",{\"name\":" : "{\"name\":");
-        svc_json_string(&body, reg->models[i].name);
-        ecg_buf_printf(&body, ",\"default\":%s,\"sha256\":",
-                       reg->has_model && i == reg->default_index ? "true" : "false");
-        svc_json_string(&body, info.sha256);
-        ecg_buf_printf(&body,
-                       ",\"beat_len\":%u,\"latent_dim\":%u,\"threshold\":%.9g,"
-                       "\"train_beats\":%llu,\"epochs\":%u,\"records\":",
-                       info.beat_len, info.latent_dim, info.threshold,
-                       (unsigned long long)info.train_beats, info.epochs);
-        svc_json_string(&body, info.records);
-        ecg_buf_puts(&body, "}");
-    }
-    ecg_buf_puts(&body, "]}\n");
+    svc_registry_write_list(&req->srv->registry, &body);
     svc_answer_body(req, MHD_HTTP_OK, &body, "application/json");
+}
+
+/* The model file entry named {name}, held; NULL with a 404 answer set ("none" has no file). */
+static struct svc_model *model_of_path(struct svc_request *req)
+{
+    struct svc_model *entry = svc_registry_acquire(&req->srv->registry, req->model_name);
+    if (entry && !entry->model) {
+        svc_model_release(entry);
+        entry = NULL;
+    }
+    if (!entry)
+        svc_answer_error(req, MHD_HTTP_NOT_FOUND, "model_not_found", "no model named \"%s\"",
+                         req->model_name);
+    return entry;
 }
 
 void svc_model_get(struct svc_request *req)
 {
-    struct svc_model *entry = svc_registry_find(&req->srv->registry, req->model_name);
-    if (!entry) {
-        svc_answer_error(req, MHD_HTTP_NOT_FOUND, "model_not_found", "no model named \"%s\"",
-                         req->model_name);
+    struct svc_model *entry = model_of_path(req);
+    if (!entry)
         return;
-    }
     struct ecg_buf body = {0};
     ecg_model_write_json(entry->model, &body);
     ecg_buf_puts(&body, "\n");
+    svc_model_release(entry);
+    svc_answer_body(req, MHD_HTTP_OK, &body, "application/json");
+}
+
+bool svc_reload_prepare(struct svc_request *req)
+{
+    if (!req->srv->cfg.token[0]) {
+        svc_answer_error(req, MHD_HTTP_FORBIDDEN, "forbidden",
+                         "POST /v1/models/reload needs a server started with a token "
+                         "(ECGD_TOKEN); without one, send SIGHUP to the process");
+        return false;
+    }
+    return true;
+}
+
+void svc_reload_run(struct svc_request *req)
+{
+    struct ecg_buf body = {0};
+    struct ecg_error err = {0};
+    if (svc_registry_reload(&req->srv->registry, &body, &err) != ECG_OK) {
+        ecg_buf_fini(&body);
+        svc_answer_error(req, err.status == ECG_ERR_NOT_FOUND ? MHD_HTTP_CONFLICT
+                                                              : svc_http_status(err.status),
+                         err.code, "%s", err.message);
+        return;
+    }
     svc_answer_body(req, MHD_HTTP_OK, &body, "application/json");
 }
 
 bool svc_decode_prepare(struct svc_request *req)
 {
-    req->model = svc_registry_find(&req->srv->registry, req->model_name);
-    if (!req->model) {
-        svc_answer_error(req, MHD_HTTP_NOT_FOUND, "model_not_found", "no model named \"%s\"",
-                         req->model_name);
+    req->model = model_of_path(req);
+    if (!req->model)
         return false;
-    }
     const char *type = svc_head_header(&req->head, MHD_HTTP_HEADER_CONTENT_TYPE);
     size_t media_len = type ? strcspn(type, ";") : 0;
     while (media_len && type[media_len - 1] == ' ')

@@ -61,8 +61,10 @@ static void route_info(struct svc_request *req)
     cJSON_AddStringToObject(root, "backend", ready ? srv->backend : "");
     cJSON_AddStringToObject(root, "device", ready ? srv->device : "");
     cJSON_AddStringToObject(root, "note", ready ? srv->note : "");
-    cJSON_AddStringToObject(root, "default_model",
-                            ready ? svc_registry_default(&srv->registry)->name : "");
+    char default_model[64] = "";
+    if (ready)
+        svc_registry_default_name(&srv->registry, default_model, sizeof default_model);
+    cJSON_AddStringToObject(root, "default_model", default_model);
     cJSON_AddNumberToObject(root, "workers", srv->cfg.workers);
     cJSON_AddNumberToObject(root, "queue_depth", srv->cfg.queue_depth);
     cJSON_AddNumberToObject(root, "max_body_bytes", (double)srv->cfg.max_body_bytes);
@@ -155,6 +157,7 @@ void svc_route_get(struct svc_request *req)
     case SVC_ROUTE_ANALYZE:
     case SVC_ROUTE_ANALYSES:
     case SVC_ROUTE_DECODE:
+    case SVC_ROUTE_RELOAD:
     case SVC_ROUTE_UNKNOWN:
     case SVC_ROUTE_COUNT:
         break;

@@ -11,6 +11,7 @@ static const struct svc_route_def route_defs[SVC_ROUTE_COUNT] = {
     [SVC_ROUTE_MODELS] = {SVC_ROUTE_MODELS, "/v1/models", "GET", "GET, HEAD", true},
     [SVC_ROUTE_MODEL] = {SVC_ROUTE_MODEL, "/v1/models/{name}", "GET", "GET, HEAD", true},
     [SVC_ROUTE_DECODE] = {SVC_ROUTE_DECODE, "/v1/models/{name}/decode", "POST", "POST", true},
+    [SVC_ROUTE_RELOAD] = {SVC_ROUTE_RELOAD, "/v1/models/reload", "POST", "POST", true},
     [SVC_ROUTE_INFO] = {SVC_ROUTE_INFO, "/v1/info", "GET", "GET, HEAD", true},
     [SVC_ROUTE_HEALTHZ] = {SVC_ROUTE_HEALTHZ, "/healthz", "GET", "GET, HEAD", false},
     [SVC_ROUTE_READYZ] = {SVC_ROUTE_READYZ, "/readyz", "GET", "GET, HEAD", false},
@@ -66,6 +67,7 @@ enum svc_route svc_route_match(const char *path, char *name, size_t name_size)
         SVC_ROUTE_ANALYZE, SVC_ROUTE_MODELS, SVC_ROUTE_INFO,    SVC_ROUTE_HEALTHZ,
         SVC_ROUTE_READYZ,  SVC_ROUTE_LIVE,   SVC_ROUTE_READY,   SVC_ROUTE_METRICS,
         SVC_ROUTE_OPENAPI, SVC_ROUTE_ANALYSES, SVC_ROUTE_PAGE,
+        SVC_ROUTE_RELOAD, /* before /v1/models/{name}: "reload" is reserved */
     };
     if (name_size)
         name[0] = '\0';

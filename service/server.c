@@ -56,15 +56,19 @@ static void id_prefix_init(struct svc_server *srv)
 }
 
 /*
- * SIGHUP: the hook for hot reload of the model directory. The registry's rescan, where it
- * exists, is called from here (it must be safe while requests run); until then the signal is
- * logged so that an operator sees it arrived and that nothing was reloaded.
+ * SIGHUP: hot reload of the model directory (svc_registry_reload, as POST /v1/models/reload
+ * does): requests in flight keep the models they hold; new ones see the new list. Logged either
+ * way ("models_reloaded", or "reload_failed" with nothing changed).
  */
 static void svc_server_reload(struct svc_server *srv)
 {
-    (void)srv;
-    svc_log("info", "reload", "SIGHUP: this build has no model-directory rescan; models "
-                              "unchanged");
+    struct ecg_error err = {0};
+    if (!atomic_load(&srv->ready)) {
+        svc_log("warn", "reload_failed", "SIGHUP before the models were loaded: ignored");
+        return;
+    }
+    if (svc_registry_reload(&srv->registry, NULL, &err) != ECG_OK)
+        svc_log("error", "reload_failed", "SIGHUP: %s (%s)", err.message, err.code);
 }
 
 /* Waits for SIGTERM or SIGINT, handling the other signals in the set meanwhile. */
@@ -186,7 +190,11 @@ int ecg_service_main(int argc, char **argv)
     double load_start = svc_now_s();
     if (svc_registry_load(&srv->registry, &err) != ECG_OK)
         goto out;
-    struct ecg_engine *engine = svc_registry_default(&srv->registry)->engine;
+    struct svc_model *first = svc_registry_acquire(&srv->registry, NULL);
+    struct ecg_engine *engine = first->engine;
+    char default_name[64];
+    snprintf(default_name, sizeof default_name, "%s", first->name);
+    svc_model_release(first); /* the registry keeps its first default until the end */
     /* Bodies from now on in memory the backend reads fastest (no body exists before ready). */
     svc_body_pool_set_engine(&srv->bodies, engine);
     snprintf(srv->backend, sizeof srv->backend, "%s", ecg_engine_backend(engine));
@@ -194,8 +202,7 @@ int ecg_service_main(int argc, char **argv)
     snprintf(srv->note, sizeof srv->note, "%s", ecg_engine_note(engine));
     atomic_store(&srv->ready, true);
     svc_log("info", "ready", "default model %s, %zu model(s), backend %s, loaded in %.3f s",
-            svc_registry_default(&srv->registry)->name, srv->registry.n_models, srv->backend,
-            svc_now_s() - load_start);
+            default_name, srv->registry.n_models, srv->backend, svc_now_s() - load_start);
 
     int signal_number = wait_stop_signal(srv, &signals);
     svc_log("info", "shutdown", "%s: draining %ld in-flight request(s) for up to %u s",

@@ -43,6 +43,7 @@
 #include "body_pool.h"
 #include "config.h"
 #include "connections.h"
+#include "decode_body.h"
 #include "ecg.h"
 #include "head.h"
 #include "jobs.h"
@@ -132,16 +133,20 @@ struct svc_request {
 
     /* analysis options (POST /v1/analyze), parsed from headers and query */
     struct ecg_read_opts opts;
+    enum svc_coding coding;   /* Content-Encoding: undone by the job before reading */
+    bool multipart;           /* multipart/form-data: the file part(s) are the recording */
+    enum ecg_format dtype_format; /* raw sample type from dtype (float32 by default) */
     char lead[ECG_MAX_LEADS * 33]; /* a lead, a comma list or "all" */
     char embed_lead[32];
     unsigned include;
-    struct svc_model *model;
+    struct svc_model *model;  /* held (svc_registry_acquire) until the request is freed */
 
     /* the answer, filled by a handler or a job, sent by the HTTP thread */
     unsigned status;
     struct ecg_buf answer;
     const char *content_type;
     const char *allow;        /* Allow header (405) */
+    char error_code[40];      /* the error answer's code, for the access log; "" otherwise */
     unsigned retry_after_s;   /* Retry-After header when > 0 */
     bool www_authenticate;    /* 401 */
     bool close_connection;    /* Connection: close (framing not trusted, or a body left unread) */
@@ -179,6 +184,9 @@ void svc_request_headers(struct svc_request *req, struct svc_head *head);
 
 /* Worst-case memory of this request with a body of body_bytes (memory.h). */
 size_t svc_request_estimate(const struct svc_request *req, size_t body_bytes);
+/* The same for a body of body_bytes known to decode (Content-Encoding) to decoded_bytes. */
+size_t svc_request_estimate_decoded(const struct svc_request *req, size_t body_bytes,
+                                    size_t decoded_bytes);
 
 /*
  * Begins streaming req->body (of which the first cap bytes may be filled) to the device when the
@@ -293,6 +301,10 @@ void svc_model_get(struct svc_request *req);
 bool svc_decode_prepare(struct svc_request *req);
 /* The job: decodes the latents or grid of the JSON body, sets the answer (on a worker). */
 void svc_decode_run(struct svc_request *req);
+/* POST /v1/models/reload: refused (403) when the server has no token. */
+bool svc_reload_prepare(struct svc_request *req);
+/* The job: svc_registry_reload(), its report as the answer (409 when the default is gone). */
+void svc_reload_run(struct svc_request *req);
 
 /* ---- openapi.c: the OpenAPI document embedded from service/openapi.json */
 const char *svc_openapi_json(size_t *len);

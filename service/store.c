@@ -27,8 +27,9 @@ void svc_store_init(struct svc_store *store, size_t cap_bytes, double ttl_s)
 static void analysis_free(struct svc_analysis *entry)
 {
     ecg_result_free(entry->result);
-    ecg_trace_free(entry->trace);
+    ecg_trace_free(entry->trace); /* before the engine can go */
     free(entry->embedding);
+    svc_model_release(entry->model_entry);
     ecg_buf_fini(&entry->error);
     free(entry);
 }

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "ecg.h"
+#include "registry.h"
 
 #define SVC_STORE_ID_LEN 32
 #define SVC_STORE_TOMBS 4096
@@ -42,7 +43,10 @@ struct svc_analysis {
     enum svc_analysis_state state;  /* under the store's mutex */
     double created_s, accessed_s;   /* monotonic clock */
     char model_name[64];
-    struct ecg_engine *engine;      /* the model's; outlives the store (freed first) */
+    struct ecg_engine *engine;      /* the model's: lives as long as model_entry */
+    struct svc_model *model_entry;  /* a reference on the registry entry that owns engine and
+                                     * model, so that a reload dropping the model cannot free
+                                     * them under this analysis (released when it is freed) */
     const struct ecg_model *model;  /* NULL for the signal-only engine */
     struct ecg_result *result;
     struct ecg_trace *trace;

@@ -51,7 +51,10 @@ CALL = re.compile(r'\b(?:ecg_fail|svc_answer_error|REFUSE|read_check_rate)\(\s*'
                   r'(?:[^,"()]|\([^()]*\))+,\s*((?:[^,"()]|\([^()]*\))+),\s*'
                   r'((?:[^,"()]|"[^"]*")+),', re.S)
 STATUS = re.compile(r'\b(ECG_ERR_[A-Z_]+|MHD_HTTP_[A-Z_]+)')
-HTTP = {"MHD_HTTP_BAD_REQUEST": 400, "MHD_HTTP_UNAUTHORIZED": 401, "MHD_HTTP_NOT_FOUND": 404,
+# Codes whose HTTP status is chosen where they are answered, not where they are made.
+SENT_AS = {"default_model_missing": {409}}  # route_models.c: a reload's NOT_FOUND is a conflict
+HTTP = {"MHD_HTTP_BAD_REQUEST": 400, "MHD_HTTP_UNAUTHORIZED": 401, "MHD_HTTP_FORBIDDEN": 403,
+        "MHD_HTTP_CONFLICT": 409, "MHD_HTTP_NOT_FOUND": 404,
         "MHD_HTTP_METHOD_NOT_ALLOWED": 405, "MHD_HTTP_CONTENT_TOO_LARGE": 413,
         "MHD_HTTP_UNSUPPORTED_MEDIA_TYPE": 415, "MHD_HTTP_UNPROCESSABLE_CONTENT": 422,
         "MHD_HTTP_INTERNAL_SERVER_ERROR": 500, "MHD_HTTP_NOT_IMPLEMENTED": 501,
@@ -162,6 +165,9 @@ def source_codes(root):
                         statuses = {to_http[x] for x in STATUS.findall(m.group(1)) if x in to_http}
                         for code in STRING.findall(m.group(2)):
                             codes.setdefault(code, set()).update(statuses)
+    for code, statuses in SENT_AS.items():
+        if code in codes:
+            codes[code] = set(statuses)
     return codes
 
 

@@ -491,7 +491,7 @@ check "metrics: requests by route and status" grep -q '^ecgd_http_requests_total
 check "metrics: 4xx counted by status" grep -q '^ecgd_http_requests_total{route="/v1/analyze",code="400"} [1-9]' "$tmp/body"
 check "metrics: duration histogram in seconds" grep -q '^ecgd_http_request_duration_seconds_bucket{route="/v1/analyze",le="+Inf"} [1-9]' "$tmp/body"
 check "metrics: engine stage seconds" grep -q '^ecgd_engine_stage_seconds_sum{stage="filter"} [0-9]' "$tmp/body"
-check "metrics: beats analysed" grep -q '^ecgd_beats_analysed_total [1-9]' "$tmp/body"
+check "metrics: beats analysed" grep -q '^ecgd_beats_analysed_total{model="[a-z]*"} [1-9]' "$tmp/body"
 check "metrics: bytes received and sent" bash -c \
     "grep -q '^ecgd_http_received_bytes_total [1-9]' '$tmp/body' && grep -q '^ecgd_http_sent_bytes_total [1-9]' '$tmp/body'"
 check "metrics: in flight and queued gauges" bash -c \

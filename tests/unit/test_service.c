@@ -36,6 +36,8 @@ static void test_route_match(void **state)
     assert_int_equal(svc_route_match("/v1/models/mit-bih_v2.1/decode", name, sizeof name),
                      SVC_ROUTE_DECODE);
     assert_string_equal(name, "mit-bih_v2.1");
+    /* reload is a route of its own, before the {name} pattern ("reload" is reserved) */
+    assert_int_equal(svc_route_match("/v1/models/reload", name, sizeof name), SVC_ROUTE_RELOAD);
 
     /* Not routes: trailing slashes, empty or hidden names, traversal, other characters,
      * extra segments, names too long. */
@@ -257,7 +259,8 @@ static void test_metrics_render(void **state)
     svc_metrics_request(&metrics, SVC_ROUTE_UNKNOWN, 404, 100.0, 0, 70);
     svc_metrics_request(&metrics, SVC_ROUTE_HEALTHZ, 299, 0.001, 0, 28); /* "other" code */
     struct ecg_timing timing = {.read_ms = 1500, .filter_ms = 250, .total_ms = 2000};
-    svc_metrics_analysis(&metrics, &timing, 5000, 7, 2);
+    svc_metrics_analysis(&metrics, "default", &timing, 5000, 7, 2);
+    svc_metrics_aborted(&metrics, SVC_ROUTE_ANALYZE, SVC_ABORT_CLIENT, 500);
     struct svc_metrics_gauges gauges = {
         .in_flight = 3, .queued = 1, .busy_workers = 2, .workers = 4, .ready = true,
         .backend = "cpu", .device = "a \"quoted\" device",
@@ -281,12 +284,17 @@ static void test_metrics_render(void **state)
         "ecgd_http_request_duration_seconds_bucket{route=\"other\",le=\"+Inf\"} 1\n",
         "ecgd_engine_stage_seconds_sum{stage=\"read\"} 1.5\n",
         "ecgd_engine_stage_seconds_sum{stage=\"filter\"} 0.25\n",
-        "ecgd_engine_stage_seconds_count{stage=\"total\"} 1\n",
-        "ecgd_http_received_bytes_total 3010\n",
+        "ecgd_engine_stage_seconds_count{stage=\"encode\"} 1\n",
+        "ecgd_analysis_seconds_total{model=\"default\"} 2\n",
+        "ecgd_analyses_total{model=\"default\"} 1\n",
+        "ecgd_http_requests_aborted_total{route=\"/v1/analyze\",reason=\"client_abort\"} 1\n",
+        "ecgd_http_received_bytes_total 3510\n",
         "ecgd_http_sent_bytes_total 688\n",
-        "ecgd_beats_analysed_total 7\n",
-        "ecgd_outlier_beats_total 2\n",
-        "ecgd_samples_analysed_total 5000\n",
+        "ecgd_beats_analysed_total{model=\"default\"} 7\n",
+        "ecgd_outlier_beats_total{model=\"default\"} 2\n",
+        "ecgd_samples_analysed_total{model=\"default\"} 5000\n",
+        "# TYPE process_cpu_seconds_total counter\n",
+        "# TYPE process_open_fds gauge\n",
         "ecgd_http_requests_in_flight 3\n",
         "ecgd_analysis_queued 1\n",
         "ecgd_ready 1\n",
