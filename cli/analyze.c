@@ -1,6 +1,7 @@
 /*
  * analyze.c - `ecgd analyze`: run the whole pipeline on one recording and print the JSON answer.
  */
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,28 +25,21 @@ static void analyze_usage(FILE *out)
             "                         [--lead N|NAME|LIST|all] [--embed-lead N|NAME]\n"
             "                         [--model PATH|none] [--backend auto|cpu|cuda]\n"
             "                         [--include beats,latent,score,summary,timing]\n"
+            "                         [--annotations OUT.atr]\n"
             "The format is guessed from the file name when not given. CSV and raw formats need\n"
             "--fs. --lead MLII,V1 or --lead all detects on several leads (the beat table and the\n"
             "model read the first, or --embed-lead). The model defaults to %s; --model none\n"
-            "analyses the signal only.\n",
+            "analyses the signal only. --annotations also writes the beats as a WFDB annotation\n"
+            "file (rdann, bxb and ecgd eval --test read it). Options take their value as\n"
+            "--fs 360 or --fs=360.\n",
             cli_default_model_path());
-}
-
-static bool is_value_option(const char *arg)
-{
-    static const char *const names[] = {"--format", "--fs",      "--lead",   "--embed-lead",
-                                        "--model",  "--backend", "--include"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strcmp(arg, names[i]) == 0)
-            return true;
-    }
-    return false;
 }
 
 int cli_analyze(int argc, char **argv)
 {
     struct ecg_read_opts opts = {0};
     const char *path = NULL, *model_path = cli_default_model_path(), *include_list = NULL;
+    const char *annotations_path = NULL;
     enum ecg_backend_kind backend = ECG_BACKEND_AUTO;
     struct ecg_error err = {0};
     struct ecg_signal sig = {0};
@@ -56,58 +50,75 @@ int cli_analyze(int argc, char **argv)
     unsigned include = ECG_INCLUDE_ALL;
     int rc = 1;
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+    enum { OPT_FORMAT = 256, OPT_FS, OPT_LEAD, OPT_EMBED_LEAD, OPT_MODEL, OPT_BACKEND,
+           OPT_INCLUDE, OPT_ANNOTATIONS };
+    static const struct option options[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"format", required_argument, NULL, OPT_FORMAT},
+        {"fs", required_argument, NULL, OPT_FS},
+        {"lead", required_argument, NULL, OPT_LEAD},
+        {"embed-lead", required_argument, NULL, OPT_EMBED_LEAD},
+        {"model", required_argument, NULL, OPT_MODEL},
+        {"backend", required_argument, NULL, OPT_BACKEND},
+        {"include", required_argument, NULL, OPT_INCLUDE},
+        {"annotations", required_argument, NULL, OPT_ANNOTATIONS},
+        {NULL, 0, NULL, 0},
+    };
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+        const char *v = optarg;
+        switch (c) {
+        case 'h':
             analyze_usage(stdout);
             return 0;
-        } else if (is_value_option(a) && !v) {
-            fprintf(stderr, "ecgd analyze: %s needs a value\n", a);
-            return 2;
-        } else if (strcmp(a, "--format") == 0) {
+        case OPT_FORMAT:
             opts.format = ecg_format_from_name(v);
             if (opts.format == ECG_FORMAT_AUTO) {
                 fprintf(stderr, "ecgd analyze: unknown format \"%s\"\n", v);
                 return 2;
             }
-            i++;
-        } else if (strcmp(a, "--fs") == 0) {
-            char *end = NULL;
-            opts.fs_hz = strtod(v, &end);
-            if (end == v || *end || !(opts.fs_hz > 0)) {
+            break;
+        case OPT_FS:
+            if (!cli_parse_rate(v, &opts.fs_hz)) {
                 fprintf(stderr, "ecgd analyze: --fs expects a positive rate in Hz, got \"%s\"\n", v);
                 return 2;
             }
-            i++;
-        } else if (strcmp(a, "--lead") == 0) {
+            break;
+        case OPT_LEAD:
             opts.lead = v;
-            i++;
-        } else if (strcmp(a, "--embed-lead") == 0) {
+            break;
+        case OPT_EMBED_LEAD:
             opts.embed_lead = v;
-            i++;
-        } else if (strcmp(a, "--model") == 0) {
+            break;
+        case OPT_MODEL:
             model_path = strcmp(v, "none") == 0 ? NULL : v;
-            i++;
-        } else if (strcmp(a, "--backend") == 0) {
+            break;
+        case OPT_BACKEND:
             if (!ecg_backend_kind_parse(v, &backend)) {
                 fprintf(stderr, "ecgd analyze: unknown backend \"%s\"\n", v);
                 return 2;
             }
-            i++;
-        } else if (strcmp(a, "--include") == 0) {
+            break;
+        case OPT_INCLUDE:
             include_list = v;
-            i++;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "ecgd analyze: unknown option %s\n", a);
+            break;
+        case OPT_ANNOTATIONS:
+            annotations_path = v;
+            break;
+        default:
+            cli_bad_option("ecgd analyze", c, argv);
             analyze_usage(stderr);
             return 2;
-        } else if (!path) {
-            path = a;
-        } else {
+        }
+    }
+    for (int i = optind; i < argc; i++) {
+        if (path) {
             fprintf(stderr, "ecgd analyze: one FILE only\n");
             return 2;
         }
+        path = argv[i];
     }
     if (!path) {
         analyze_usage(stderr);
@@ -141,6 +152,8 @@ int cli_analyze(int argc, char **argv)
         fprintf(stderr, "ecgd analyze: %s: %s\n", path, err.message);
         goto out;
     }
+    if (annotations_path && cli_write_annotations(result, annotations_path) != 0)
+        goto out;
     ecg_result_write_json(result, engine, include, &out);
     if (out.failed) {
         fprintf(stderr, "ecgd analyze: out of memory writing the answer\n");

@@ -140,13 +140,13 @@ static size_t keep_noisy(int64_t *v, size_t n, double fs_hz)
 /* Evaluates one record; appends matched beats' scores to scores when the result has them. */
 static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, const char *record,
                                    const char *lead, const struct stress *st,
-                                   struct record_stats *rs,
+                                   const char *test_path, struct record_stats *rs,
                                    struct score_lists *scores, struct ecg_error *err)
 {
     char path[4096];
     struct ecg_signal sig = {0};
-    struct ecg_annotations ann = {0};
-    struct ecg_result *res = NULL;
+    struct ecg_annotations ann = {0}, test = {0};
+    struct ecg_result *res = NULL, tested = {0};
     int64_t *match = NULL, *ref = NULL, *det = NULL;
     size_t *ref_index = NULL, *det_index = NULL;
     struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = lead};
@@ -165,9 +165,20 @@ static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, c
         if (status != ECG_OK)
             goto out;
     }
-    status = ecg_engine_analyze(engine, &sig, &res, err);
-    if (status != ECG_OK)
-        goto out;
+    if (test_path) {
+        /* --test: the beats of an annotation file (ecgd analyze --annotations, or any
+         * detector's) stand for the detections */
+        status = ecg_annotations_read(test_path, &test, err);
+        if (status != ECG_OK)
+            goto out;
+        tested.n_beats = test.n;
+        tested.r_peak = test.sample;
+        res = &tested;
+    } else {
+        status = ecg_engine_analyze(engine, &sig, &res, err);
+        if (status != ECG_OK)
+            goto out;
+    }
     /* EC57: beats and detections inside VF episodes are left out of the comparison. */
     size_t n_ref = 0, n_det = 0;
     match = malloc((ann.n ? ann.n : 1) * sizeof *match);
@@ -235,7 +246,9 @@ out:
     free(det);
     free(ref_index);
     free(det_index);
-    ecg_result_free(res);
+    if (res != &tested)
+        ecg_result_free(res);
+    ecg_annotations_free(&test);
     ecg_annotations_free(&ann);
     ecg_signal_free(&sig);
     return status;
@@ -307,7 +320,11 @@ static void eval_usage(FILE *out)
                  "--noise runs the MIT-BIH noise stress test: noise from the WFDB record NAME "
                  "(bw, ma, em_a: DIR/../noise/NAME) or PATH,\nadded from minute 5 in alternating "
                  "2-minute stretches at --snr DB (default 6); the noisy stretches are also "
-                 "scored alone.\n",
+                 "scored alone.\n"
+                 "--test FILE.atr DIR RECORD scores the beats of a WFDB annotation file (ecgd "
+                 "analyze --annotations, or any detector's) against the record's reference "
+                 "instead of running the detector. Options take their value as --lead 1 or "
+                 "--lead=1.\n",
                  cli_default_model_path());
 }
 
@@ -324,8 +341,14 @@ int cli_eval(int argc, char **argv)
     struct record_stats *stats = NULL;
     struct score_lists scores = {0};
     struct stress stress = {.path = NULL, .snr_db = 6.0};
-    const char *noise_name = NULL;
+    const char *noise_name = NULL, *test_path = NULL;
     static char noise_path[4096];
+    char **args = cli_split_equals(argc, argv, &argc);
+    if (!args) {
+        fprintf(stderr, "ecgd eval: too many arguments\n");
+        return 2;
+    }
+    argv = args;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -336,11 +359,13 @@ int cli_eval(int argc, char **argv)
             json = true;
         } else if ((strcmp(a, "--lead") == 0 || strcmp(a, "--model") == 0 ||
                     strcmp(a, "--backend") == 0 || strcmp(a, "--noise") == 0 ||
-                    strcmp(a, "--snr") == 0) && !v) {
+                    strcmp(a, "--snr") == 0 || strcmp(a, "--test") == 0) && !v) {
             fprintf(stderr, "ecgd eval: %s needs a value\n", a);
             return 2;
         } else if (strcmp(a, "--lead") == 0) {
             lead = argv[++i];
+        } else if (strcmp(a, "--test") == 0) {
+            test_path = argv[++i];
         } else if (strcmp(a, "--noise") == 0) {
             noise_name = argv[++i];
         } else if (strcmp(a, "--snr") == 0) {
@@ -375,6 +400,12 @@ int cli_eval(int argc, char **argv)
         eval_usage(stderr);
         return 2;
     }
+    if (test_path && n_names != 1) {
+        fprintf(stderr, "ecgd eval: --test scores one RECORD: name it after DIR\n");
+        return 2;
+    }
+    if (test_path)
+        model_path = NULL; /* the file's beats are scored, not the engine's */
     if (n_names == 0) {
         n_names = read_record_list(dir, names, MAX_RECORDS);
         if (n_names <= 0) {
@@ -420,7 +451,8 @@ int cli_eval(int argc, char **argv)
                "+P%", "|err| ms");
     for (int r = 0; r < n_names; r++) {
         struct record_stats *rs = &stats[r];
-        if (eval_record(engine, dir, names[r], lead, &stress, rs, &scores, &err) != ECG_OK) {
+        if (eval_record(engine, dir, names[r], lead, &stress, test_path, rs, &scores, &err) !=
+            ECG_OK) {
             fprintf(stderr, "ecgd eval: %s: %s\n", names[r], err.message);
             goto out;
         }

@@ -13,6 +13,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,34 +90,38 @@ static int parse_args(int argc, char **argv, struct train_args *a)
     a->percentile = 99.0;
     a->rr_weight = 1.0;
     a->rr_window = 2;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = true;
+    /* getopt_long: --opt VALUE and --opt=VALUE; each option is then handled by its name */
+    static const struct option options[] = {
+        {"help", no_argument, NULL, 'h'},          {"cv", no_argument, NULL, 0},
+        {"db", required_argument, NULL, 0},        {"out", required_argument, NULL, 0},
+        {"lead", required_argument, NULL, 0},      {"format", required_argument, NULL, 0},
+        {"fs", required_argument, NULL, 0},        {"schedule", required_argument, NULL, 0},
+        {"beats", required_argument, NULL, 0},     {"rr-window", required_argument, NULL, 0},
+        {"epochs", required_argument, NULL, 0},    {"batch", required_argument, NULL, 0},
+        {"threads", required_argument, NULL, 0},   {"seed", required_argument, NULL, 0},
+        {"lr", required_argument, NULL, 0},        {"percentile", required_argument, NULL, 0},
+        {"rr-weight", required_argument, NULL, 0}, {"enc", required_argument, NULL, 0},
+        {"dec", required_argument, NULL, 0},       {NULL, 0, NULL, 0},
+    };
+    optind = 1;
+    opterr = 0;
+    int opt, index = 0;
+    while ((opt = getopt_long(argc, argv, ":h", options, &index)) != -1) {
+        char name[32];
+        snprintf(name, sizeof name, "--%s", opt == 0 ? options[index].name : "help");
+        const char *arg = name;
+        const char *val = optarg;
         char *end = NULL;
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+        if (opt == ':' || opt == '?') {
+            cli_bad_option("ecgd train", opt, argv);
+            if (opt == '?')
+                usage(stderr);
+            return 2;
+        } else if (opt == 'h') {
             usage(stdout);
             return -1;
         } else if (!strcmp(arg, "--cv")) {
             a->cv = true;
-            takes = false;
-        } else if (arg[0] != '-' || !arg[1]) {
-            takes = false;
-            if (a->db) {
-                if (a->n_records == MAX_RECORDS) {
-                    fprintf(stderr, "ecgd train: more than %d records\n", MAX_RECORDS);
-                    return 2;
-                }
-                a->records[a->n_records++] = arg;
-            } else if (!a->file) {
-                a->file = arg;
-            } else {
-                fprintf(stderr, "ecgd train: unexpected argument \"%s\"\n", arg);
-                return 2;
-            }
-        } else if (!val) {
-            fprintf(stderr, "ecgd train: %s needs a value\n", arg);
-            return 2;
         } else if (!strcmp(arg, "--db")) {
             a->db = val;
         } else if (!strcmp(arg, "--out")) {
@@ -126,8 +131,7 @@ static int parse_args(int argc, char **argv, struct train_args *a)
         } else if (!strcmp(arg, "--format")) {
             a->format = val;
         } else if (!strcmp(arg, "--fs")) {
-            a->fs_hz = strtod(val, &end);
-            if (*end || !(a->fs_hz > 0)) {
+            if (!cli_parse_rate(val, &a->fs_hz)) {
                 fprintf(stderr, "ecgd train: --fs expects a rate in Hz, got \"%s\"\n", val);
                 return 2;
             }
@@ -194,13 +198,21 @@ static int parse_args(int argc, char **argv, struct train_args *a)
                         val);
                 return 2;
             }
+        }
+    }
+    for (int i = optind; i < argc; i++) {
+        if (a->db) {
+            if (a->n_records == MAX_RECORDS) {
+                fprintf(stderr, "ecgd train: more than %d records\n", MAX_RECORDS);
+                return 2;
+            }
+            a->records[a->n_records++] = argv[i];
+        } else if (!a->file) {
+            a->file = argv[i];
         } else {
-            fprintf(stderr, "ecgd train: unknown option %s\n", arg);
-            usage(stderr);
+            fprintf(stderr, "ecgd train: unexpected argument \"%s\"\n", argv[i]);
             return 2;
         }
-        if (takes)
-            i++;
     }
     if (!a->db == !a->file) {
         fprintf(stderr, "ecgd train: give either --db DIR or one FILE\n");

@@ -593,6 +593,13 @@ enum ecg_include {
 bool ecg_include_parse(const char *list, unsigned *mask, struct ecg_error *err);
 
 /*
+ * Appends the beats of result as a WFDB annotation file (MIT format, what .atr files hold) to
+ * out: one annotation per beat at its R peak (input grid), 'N', or 'Q' for a beat scored as an
+ * outlier. WFDB's rdann and bxb read it, as does ecg_annotations_read(). engine/write_wfdb.c.
+ */
+void ecg_result_write_wfdb_annotations(const struct ecg_result *result, struct ecg_buf *out);
+
+/*
  * Renders the result as the JSON document shared by the CLI and the service (schema in
  * README.md). model may be NULL. The output is deterministic apart from "timing_ms".
  */

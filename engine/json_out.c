@@ -170,13 +170,21 @@ static size_t el_readable(const struct ecg_result *r, size_t i, char *t) { retur
 static size_t el_nn(const struct ecg_result *r, size_t i, char *t) { return el_bool(r->nn, i, t); }
 static size_t el_quality(const struct ecg_result *r, size_t i, char *t) { return format_g6(r->beat_quality[i], t); }
 
+/* A plain boolean: false for beats not scored (scored says which were). */
 static size_t el_outlier(const struct ecg_result *r, size_t i, char *t)
 {
     if (!r->kept[i]) {
-        memcpy(t, "null", 4);
-        return 4;
+        memcpy(t, "false", 5);
+        return 5;
     }
     return el_bool(r->outlier, i, t);
+}
+
+/* The R peak's time in seconds from the recording's start, to 0.1 ms. */
+static size_t el_r_peak_s(const struct ecg_result *r, size_t i, char *t)
+{
+    int len = snprintf(t, 24, "%.4f", (double)r->r_peak[i] / r->fs_hz);
+    return len > 0 ? (size_t)len : 0;
 }
 
 static size_t el_latent(const struct ecg_result *r, size_t i, char *t)
@@ -349,6 +357,7 @@ void ecg_result_write_json(const struct ecg_result *r, const struct ecg_engine *
         ecg_buf_puts(out, ",\"beats\":{");
         if (include & ECG_INCLUDE_BEATS) {
             put_array(out, &first, "r_peak", r, el_r_peak, 20);
+            put_array(out, &first, "r_peak_s", r, el_r_peak_s, 24);
             put_array(out, &first, "onset", r, el_onset, 20);
             put_array(out, &first, "end", r, el_end, 20);
             put_array(out, &first, "rr_ms", r, el_rr, 16);
@@ -364,6 +373,7 @@ void ecg_result_write_json(const struct ecg_result *r, const struct ecg_engine *
             put_array(out, &first, "latent", r, el_latent, 2 + 17 * (size_t)r->latent_dim);
         if (with_model && (include & ECG_INCLUDE_SCORE)) {
             put_array(out, &first, "score", r, el_score, 16);
+            put_array(out, &first, "scored", r, el_kept, 5);
             put_array(out, &first, "outlier", r, el_outlier, 5);
         }
         ecg_buf_puts(out, "}");

@@ -71,6 +71,15 @@ bool svc_analyses_prepare(struct svc_request *req)
 {
     if (!svc_analyze_prepare(req))
         return false;
+    /* A kept analysis is answered as JSON (its beats as a WFDB annotation file: /v1/analyze). */
+    const char *format = svc_head_query(&req->head, "format");
+    if (format && strcmp(format, "json")) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_format",
+                         "format \"%.40s\": /v1/analyses answers json (the beats as a WFDB "
+                         "annotation file: POST /v1/analyze?format=wfdb-atr)", format);
+        return false;
+    }
+    req->want_annotations = false;
     const char *prefer = svc_head_header(&req->head, "Prefer");
     req->prefer_async = prefer && strcasestr(prefer, "respond-async") != NULL;
     return true;
@@ -452,10 +461,10 @@ static void get_beat(struct svc_request *req, const struct svc_analysis *entry)
     if (!samples || (len && ecg_trace_read(entry->trace, (size_t)onset, len, samples, &err)))
         goto fail;
     ecg_buf_printf(&body,
-                   "{\"id\":\"%s\",\"beat\":%llu,\"r_peak\":%lld,\"onset\":%lld,\"end\":%lld,"
-                   "\"fs_hz\":%.17g,\"kept\":%s,\"rr_ms\":",
-                   entry->id, k, (long long)r->r_peak[k], (long long)onset, (long long)end,
-                   r->fs_hz, kept ? "true" : "false");
+                   "{\"id\":\"%s\",\"beat\":%llu,\"r_peak\":%lld,\"r_peak_s\":%.4f,"
+                   "\"onset\":%lld,\"end\":%lld,\"fs_hz\":%.17g,\"kept\":%s,\"rr_ms\":",
+                   entry->id, k, (long long)r->r_peak[k], (double)r->r_peak[k] / r->fs_hz,
+                   (long long)onset, (long long)end, r->fs_hz, kept ? "true" : "false");
     put_float(&body, r->rr_ms[k]);
     put_floats(&body, "samples", samples, len);
     ecg_buf_printf(&body, ",\"beat_len\":%u", entry->beat_len);

@@ -138,7 +138,11 @@ static bool content_type_parse(struct svc_request *req, const char *header,
 
 /* The query options of POST /v1/analyze. */
 static const char *const query_names[] = {"fs", "lead", "embed_lead", "model", "include",
-                                          "dtype", NULL};
+                                          "dtype", "format", NULL};
+
+/* The answer's media types: the JSON document, or the beats as a WFDB annotation file. */
+#define WFDB_ANNOTATION_TYPE "application/x-wfdb-annotation"
+static const char *const answer_types[] = {"application/json", WFDB_ANNOTATION_TYPE};
 
 void svc_route_details(enum svc_route route, FILE *file)
 {
@@ -153,6 +157,10 @@ void svc_route_details(enum svc_route route, FILE *file)
         fprintf(file, "  content-type %s\n", media_types[i].media);
     for (size_t i = 0; svc_coding_names[i]; i++)
         fprintf(file, "  content-encoding %s\n", svc_coding_names[i]);
+    if (route != SVC_ROUTE_ANALYZE)
+        return; /* /v1/analyses answers JSON only */
+    for (size_t i = 0; i < sizeof answer_types / sizeof answer_types[0]; i++)
+        fprintf(file, "  accept %s\n", answer_types[i]);
 }
 
 static const char *query(struct svc_request *req, const char *key)
@@ -167,7 +175,7 @@ bool svc_analyze_prepare(struct svc_request *req)
     if (unknown) {
         svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "unknown_parameter",
                          "unknown query parameter \"%.40s\" (expected fs, lead, embed_lead, "
-                         "model, include or dtype)", unknown);
+                         "model, include, dtype or format)", unknown);
         return false;
     }
 
@@ -220,6 +228,17 @@ bool svc_analyze_prepare(struct svc_request *req)
         }
         req->opts.fs_hz = fs_hz;
     }
+
+    /* The answer: JSON, or a WFDB annotation file (format=wfdb-atr, or asked for by Accept) */
+    const char *answer_format = query(req, "format");
+    const char *accept = svc_head_header(&req->head, MHD_HTTP_HEADER_ACCEPT);
+    if (answer_format && strcmp(answer_format, "json") && strcmp(answer_format, "wfdb-atr")) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_format",
+                         "format \"%.40s\": expected json or wfdb-atr", answer_format);
+        return false;
+    }
+    req->want_annotations = answer_format ? !strcmp(answer_format, "wfdb-atr")
+                                          : accept && strcasestr(accept, WFDB_ANNOTATION_TYPE);
 
     const char *lead = query(req, "lead");
     if (lead) {
@@ -471,14 +490,18 @@ void svc_analyze_run(struct svc_request *req)
     struct ecg_result *result = svc_analyze_body(req, &engine, NULL, NULL);
     if (!result)
         return;
-    ecg_result_write_json(result, engine, req->include, &body);
+    if (req->want_annotations)
+        ecg_result_write_wfdb_annotations(result, &body);
+    else
+        ecg_result_write_json(result, engine, req->include, &body);
     if (body.failed) {
         svc_answer_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out_of_memory",
                          "the answer for %zu beats could not be built: out of memory",
                          result->n_beats);
         goto out;
     }
-    svc_answer_body(req, MHD_HTTP_OK, &body, "application/json");
+    svc_answer_body(req, MHD_HTTP_OK, &body,
+                    req->want_annotations ? WFDB_ANNOTATION_TYPE : "application/json");
 out:
     ecg_buf_fini(&body);
     ecg_result_free(result);

@@ -135,6 +135,7 @@ struct svc_request {
     struct ecg_read_opts opts;
     enum svc_coding coding;   /* Content-Encoding: undone by the job before reading */
     bool multipart;           /* multipart/form-data: the file part(s) are the recording */
+    bool want_annotations;    /* answer with a WFDB annotation file instead of JSON */
     enum ecg_format dtype_format; /* raw sample type from dtype (float32 by default) */
     char lead[ECG_MAX_LEADS * 33]; /* a lead, a comma list or "all" */
     char embed_lead[32];

@@ -79,16 +79,17 @@ sys.exit(not (t["se_pct"] > 99 and t["ppv_pct"] > 99 and t["beats"] == 1865 + 29
 import json,sys; d=json.load(open(sys.argv[1])); s=d["summary"]
 sys.exit(not (d["signal"]["samples"] == 50000 and 150 < s["beats"] < 400))' "$tmp/ucr.json"
     "$ECGD" analyze ../shared/data/ucr/ecg50T.txt --fs 250 >"$tmp/ucr-model.json"
-    check "ecg50T.txt with the bundled model: latent and score for every kept beat, null otherwise" $PY -c '
+    check "ecg50T.txt with the bundled model: latent and score for every kept beat, null otherwise; outlier a plain boolean, scored = kept; R-peak times in seconds" $PY -c '
 import json, math, sys
 d = json.load(open(sys.argv[1])); b = d["beats"]
 assert d["model"]["latent_dim"] == 2 and sum(b["kept"]) > 150
+assert b["scored"] == b["kept"] and all(o in (True, False) for o in b["outlier"])
+assert all(abs(t - r / 250.0) < 1e-4 for t, r in zip(b["r_peak_s"], b["r_peak"]))
 for kept, lat, score, out in zip(b["kept"], b["latent"], b["score"], b["outlier"]):
     if kept:
         assert len(lat) == 2 and all(math.isfinite(v) for v in lat) and math.isfinite(score)
-        assert out in (True, False)
     else:
-        assert lat is None and score is None and out is None
+        assert lat is None and score is None and out is False
 assert d["summary"]["outliers"] == sum(1 for o in b["outlier"] if o)' "$tmp/ucr-model.json"
 else
     n=$((n + 1)); echo "skip $n - shared data not found"
