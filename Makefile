@@ -22,7 +22,7 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-
 CFLAGS  ?= -O3 -march=x86-64-v2 -mtune=native
 CFLAGS  += -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Iengine -Imodels -fno-strict-aliasing
 LDFLAGS += -fopenmp
-LDLIBS  := -lmicrohttpd -lcjson -lfftw3f -lfftw3f_threads -ledf -lz -lzstd -lcurl -lm -lpthread
+LDLIBS  := -lmicrohttpd -lcjson -lfftw3f -lfftw3f_threads -ledf -lz -lzstd -lcrypto -lm -lpthread
 ifeq ($(DEBUG),1)
 CFLAGS  := $(filter-out -O3,$(CFLAGS)) -O0 -g3
 endif

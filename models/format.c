@@ -13,6 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <limits.h>
+
+#include <openssl/evp.h>
+#include <zlib.h>
 
 #include "model.h"
 
@@ -150,19 +154,31 @@ nomem:
     return NULL;
 }
 
-/* ---------------------------------------------------------------- CRC-32 */
+/* ---------------------------------------------------------------- CRC-32, SHA-256 */
 
 uint32_t ecg_crc32(uint32_t crc, const void *data, size_t len)
 {
-    /* bitwise: model files are small, and a table would need thread-safe initialisation */
-    const uint8_t *p = data;
-    crc = ~crc;
-    for (size_t i = 0; i < len; i++) {
-        crc ^= p[i];
-        for (int k = 0; k < 8; k++)
-            crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+    /* zlib's crc32 takes at most UINT_MAX bytes per call */
+    const Bytef *p = data;
+    uLong value = crc;
+    while (len) {
+        uInt step = len > UINT_MAX ? UINT_MAX : (uInt)len;
+        value = crc32(value, p, step);
+        p += step;
+        len -= step;
     }
-    return ~crc;
+    return (uint32_t)value;
+}
+
+void ecg_sha256_hex(const void *data, size_t len, char hex[65])
+{
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int digest_len = 0;
+    /* EVP_Digest fails only without memory: then the digest reads as zeros, which no file has */
+    if (EVP_Digest(data, len, digest, &digest_len, EVP_sha256(), NULL) != 1 || digest_len != 32)
+        memset(digest, 0, 32);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
 }
 
 /* ---------------------------------------------------------------- little-endian writer */

@@ -163,21 +163,10 @@ enum ecg_status ecg_model_serialize(const struct ecg_model *model, struct ecg_bu
 enum ecg_status ecg_model_save(struct ecg_model *model, const char *path,
                                struct ecg_error *err) ECG_WUR;
 
-/* CRC-32 (IEEE 802.3, as zlib's crc32) of len bytes, continuing from crc (start with 0). */
+/* CRC-32 (IEEE 802.3) of len bytes, continuing from crc (start with 0): zlib's crc32. */
 uint32_t ecg_crc32(uint32_t crc, const void *data, size_t len);
 
-/* ---------------------------------------------------------------- SHA-256 (sha256.c) */
-
-struct ecg_sha256 {
-    uint32_t state[8];
-    uint64_t total;
-    uint8_t block[64];
-    size_t used;
-};
-void ecg_sha256_init(struct ecg_sha256 *ctx);
-void ecg_sha256_update(struct ecg_sha256 *ctx, const void *data, size_t len);
-void ecg_sha256_final(struct ecg_sha256 *ctx, uint8_t digest[32]);
-/* Digest of len bytes as 64 lowercase hex digits and a NUL. */
+/* SHA-256 of len bytes as 64 lowercase hex digits and a NUL: OpenSSL's libcrypto (EVP). */
 void ecg_sha256_hex(const void *data, size_t len, char hex[65]);
 
 /* ---------------------------------------------------------------- the network (vae.c) */

@@ -25,9 +25,10 @@ fuzz_pkgs=()
 [ "${1:-}" = "--fuzz" ] && fuzz_pkgs=(clang libomp-dev llvm)
 
 pkgs=(build-essential pkg-config libmicrohttpd-dev libcjson-dev libfftw3-dev libedf-dev
-      libcmocka-dev libcurl4-openssl-dev curl python3 python3-numpy python3-yaml wrk
-      zlib1g-dev libzstd-dev libssl-dev chromium "${fuzz_pkgs[@]}")
-# chromium: the dashboard's browser tests (tests/e2e/test_browser.sh, headless).
+      libcmocka-dev curl python3 python3-numpy python3-yaml wrk
+      zlib1g-dev libzstd-dev libssl-dev zstd chromium "${fuzz_pkgs[@]}")
+# chromium: the dashboard's browser tests (tests/e2e/test_browser.sh, headless); zstd: the
+# command that compresses test_uploads.sh's zstd body.
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

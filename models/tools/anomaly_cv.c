@@ -11,7 +11,7 @@
  *
  * Build: make build/libecg.a && cc -O2 -std=c11 -D_GNU_SOURCE -Iengine -Imodels \
  *        models/tools/anomaly_cv.c build/libecg.a -o build/anomaly_cv -lmicrohttpd -lcjson \
- *        -lfftw3f -lfftw3f_threads -ledf -lcurl -lm -lpthread   (plus the CUDA libraries in a
+ *        -lfftw3f -lfftw3f_threads -ledf -lz -lzstd -lcrypto -lm -lpthread   (plus the CUDA libraries in a
  *        CUDA build)
  * Usage: anomaly_cv DB_DIR [--cache FILE] [--epochs N] [--seed S] [--rr-weight W]
  *        [--enc a,b,c] [--dec a,b,c] [--latent Z] [--lr X] [--batch B] [--cosine 0|1]
