@@ -5,19 +5,43 @@
 #   docker run --gpus 1 -p 8080:8080 ecgd
 # Without a GPU the service falls back to the CPU backend (ECGD_BACKEND=auto).
 # docs/SERVICE.md documents every ECGD_* variable.
+#
+# CUDA 13.0: what the project is built and measured with (bench/RESULTS-gpu.md: CUDA 13.0,
+# cuDNN 9; tests/e2e/test_deploy.sh checks the two agree).
+#
+# Base images are named by tag here. Pin them by digest for a reproducible build: resolve the
+# digests where a registry is reachable, e.g.
+#   docker buildx imagetools inspect nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04
+# and build with
+#   docker build --build-arg BUILD_IMAGE=nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04@sha256:<d1> \
+#                --build-arg RUN_IMAGE=nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04@sha256:<d2> .
+# (The digests are not written here: they could not be looked up from the machine this file was
+# written on, which has no registry access, and a made-up digest would be worse than none.)
+#
+# Layers, from the least to the most often changed: system packages; the CUDA sources and the
+# headers they include, compiled to objects (minutes of nvcc); then the rest of the tree, so that
+# a change to docs, tests or C files outside gpu/ reuses the CUDA objects.
 
-ARG CUDA_VERSION=12.8.1
-ARG UBUNTU=ubuntu24.04
+ARG BUILD_IMAGE=nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04
+ARG RUN_IMAGE=nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
 
 # ---------------------------------------------------------------------------- build
-FROM nvidia/cuda:${CUDA_VERSION}-cudnn-devel-${UBUNTU} AS build
+FROM ${BUILD_IMAGE} AS build
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         build-essential make libmicrohttpd-dev libcjson-dev libfftw3-dev libedf-dev \
-        libcurl4-openssl-dev nodejs npm \
+        zlib1g-dev libzstd-dev libssl-dev nodejs npm \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
+# CUDA objects first: they depend on gpu/ and the engine's and models' headers only (Makefile).
+COPY Makefile ./
+COPY engine/*.h engine/
+COPY engine/cpu/*.h engine/cpu/
+COPY models/*.h models/
+COPY gpu/ gpu/
+RUN make -j"$(nproc)" CUDA=1 cuda-objects
+# Everything else (.dockerignore keeps build outputs, node_modules and data out).
 COPY . .
 # CUDA=1: kernels for sm_80 and sm_90 plus PTX. make runs `npm ci` (package-lock.json) for uPlot,
 # which the binary embeds with the dashboard page. The libraries ecgd links besides glibc and CUDA
@@ -36,7 +60,7 @@ RUN make -j"$(nproc)" CUDA=1 build/ecgd \
     done
 
 # ---------------------------------------------------------------------------- run
-FROM nvidia/cuda:${CUDA_VERSION}-cudnn-runtime-${UBUNTU}
+FROM ${RUN_IMAGE}
 ENV DEBIAN_FRONTEND=noninteractive
 # curl for the HEALTHCHECK; libstdc++ is in the base image.
 RUN apt-get update \

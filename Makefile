@@ -103,6 +103,9 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 
 tests: $(TEST_BIN) $(BUILD)/ecgd
 
+# The CUDA objects alone (the Dockerfile builds them in a layer of their own).
+cuda-objects: $(CU_OBJ)
+
 # Installs the Debian packages the build needs (no-op when present).
 deps:
 	@scripts/install-deps.sh
@@ -140,4 +143,4 @@ fuzz-build:
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all deps test tests run bench clean fuzz fuzz-build soak
+.PHONY: all deps test tests run bench clean fuzz fuzz-build soak cuda-objects

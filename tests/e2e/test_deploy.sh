@@ -77,11 +77,11 @@ def load_all(path):
 
 # ---------------------------------------------------------------- Kubernetes
 docs = {}
-for name in ("deployment", "service", "hpa"):
+for name in ("deployment", "service", "hpa", "pdb"):
     for d in load_all("deploy/k8s/%s.yaml" % name):
         docs[d["kind"]] = d
-check("k8s: Deployment, Service and HorizontalPodAutoscaler present",
-      {"Deployment", "Service", "HorizontalPodAutoscaler"} <= set(docs))
+check("k8s: Deployment, Service, HorizontalPodAutoscaler and PodDisruptionBudget present",
+      {"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"} <= set(docs))
 dep = docs["Deployment"]
 pod = dep["spec"]["template"]["spec"]
 c = pod["containers"][0]
@@ -113,8 +113,10 @@ check("k8s: probes hit the admin listener (ECGD_ADMIN_PORT %s), which clients of
 check("k8s: container port 'admin' is the admin listener",
       ports.get("admin") == cfg.get("admin_port"), ports)
 startup = c.get("startupProbe")
-check("k8s: startup probe (if any) is a liveness route",
-      startup is None or startup["httpGet"]["path"] in LIVE & get_paths)
+check("k8s: startup probe waits for the model (a readiness route: /healthz answers before the "
+      "model loads)", startup is not None and startup["httpGet"]["path"] in READY & get_paths, startup)
+check("k8s: startup probe allows at least 60 s for a cold start",
+      startup is not None and startup.get("periodSeconds", 10) * startup.get("failureThreshold", 3) >= 60)
 check("k8s: liveness probe timeout below the period",
       live.get("timeoutSeconds", 1) < live.get("periodSeconds", 10))
 res = c.get("resources", {})
@@ -159,6 +161,14 @@ check("k8s: HPA scales this Deployment, min <= max",
       1 <= hpa["minReplicas"] <= hpa["maxReplicas"])
 check("k8s: Deployment has no replica count fights with the HPA floor",
       dep["spec"].get("replicas", 1) >= hpa["minReplicas"])
+pdb = docs["PodDisruptionBudget"]["spec"]
+check("k8s: PodDisruptionBudget selects the Deployment's pods",
+      all(labels.get(k) == v for k, v in pdb["selector"]["matchLabels"].items()))
+min_available = pdb.get("minAvailable")
+check("k8s: PodDisruptionBudget keeps a pod serving and still lets a drain proceed "
+      "(1 <= minAvailable < the HPA floor, or maxUnavailable >= 1)",
+      (isinstance(min_available, int) and 1 <= min_available < hpa["minReplicas"]) or
+      (min_available is None and int(pdb.get("maxUnavailable", 0)) >= 1), pdb)
 
 # ---------------------------------------------------------------- docker compose
 compose = yaml.safe_load(open("deploy/docker-compose.yml"))["services"]["ecgd"]
@@ -183,7 +193,9 @@ check("compose: stop_grace_period exceeds the drain", m and int(m.group(1)) > cc
 
 # ---------------------------------------------------------------- Dockerfile
 text = open("Dockerfile").read()
-froms = re.findall(r"^FROM\s+(\S+)", text, re.M)
+args = dict(re.findall(r"^ARG\s+(\w+)=(\S+)", text, re.M))
+froms = [args.get(f[2:-1], f) if f.startswith("${") else f
+         for f in re.findall(r"^FROM\s+(\S+)", text, re.M)]
 check("Dockerfile: multi-stage, CUDA devel image to build, CUDA runtime with cuDNN to run",
       len(froms) >= 2 and "cuda" in froms[0] and "devel" in froms[0] and
       "cuda" in froms[-1] and "runtime" in froms[-1] and "cudnn" in froms[-1], froms)
@@ -207,6 +219,52 @@ check("Dockerfile: ships models/default.ecgm where the server looks",
                 final, re.M) is not None)
 check("Dockerfile: STOPSIGNAL SIGTERM (the graceful drain)",
       re.search(r"^STOPSIGNAL\s+SIGTERM", final, re.M) is not None)
+images = froms
+cuda = [re.search(r"nvidia/cuda:(\d+\.\d+)", i) for i in images]
+measured = re.findall(r"CUDA (\d+\.\d+)", open("bench/RESULTS-gpu.md").read())
+check("Dockerfile: build and run images on the CUDA version the project is measured with (%s)"
+      % (measured[0] if measured else "?"),
+      measured and all(m and m.group(1) == measured[0] for m in cuda), images)
+nvcc = subprocess.run(["sh", "-c", "nvcc --version 2>/dev/null | grep -o 'release [0-9.]*'"],
+                      capture_output=True, text=True).stdout.split()
+check("Dockerfile: the same CUDA as the local nvcc (where there is one)",
+      not nvcc or all(m and m.group(1) == nvcc[-1] for m in cuda), (nvcc, images))
+check("Dockerfile: images named by full tag (no latest), with digest pinning documented",
+      all(":" in i and not i.endswith(":latest") for i in images) and
+      ("@sha256:" in text) and "imagetools inspect" in text)
+build_stage = text[:text.rfind("\nFROM ")]
+copies = [(m.start(), m.group(1)) for m in re.finditer(r"^COPY\s+(.*)$", build_stage, re.M)]
+runs = [(m.start(), m.group(0)) for m in re.finditer(r"^RUN\s(?:.*\\\n)*.*$", build_stage, re.M)]
+copy_all = next((pos for pos, what in copies if what.split()[0] == "."), None)
+cuda_run = next((pos for pos, what in runs if "cuda-objects" in what), None)
+apt_run = next((pos for pos, what in runs if "apt-get install" in what), None)
+check("Dockerfile: layer order caches the packages, then the CUDA objects, then the rest",
+      apt_run is not None and cuda_run is not None and copy_all is not None and
+      apt_run < min(pos for pos, _ in copies) and cuda_run < copy_all and
+      all(what.split()[0] != "." for pos, what in copies if pos < cuda_run), copies)
+make_cuda = subprocess.run(["make", "-n", "CUDA=1", "NVCC=nvcc", "cuda-objects"], capture_output=True,
+                           text=True)
+check("Makefile: the cuda-objects target the Dockerfile uses exists and builds gpu/*.cu",
+      make_cuda.returncode == 0 and ".cu" in make_cuda.stdout, make_cuda.stderr[-300:])
+pre_copy = " ".join(what for pos, what in copies if pos < cuda_run)
+headers = re.findall(r"\$\(wildcard ([^)]*)\)", re.search(r"^\$\(BUILD\)/%.o: %.cu (.*)$",
+                                                           open("Makefile").read(), re.M).group(1))
+check("Dockerfile: the CUDA layer copies every header the CUDA objects depend on",
+      all(h in pre_copy or h.split("/")[0] + "/ " in pre_copy + " " for h in headers[0].split()),
+      (headers, pre_copy))
+apt_text = re.search(r"apt-get install[^&]*", build_stage).group(0)
+libs = re.findall(r"-l(\w+)", re.search(r"^LDLIBS\s*:=(.*)$", open("Makefile").read(), re.M).group(1))
+dev_of = {"microhttpd": "libmicrohttpd-dev", "cjson": "libcjson-dev", "fftw3f": "libfftw3-dev",
+          "fftw3f_threads": "libfftw3-dev", "edf": "libedf-dev", "z": "zlib1g-dev",
+          "zstd": "libzstd-dev", "crypto": "libssl-dev"}
+missing = [l for l in libs if l in dev_of and dev_of[l] not in apt_text] + \
+          [l for l in libs if l not in dev_of and l not in ("m", "pthread")]
+check("Dockerfile: installs the -dev package of every library the Makefile links", not missing,
+      missing)
+ignore = [l.strip() for l in open(".dockerignore") if l.strip() and not l.startswith("#")]
+check(".dockerignore keeps build outputs, node_modules and .git out of the context",
+      all(any(p == x or p.rstrip("/") == x for p in ignore) for x in ("build", "node_modules", ".git")),
+      ignore)
 
 # ---------------------------------------------------------------- systemd
 unit = open("deploy/ecgd.service").read()
