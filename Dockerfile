@@ -38,7 +38,6 @@ WORKDIR /src
 COPY Makefile ./
 COPY engine/*.h engine/
 COPY engine/cpu/*.h engine/cpu/
-COPY models/*.h models/
 COPY gpu/ gpu/
 RUN make -j"$(nproc)" CUDA=1 cuda-objects
 # Everything else (.dockerignore keeps build outputs, node_modules and data out).

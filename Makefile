@@ -20,7 +20,7 @@ endif
 BUILD   := build
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 CFLAGS  ?= -O3 -march=x86-64-v2 -mtune=native
-CFLAGS  += -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Iengine -Imodels -fno-strict-aliasing
+CFLAGS  += -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Iengine -fno-strict-aliasing
 LDFLAGS += -fopenmp
 LDLIBS  := -lmicrohttpd -lcjson -lfftw3f -lfftw3f_threads -ledf -lz -lzstd -lcrypto -lm -lpthread
 ifeq ($(DEBUG),1)
@@ -41,7 +41,7 @@ CU_SRC      := $(wildcard gpu/*.cu)
 
 ifeq ($(CUDA),1)
 CFLAGS   += -DECG_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-NVFLAGS  := -O3 -std=c++17 -Iengine -Imodels -Xcompiler -fPIC,-Wall,-fopenmp \
+NVFLAGS  := -O3 -std=c++17 -Iengine -Xcompiler -fPIC,-Wall,-fopenmp \
             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcufft -lcudnn -lcudart -lstdc++
@@ -60,6 +60,11 @@ BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 all: $(BUILD)/ecgd
+
+# Layering: the engine, gpu/ and the service see engine/ only; the trainer (models/), the CLI,
+# tests and benchmarks sit above and see models/ too.
+ABOVE_ENGINE := -Imodels
+$(BUILD)/models/%.o $(BUILD)/cli/%.o: CFLAGS += $(ABOVE_ENGINE)
 
 $(BUILD)/%.o: %.c $(wildcard engine/*.h engine/cpu/*.h models/*.h service/*.h gpu/*.h)
 	@mkdir -p $(dir $@)
@@ -81,7 +86,7 @@ node_modules/.ecgd-lock.sha256: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	sha256sum package-lock.json | cut -d' ' -f1 >$@
 
-$(BUILD)/%.o: %.cu $(wildcard engine/*.h engine/cpu/*.h gpu/*.h gpu/*.cuh models/*.h)
+$(BUILD)/%.o: %.cu $(wildcard engine/*.h engine/cpu/*.h gpu/*.h gpu/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
@@ -94,12 +99,12 @@ $(BUILD)/ecgd: $(CLI_OBJ) $(LIB)
 
 $(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -DECG_TEST_DATA='"tests/data"' -DECG_SHARED_DATA='"../shared/data"' \
+	$(CC) $(CFLAGS) $(ABOVE_ENGINE) -Itests -DECG_TEST_DATA='"tests/data"' -DECG_SHARED_DATA='"../shared/data"' \
 	    $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+	$(CC) $(CFLAGS) $(ABOVE_ENGINE) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 tests: $(TEST_BIN) $(BUILD)/ecgd
 

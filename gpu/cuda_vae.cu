@@ -1,6 +1,6 @@
 /*
  * cuda_vae.cu - the VAE encoder and decoder and the outlier score on the device (twin of
- * engine/cpu/vae.c; models/model.h describes the network and the score).
+ * engine/cpu/vae.c; engine/model.h describes the network and the score).
  *
  * Three paths compute the latent mean and the reconstruction error of every beat (cuda_vae.h):
  * - warp (the default for the default architecture, cuda_vae_warp.cu): one warp per beat,

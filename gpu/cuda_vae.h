@@ -18,7 +18,7 @@ static __device__ __forceinline__ float vae_swish(float x, float alpha)
     return x / (1.0f + expf(-alpha * x));
 }
 
-/* Whether vae_warp_launch() handles arch (the default architecture of models/model.h). */
+/* Whether vae_warp_launch() handles arch (the default architecture of engine/model.h). */
 bool vae_warp_supports(const struct ecg_vae_arch *arch);
 
 /* Queues, on ctx's stream, the latent mean of each of the k beats of ctx->emb into latent

@@ -1,6 +1,6 @@
 /*
  * cuda_vae_warp.cu - the VAE of the default architecture (L = 256, Z = 2, encoder 4 8 16,
- * decoder 8 4 2; models/model.h) with one warp per beat and every activation in registers.
+ * decoder 8 4 2; engine/model.h) with one warp per beat and every activation in registers.
  *
  * Why a second fused kernel: the block-per-beat kernel of cuda_vae.cu keeps activations in
  * shared memory, so each multiply-add costs one or two shared-memory loads and every layer a

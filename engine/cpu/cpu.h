@@ -158,7 +158,7 @@ enum ecg_status cpu_embed(const struct ecg_plan *plan, const float *y, size_t n_
 
 /*
  * VAE encoding and scoring of k beats (emb: k x beat_len), in float32 SIMD (vae_f32.h), within
- * ~1e-6 of the double reference of models/model.h. For kept beats writes the latent mean
+ * ~1e-6 of the double reference of engine/model.h. For kept beats writes the latent mean
  * (k x latent_dim), the score and the outlier flag; beats not kept get NaN and 0. rr_ms is the
  * per-beat RR interval (NaN for the first beat) for the rhythm part of the score. Allocates its
  * work area per call: cpu_vae_score_with reuses one.

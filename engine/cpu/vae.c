@@ -1,7 +1,7 @@
 /*
  * vae.c - the LightVAE network on the CPU (forward and backward) and the outlier score.
  *
- * The reference implementation of the network described in models/model.h. Everything is
+ * The reference implementation of the network described in engine/model.h. Everything is
  * computed in double precision, one beat at a time, in a caller-provided work area, so that
  * training and scoring are deterministic, thread-safe (one work area per thread) and match a
  * float64 PyTorch implementation of the same network to ~1e-12 (tests/unit/test_vae.c).

@@ -2,7 +2,7 @@
  * vae_f32.c - the CPU backend's VAE stage in float32: packs the kept beats of a request into
  * groups of the kernel's lanes, runs the SIMD kernels of vae_f32.h on them (AVX-512 or AVX2 +
  * FMA where the CPU has them, the baseline build otherwise), and combines the score exactly as
- * the double reference of vae.c does (models/model.h defines it).
+ * the double reference of vae.c does (engine/model.h defines it).
  */
 #include <math.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
  * Not a header of its own: it defines functions and must not be included anywhere else.
  *
  * Lanes are beats: vf holds sample t of LANES beats, so every loop below is the scalar
- * network of models/model.h written once and executed for LANES beats; there are no horizontal
+ * network of engine/model.h written once and executed for LANES beats; there are no horizontal
  * operations. Each loop's order of additions is fixed, so results are reproducible.
  */
 #include <stdbool.h>

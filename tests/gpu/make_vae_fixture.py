@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make_vae_fixture.py - PyTorch reference for the LightVAE (models/model.h), as a test fixture.
+"""make_vae_fixture.py - PyTorch reference for the LightVAE (engine/model.h), as a test fixture.
 
 Builds the network in PyTorch, sets its weights from a fixed seed, runs a batch of seeded
 synthetic beats (float32-representable values) in float64 on the CPU with a fixed eps for the
@@ -13,7 +13,7 @@ Needs PyTorch only (no numpy). Layout of OUT.bin (all little-endian):
   char[8] "VAEFIX01"
   u32 beat_len, latent_dim, enc[3], dec[3], batch, n_weights
   f64 kl_weight
-  f64 weights[n_weights]   (models/model.h order)
+  f64 weights[n_weights]   (engine/model.h order)
   f64 x[batch][beat_len]
   f64 eps[batch][latent_dim]
   f64 mu[batch][latent_dim], logvar[batch][latent_dim]
@@ -100,7 +100,7 @@ class LightVAE(nn.Module):
         return h.squeeze(1)
 
     def ordered_params(self):
-        """Parameters in the order of models/model.h."""
+        """Parameters in the order of engine/model.h."""
         out = []
         for conv, act in zip(self.enc_conv, self.enc_act):
             out += [conv.weight, conv.bias, act.alpha]

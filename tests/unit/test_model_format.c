@@ -1,5 +1,5 @@
 /*
- * test_model_format.c - the .ecgm model file format (models/format.c, models/FORMAT.md):
+ * test_model_format.c - the .ecgm model file format (engine/model_format.c, models/FORMAT.md):
  * round trip, description, and hostile files (each refused with its own message), plus the
  * SHA-256 and CRC-32 the format relies on.
  */

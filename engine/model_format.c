@@ -1,5 +1,5 @@
 /*
- * format.c - model objects and the .ecgm file format (models/FORMAT.md): load, verify, save,
+ * model_format.c - model objects and the .ecgm file format (models/FORMAT.md): load, verify, save,
  * describe.
  *
  * Reading is defensive: the file is read whole (at most ECG_MODEL_MAX_FILE_BYTES), the header

@@ -1,5 +1,5 @@
 /*
- * describe.c - a model's description: ecg_model_get_info() for the engine and the service, and
+ * model_describe.c - a model's description: ecg_model_get_info() for the engine and the service, and
  * ecg_model_write_json() for `GET /v1/models` and `ecgd analyze` (architecture, preprocessing
  * parameters, score calibration and training provenance).
  */

@@ -127,7 +127,7 @@ struct ecg_model {
     struct ecg_provenance prov;
 };
 
-/* ---------------------------------------------------------------- model objects (format.c) */
+/* ---------------------------------------------------------------- model objects (model_format.c) */
 
 /* Fills layout for arch. Returns false when arch is outside the bounds above (no message). */
 bool ecg_vae_layout_init(struct ecg_vae_layout *layout, const struct ecg_vae_arch *arch);
