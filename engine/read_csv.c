@@ -164,9 +164,7 @@ static enum ecg_status out_of_range(const struct csv_state *st, size_t column, c
                     q);
 }
 
-/* Picks the delimiter from the first non-blank line [ls, le). ';' goes first: a line holding
- * both ';' and ',' is ';'-separated with decimal commas. */
-static char sniff_delim(const char *ls, const char *le)
+char read_csv_delimiter(const char *ls, const char *le)
 {
     static const char candidates[] = {';', ',', '\t'};
     for (size_t i = 0; i < sizeof candidates; i++)
@@ -267,7 +265,7 @@ enum ecg_status read_csv_column(const char *buf, size_t len, const struct ecg_re
     status = check_text(&st, ls, le, err);
     if (status != ECG_OK)
         goto out;
-    st.delim = sniff_delim(ls, le);
+    st.delim = read_csv_delimiter(ls, le);
 
     long index;
     const char *name = read_lead_index(opts->lead, &index) ? NULL : opts->lead;

@@ -59,15 +59,6 @@ static bool next_line(const char **p, const char *end, const char **ls, const ch
     return false;
 }
 
-static char line_delim(const char *ls, const char *le)
-{
-    static const char candidates[] = {';', ',', '\t'};
-    for (size_t i = 0; i < sizeof candidates; i++)
-        if (memchr(ls, candidates[i], (size_t)(le - ls)))
-            return candidates[i];
-    return 0;
-}
-
 /* The first field of a line, trimmed and unquoted. */
 static void first_field(const char *ls, const char *le, char delim, const char **s,
                         const char **e)
@@ -119,7 +110,7 @@ static bool peek(const char *buf, size_t len, const struct ecg_read_opts *opts,
         p += 3;
     if (!next_line(&p, end, &ls, &le))
         return false;
-    char delim = line_delim(ls, le);
+    char delim = read_csv_delimiter(ls, le);
     if (!delim)
         return false; /* one column: nothing to skip */
     first_field(ls, le, delim, &s, &e);

@@ -24,6 +24,11 @@
 enum ecg_status read_csv(const char *buf, size_t len, const struct ecg_read_opts *opts,
                          struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
 
+/* The delimiter of a CSV, picked from its first non-blank line [ls, le): ';', ',' or tab,
+ * whichever it holds, in that order (a line with both ';' and ',' is ';'-separated with decimal
+ * commas), or 0 for one column. */
+char read_csv_delimiter(const char *ls, const char *le);
+
 /* One column of a CSV (opts->lead, default the first), as the file holds it: read_csv.c. */
 enum ecg_status read_csv_column(const char *buf, size_t len, const struct ecg_read_opts *opts,
                                 struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
