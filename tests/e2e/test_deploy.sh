@@ -242,7 +242,7 @@ check("Dockerfile: layer order caches the packages, then the CUDA objects, then 
       apt_run is not None and cuda_run is not None and copy_all is not None and
       apt_run < min(pos for pos, _ in copies) and cuda_run < copy_all and
       all(what.split()[0] != "." for pos, what in copies if pos < cuda_run), copies)
-make_cuda = subprocess.run(["make", "-n", "CUDA=1", "NVCC=nvcc", "cuda-objects"], capture_output=True,
+make_cuda = subprocess.run(["make", "-n", "-B", "CUDA=1", "NVCC=nvcc", "cuda-objects"], capture_output=True,
                            text=True)
 check("Makefile: the cuda-objects target the Dockerfile uses exists and builds gpu/*.cu",
       make_cuda.returncode == 0 and ".cu" in make_cuda.stdout, make_cuda.stderr[-300:])
