@@ -6,8 +6,9 @@
 # Usage (on the device, from the repository root, after copying a bundle made here):
 #   LD_LIBRARY_PATH=.gpu-run/lib bash tests/gpu/run-device.sh [DIR] [parts]
 # DIR (default .gpu-run) holds the binaries (test_gpu_parity, bench_gpu, ecgd) and data/ (a
-# copy of the shared mitdb records). parts: any of "tests http hostile sanitize bench strips" (default
-# all): "hostile" runs the hostile-client suite (tests/hostile/hostile.py, quick mode) against a
+# copy of the shared mitdb records). parts: any of "tests http uploads hostile sanitize bench strips"
+# (default all): "uploads" runs issue 12's HTTP suites (uploads, reload, metrics, annotations)
+# against a CUDA-backed server; "hostile" runs the hostile-client suite (tests/hostile/hostile.py, quick mode) against a
 # CUDA-backed server; "http" runs the service's HTTP suite (tests/e2e/test_http.sh) against a CUDA-backed
 # server; "strips" runs bench/bench_strips.sh (wrk and http_sink bundled in DIR): for 2 s (the
 # shortest recording analysed), 10 s, 80 s, 30 min and 20 h recordings as CSV and float32, the
@@ -26,7 +27,7 @@
 # Logs and tables go to $OUT when it is set, else to DIR/out.
 set -u
 dir=${1:-.gpu-run}
-parts=${2:-"tests http hostile sanitize bench strips"}
+parts=${2:-"tests http uploads hostile sanitize bench strips"}
 out=${OUT:-$dir/out}
 mkdir -p "$out"
 export ECG_GPU_DATA=$dir/data
@@ -110,6 +111,21 @@ if [[ " $parts " == *" http "* ]] && [ -x "$dir/ecgd" ] && command -v curl >/dev
     grep -E '^not ok|^# ' "$out/batching.log" | head -20
     echo "batching: $(grep -c '^ok' "$out/batching.log") ok, $(grep -c '^not ok' "$out/batching.log") not ok, exit $rc"
     [ "$rc" -eq 0 ] || status=1
+fi
+
+if [[ " $parts " == *" uploads "* ]] && [ -x "$dir/ecgd" ] && command -v curl >/dev/null; then
+    # Issue 12's suites against a CUDA-backed server: forms, WFDB over HTTP, compressed bodies,
+    # CSV time columns and decimal commas (the CUDA CSV parser hands those to the host reader),
+    # hot reload under 32 analyses, metrics, WFDB annotation export.
+    for suite in test_uploads test_reload test_metrics test_annotations; do
+        echo "== $suite against a CUDA-backed server"
+        ECGD=$dir/ecgd ECGD_TEST_BACKEND=cuda ECG_SHARED_DATA=$dir/data timeout 600 \
+            bash "tests/e2e/$suite.sh" >"$out/$suite.log" 2>&1
+        rc=$?
+        grep -E '^not ok|^skip' "$out/$suite.log" | head -20
+        echo "$suite: $(grep -c '^ok' "$out/$suite.log") ok, $(grep -c '^not ok' "$out/$suite.log") not ok, exit $rc"
+        [ "$rc" -eq 0 ] || status=1
+    done
 fi
 
 if [[ " $parts " == *" hostile "* ]] && [ -x "$dir/ecgd" ]; then
