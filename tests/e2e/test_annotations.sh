@@ -57,7 +57,8 @@ fi
 "$ECGD" analyze "${B[@]}" "$DATA/ucr/ecg50T.txt" --fs=250 --include=summary >"$tmp/fs_equals.json"
 check "ecgd analyze --fs=250 --include=summary: as --fs 250" cmp -s "$tmp/fs_space.json" "$tmp/fs_equals.json"
 "$ECGD" eval "${B[@]}" --json --model=none --lead=0 "$DATA/mitdb" 101 >"$tmp/eval_equals.json"
-check "ecgd eval --model=none --lead=0: as --model none" cmp -s "$tmp/eval_equals.json" "$tmp/eval_detector.json"
+"$ECGD" eval "${B[@]}" --json --model none --lead 0 "$DATA/mitdb" 101 >"$tmp/eval_spaces.json"
+check "ecgd eval --model=none --lead=0: as --model none --lead 0" cmp -s "$tmp/eval_equals.json" "$tmp/eval_spaces.json"
 "$ECGD" train "$DATA/ucr/ecg50T.txt" --fs=250 --epochs=1 --seed=3 --out="$tmp/a.ecgm" >/dev/null 2>&1
 "$ECGD" train "$DATA/ucr/ecg50T.txt" --fs 250 --epochs 1 --seed 3 --out "$tmp/b.ecgm" >/dev/null 2>&1
 check "ecgd train --fs=250 --epochs=1 --seed=3 --out=...: the same model as with spaces" \
