@@ -159,8 +159,9 @@ enum ecg_status ecg_read_memory(const void *buf, size_t len, const struct ecg_re
 
 /*
  * Reads a WFDB record held in memory: the header text (sent as hea_name) and the signal file
- * that holds the selected lead, which must be the one the header names (dat_name, without a
- * directory). Formats 212 and 16, as from files. Same contract as ecg_read_memory().
+ * that holds the selected leads, which must be the one the header names (dat_name, without a
+ * directory). Formats 212 and 16, as from files; opts->lead may be a list or "all", as for
+ * files. Same contract as ecg_read_memory().
  */
 enum ecg_status ecg_read_wfdb_memory(const char *hea_name, const char *hea, size_t hea_len,
                                      const char *dat_name, const void *dat, size_t dat_len,

@@ -250,6 +250,13 @@ static enum ecg_format sniff_format(const unsigned char *b, size_t len)
     return ECG_FORMAT_CSV;
 }
 
+bool read_is_csv(enum ecg_format format, const void *buf, size_t len)
+{
+    if (format == ECG_FORMAT_AUTO && buf)
+        format = sniff_format(buf, len);
+    return format == ECG_FORMAT_CSV;
+}
+
 static enum ecg_status read_memory_one(const void *buf, size_t len,
                                        const struct ecg_read_opts *opts, struct ecg_signal *out,
                                        struct ecg_error *err)
@@ -466,18 +473,69 @@ enum ecg_status ecg_lead_list_parse(const char *selection, char *store, size_t c
     return ECG_OK;
 }
 
-/* Where a lead list is read: memory or a file. */
+/* Where a lead list is read: memory, a file, or a WFDB record in memory. */
 struct read_source {
     const void *buf;
     size_t len;
     const char *path;
+    const struct wfdb_memory *wfdb;
 };
 
 static enum ecg_status read_one(const struct read_source *src, const struct ecg_read_opts *opts,
                                 struct ecg_signal *out, struct ecg_error *err)
 {
+    if (src->wfdb)
+        return read_wfdb_memory(src->wfdb, opts, out, err);
     return src->path ? read_file_one(src->path, opts, out, err)
                      : read_memory_one(src->buf, src->len, opts, out, err);
+}
+
+/* Whether a lead list's source is CSV text (a file by its name, memory by its content). */
+static bool source_is_csv(const struct read_source *src, const struct ecg_read_opts *opts)
+{
+    if (src->wfdb)
+        return false;
+    if (src->path)
+        return read_is_csv(opts->format == ECG_FORMAT_AUTO ? ecg_format_from_path(src->path)
+                                                           : opts->format, NULL, 0);
+    return read_is_csv(opts->format, src->buf, src->len);
+}
+
+/*
+ * The time column of a CSV read as a lead list (read_csv_time.c recognises one only when no
+ * lead is chosen): the file is read once as if none were, and what that finds - the column
+ * skipped, the rate it gives - applies to the list: "all" starts after the time column, and the
+ * rate comes from it when fs is not given. A time column that contradicts fs is an error
+ * (conflicting_fs); any other failure of this probe (a first column that is not a number, no
+ * rate at all) is left to the reads of the leads themselves, which say what is wrong with them.
+ */
+static enum ecg_status probe_time_column(const struct read_source *src,
+                                         const struct ecg_read_opts *opts, char *time_column,
+                                         size_t time_column_size, double *fs_from_time,
+                                         struct ecg_error *err)
+{
+    time_column[0] = '\0';
+    *fs_from_time = 0;
+    if (!source_is_csv(src, opts))
+        return ECG_OK;
+    struct ecg_read_opts plain = *opts;
+    struct ecg_signal probe = {0};
+    struct ecg_error probe_err = {0};
+    plain.lead = NULL;
+    plain.embed_lead = NULL;
+    enum ecg_status status = read_one(src, &plain, &probe, &probe_err);
+    if (status == ECG_OK) {
+        snprintf(time_column, time_column_size, "%s", probe.time_column);
+        if (probe.fs_from_time)
+            *fs_from_time = probe.fs_hz;
+    } else if (!strcmp(probe_err.code, "conflicting_fs")) {
+        if (err)
+            *err = probe_err;
+        ecg_signal_free(&probe);
+        return status;
+    }
+    ecg_signal_free(&probe);
+    return ECG_OK;
 }
 
 /* Moves lead sig into out as an extra lead (or as the first), labelled by name when it has no
@@ -564,9 +622,15 @@ static enum ecg_status read_leads(const struct read_source *src,
     status = ecg_lead_list_parse(opts->lead, store, sizeof store, names, &n, &all, err);
     if (status != ECG_OK)
         return status;
+    char time_column[32];
+    double fs_from_time = 0;
+    status = probe_time_column(src, opts, time_column, sizeof time_column, &fs_from_time, err);
+    if (status != ECG_OK)
+        return status;
     if (all) {
+        size_t first = time_column[0] ? 1 : 0; /* the time column is no lead */
         for (n = 0; n < ECG_MAX_LEADS; n++) {
-            snprintf(index_names[n], sizeof index_names[n], "%zu", n);
+            snprintf(index_names[n], sizeof index_names[n], "%zu", n + first);
             names[n] = index_names[n];
         }
     }
@@ -575,6 +639,8 @@ static enum ecg_status read_leads(const struct read_source *src,
         struct ecg_signal sig = {0};
         one.lead = names[i];
         one.embed_lead = NULL;
+        if (fs_from_time > 0)
+            one.fs_hz = fs_from_time;
         status = read_one(src, &one, &sig, err);
         if (status == ECG_ERR_NOT_FOUND && all && i > 0) {
             n = i;
@@ -592,6 +658,8 @@ static enum ecg_status read_leads(const struct read_source *src,
         if (status != ECG_OK)
             goto fail;
     }
+    snprintf(out->time_column, sizeof out->time_column, "%s", time_column);
+    out->fs_from_time = fs_from_time > 0;
     return ECG_OK;
 fail:
     ecg_signal_free(out);
@@ -617,5 +685,22 @@ enum ecg_status ecg_read_file(const char *path, const struct ecg_read_opts *opts
         memset(out, 0, sizeof *out);
         return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "no input path");
     }
+    return read_leads(&src, opts, out, err);
+}
+
+enum ecg_status ecg_read_wfdb_memory(const char *hea_name, const char *hea, size_t hea_len,
+                                     const char *dat_name, const void *dat, size_t dat_len,
+                                     const struct ecg_read_opts *opts, struct ecg_signal *out,
+                                     struct ecg_error *err)
+{
+    const struct wfdb_memory rec = {.hea_name = hea_name, .hea = hea, .hea_len = hea_len,
+                                    .dat_name = dat_name, .dat = dat, .dat_len = dat_len};
+    const struct read_source src = {.wfdb = &rec};
+    if (!out)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "no output signal");
+    memset(out, 0, sizeof *out);
+    if (!hea || !dat || !hea_name || !dat_name)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "a WFDB record needs its header and "
+                        "its signal file");
     return read_leads(&src, opts, out, err);
 }

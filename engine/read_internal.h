@@ -122,6 +122,23 @@ enum ecg_status read_json(const char *buf, size_t len, const struct ecg_read_opt
 enum ecg_status read_wfdb_file(const char *path, const struct ecg_read_opts *opts,
                                struct ecg_signal *out, struct ecg_error *err);
 
+/* A WFDB record held in memory: its header text and the signal file the header names. */
+struct wfdb_memory {
+    const char *hea_name;   /* the names they were sent under, without a directory */
+    const char *hea;
+    size_t hea_len;
+    const char *dat_name;
+    const void *dat;
+    size_t dat_len;
+};
+
+/* One lead (opts->lead) of a WFDB record held in memory (engine/read_wfdb.c). */
+enum ecg_status read_wfdb_memory(const struct wfdb_memory *rec, const struct ecg_read_opts *opts,
+                                 struct ecg_signal *out, struct ecg_error *err);
+
+/* Whether a source read as format (AUTO: sniffed from its first bytes, buf[0, len)) is CSV. */
+bool read_is_csv(enum ecg_format format, const void *buf, size_t len);
+
 /* ---------------------------------------------------------------- helpers shared by readers */
 
 /*

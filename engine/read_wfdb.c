@@ -395,11 +395,11 @@ enum ecg_status read_wfdb_file(const char *path, const struct ecg_read_opts *opt
     return status;
 }
 
-enum ecg_status ecg_read_wfdb_memory(const char *hea_name, const char *hea, size_t hea_len,
-                                     const char *dat_name, const void *dat, size_t dat_len,
-                                     const struct ecg_read_opts *opts, struct ecg_signal *out,
-                                     struct ecg_error *err)
+enum ecg_status read_wfdb_memory(const struct wfdb_memory *rec, const struct ecg_read_opts *opts,
+                                 struct ecg_signal *out, struct ecg_error *err)
 {
+    const char *hea = rec->hea;
+    size_t hea_len = rec->hea_len;
     /* The header parser reads a NUL-terminated text. */
     char *text = malloc(hea_len + 1);
     memset(out, 0, sizeof *out);
@@ -407,8 +407,8 @@ enum ecg_status ecg_read_wfdb_memory(const char *hea_name, const char *hea, size
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "WFDB header");
     memcpy(text, hea, hea_len);
     text[hea_len] = '\0';
-    struct dat_source src = {.name = dat_name, .data = dat, .len = dat_len};
-    enum ecg_status status = read_wfdb_record(text, hea_len, hea_name, &src, opts, out, err);
+    struct dat_source src = {.name = rec->dat_name, .data = rec->dat, .len = rec->dat_len};
+    enum ecg_status status = read_wfdb_record(text, hea_len, rec->hea_name, &src, opts, out, err);
     free(text);
     return status;
 }

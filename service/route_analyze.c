@@ -424,6 +424,13 @@ struct ecg_result *svc_analyze_body(struct svc_request *req, struct ecg_engine *
         /* The admission reckoned a 10-fold expansion: what the body really decodes to (within
          * the body limit) is what the reading costs, and must fit the budget too. */
         size_t need = svc_request_estimate_decoded(req, req->body_len, len);
+        if (need > srv->memory.budget_bytes) {
+            svc_answer_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+                             "the body decompresses to %zu bytes, which may need up to %zu bytes "
+                             "to analyse, more than the whole memory budget (%zu bytes)", len,
+                             need, srv->memory.budget_bytes);
+            goto out;
+        }
         if (!svc_memory_reserve_up_to(&srv->memory, &req->reserved_bytes, need)) {
             svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "memory_busy",
                              "the body decompresses to %zu bytes: their analysis does not fit in "

@@ -49,7 +49,18 @@ open(os.path.join(out, "r16.dat"), "wb").write(
 gain, base = 200.0, 1024
 with open(os.path.join(out, "rec.csv"), "w") as f:
     f.write("MLII\n")
-    f.writelines("%.6g\n" % ((x - base) / gain) for x in a)
+    f.writelines("%.6g\n" % ((x - base) / gain) for x in a)# Both leads: as two columns, behind a time column, and as JSON rows of samples x leads.
+mv = lambda x: "%.6g" % ((x - base) / gain)
+with open(os.path.join(out, "two.csv"), "w") as f:
+    f.write("MLII,V1\n")
+    f.writelines("%s,%s\n" % (mv(x), mv(y)) for x, y in zip(a, b))
+with open(os.path.join(out, "time2.csv"), "w") as f:
+    f.write("time_s,MLII,V1\n")
+    f.writelines("%.4f,%s,%s\n" % (i / 360, mv(x), mv(y)) for i, (x, y) in enumerate(zip(a, b)))
+with open(os.path.join(out, "rows.json"), "w") as f:
+    f.write('{"fs": 360, "leads": ["MLII", "V1"], "signal": [')
+    f.write(",".join("[%s,%s]" % (mv(x), mv(y)) for x, y in zip(a, b)))
+    f.write("]}")
 PY
 
 if ! start_server "$tmp/server.log" --model-dir models --model default --workers 2 \
@@ -89,6 +100,21 @@ sys.exit(0 if a == b and len(a) > 100 else 1)' "$tmp/cli212.json" "$tmp/cli16.js
 code=$(req POST "$A&lead=V1" -F "hea=@$tmp/r212.hea" -F "dat=@$tmp/r212.dat")
 check "multipart WFDB with lead=V1: the second signal" bash -c \
     "[ $code = 200 ] && grep -q '\"lead\":\"V1\"' '$tmp/body'"
+"$ECGD" analyze --backend "$BACKEND" --model models/default.ecgm --include beats,summary \
+    --lead all "$tmp/r212.hea" >"$tmp/cli212all.json" 2>/dev/null
+code=$(req POST "$A&lead=all" -F "hea=@$tmp/r212.hea" -F "dat=@$tmp/r212.dat")
+check "multipart WFDB with lead=all: both signals, same answer as ecgd analyze --lead all" bash -c \
+    "[ $code = 200 ] && $HELP same '$tmp/body' '$tmp/cli212all.json' && grep -q '\"leads\":\[\"MLII\",\"V1\"\]' '$tmp/body'"
+code=$(req POST "$A&lead=V1,MLII" -F "hea=@$tmp/r16.hea" -F "dat=@$tmp/r16.dat")
+check "multipart WFDB (16) with lead=V1,MLII: the beat table reads V1, detection both" bash -c \
+    "[ $code = 200 ] && grep -q '\"lead\":\"V1\",\"leads\":\[\"V1\",\"MLII\"\]' '$tmp/body'"
+code=$(req POST "/v1/analyses?include=beats,summary&lead=all" -F "hea=@$tmp/r212.hea" \
+       -F "dat=@$tmp/r212.dat")
+check "POST /v1/analyses with a WFDB form and lead=all: 201, the beats of ecgd analyze" python3 -c '
+import json, sys
+a, b = json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+sys.exit(0 if sys.argv[1] == "201" and a["beats"]["r_peak"] == b["beats"]["r_peak"]
+         and a["signal"]["leads"] == ["MLII", "V1"] else 1)' "$code" "$tmp/body" "$tmp/cli212all.json"
 code=$(req POST "$A&fs=250" -F "hea=@$tmp/r212.hea" -F "dat=@$tmp/r212.dat")
 check "multipart WFDB with fs=250 (the header says 360): 400 conflicting_fs" is_error 400 conflicting_fs
 code=$(req POST "$A" -F "dat=@$tmp/r212.dat")
@@ -247,6 +273,60 @@ code=$(req POST "$A" -H 'Content-Type: text/csv' --data-binary @"$tmp/sample.csv
 check "CSV \"sample,MLII\" without fs: skipped, but no rate: 400 fs_required" is_error 400 fs_required
 code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' --data-binary @"$tmp/sample.csv")
 check "CSV \"sample,MLII\" with fs=360: index skipped, reported" answer_signal "$code" 360 sample fs
+
+# Several leads: JSON rows of samples x leads, a time column with lead lists.
+code=$(req POST "$A&fs=360&lead=all" -H 'Content-Type: text/csv' --data-binary @"$tmp/two.csv")
+cp "$tmp/body" "$tmp/two.json"
+check "two-column CSV with lead=all (the reference for several leads)" test "$code" = 200
+code=$(req POST "$A&lead=all" -H 'Content-Type: application/json' --data-binary @"$tmp/rows.json")
+check "JSON signal as rows of samples x leads, lead=all: same answer as the CSV" bash -c \
+    "[ $code = 200 ] && $HELP same '$tmp/body' '$tmp/two.json'"
+code=$(req POST "$A&lead=V1" -H 'Content-Type: application/json' --data-binary @"$tmp/rows.json")
+check "JSON rows with lead=V1: that column" bash -c \
+    "[ $code = 200 ] && grep -q '\"lead\":\"V1\"' '$tmp/body'"
+# leads_are CODE TIME_COLUMN FS_FROM: the two-lead answer, with that time column report
+leads_are() {
+    [ "$1" = 200 ] && python3 - "$tmp/body" "$tmp/two.json" "$2" "$3" <<'PY'
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+s = a["signal"]
+good = (a["beats"]["r_peak"] == b["beats"]["r_peak"] and s["leads"] == ["MLII", "V1"]
+        and s["fs_hz"] == 360 and s.get("time_column") == sys.argv[3]
+        and s.get("fs_from") == sys.argv[4])
+if not good:
+    print("# signal %s" % s)
+sys.exit(0 if good else 1)
+PY
+}
+code=$(req POST "$A&lead=all" -H 'Content-Type: text/csv' --data-binary @"$tmp/time2.csv")
+check "CSV \"time_s,MLII,V1\" with lead=all, no fs: time is no lead, fs from it" leads_are "$code" time_s time_column
+code=$(req POST "$A&lead=MLII,V1" -H 'Content-Type: text/csv' --data-binary @"$tmp/time2.csv")
+check "CSV with time and lead=MLII,V1, no fs: fs from the time column" leads_are "$code" time_s time_column
+code=$(req POST "$A&lead=all&fs=360" -H 'Content-Type: text/csv' --data-binary @"$tmp/time2.csv")
+check "CSV with time, lead=all and fs=360: fs agrees, reported as given" leads_are "$code" time_s fs
+code=$(req POST "$A&lead=all&fs=250" -H 'Content-Type: text/csv' --data-binary @"$tmp/time2.csv")
+check "CSV with time (360 Hz), lead=all and fs=250: 400 conflicting_fs" is_error 400 conflicting_fs
+
+# The decompressed size counts against the memory budget, not only the body limit: a 40 MB
+# budget takes this small gzip body at admission (reckoned 10-fold), then refuses what it
+# really decompresses to (8 MiB of CSV, about 80 MB to analyse) as larger than the budget.
+kill -TERM "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null
+if start_server "$tmp/server2.log" --model-dir models --model default --workers 1 \
+        --max-body-mb 8 --memory-budget-mb 40; then
+    python3 -c 'import sys; open(sys.argv[1], "w").write("0.125\n" * (8 * 1048576 // 6))' "$tmp/big.csv"
+    gzip -c "$tmp/big.csv" >"$tmp/big.csv.gz"
+    code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' -H 'Content-Encoding: gzip' \
+           --data-binary @"$tmp/big.csv.gz")
+    check "a $(stat -c %s "$tmp/big.csv.gz")-byte gzip body of 8 MiB of CSV under a 40 MB budget: 413 body_too_large" \
+        is_error 413 body_too_large
+    check "... the message names the decompressed size and the budget" \
+        grep -q 'decompresses to 8388606 bytes.*memory budget' "$tmp/body"
+    code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' -H 'Content-Encoding: gzip' \
+           --data-binary @"$tmp/rec.csv.gz")
+    check "the same server analyses a gzip body that fits: 200" test "$code" = 200
+else
+    not_ok "the server starts with --memory-budget-mb 40"; sed 's/^/# /' "$tmp/server2.log"
+fi
 
 echo "# $n tests, $failures failed"
 [ "$failures" -eq 0 ]
