@@ -89,7 +89,14 @@ for i in $(seq 1 32); do
         "http://127.0.0.1:$PORT$A&model=$model" >"$tmp/par.$i.code" &
     pids[$i]=$!
 done
-sleep 0.2
+# Reload once most of them are in (the /metrics request itself counts one): on a loaded machine
+# the 32 clients take a while to start, and a fixed pause would reload before they arrive.
+for _ in $(seq 1 200); do
+    inflight=$(curl -s "http://127.0.0.1:$PORT/metrics" |
+               awk '/^ecgd_http_requests_in_flight /{print $2}')
+    [ "${inflight:-0}" -ge 17 ] && break
+    sleep 0.05
+done
 cp "$tmp/trained.ecgm" "$tmp/models/other.ecgm"
 code=$(reload)
 check "reload during 32 analyses: 200, other replaced" bash -c "[ $code = 200 ] && report_is replaced other"
