@@ -114,7 +114,8 @@ struct edf_layout {
 enum ecg_status read_edf_layout(const void *buf, size_t len, const struct ecg_read_opts *opts,
                                 struct edf_layout *out, struct ecg_error *err) ECG_WUR;
 
-/* JSON {"fs": 360, "signal": [...], "lead": "MLII"} through cJSON. */
+/* JSON {"fs": 360, "signal": [...], "lead": "MLII"}, or rows of samples x leads: the streaming
+ * reader of read_json.c. */
 enum ecg_status read_json(const char *buf, size_t len, const struct ecg_read_opts *opts,
                           struct ecg_signal *out, struct ecg_error *err) ECG_WUR;
 

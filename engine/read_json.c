@@ -6,8 +6,8 @@
  * "signal" is required: a flat array of numbers (one lead, optionally labelled by "lead"), or a
  * list of rows of equal length (samples x leads), of which opts->lead picks the column by
  * 0-based index or by a name in "leads" (the first column by default), as CSV columns are.
- * "fs" (or "fs_hz") gives the rate and wins over opts->fs_hz, which is needed only when the
- * document has none. A bare array is the signal alone. Other keys are allowed and skipped (any
+ * "fs" (or "fs_hz") gives the rate; opts->fs_hz is needed only when the document has none (an
+ * opts->fs_hz that differs from the document's is refused by the engine: conflicting_fs). A bare array is the signal alone. Other keys are allowed and skipped (any
  * JSON value). One meaning per document: a key given twice in one object, or anything but
  * whitespace after the document, is refused.
  *

@@ -312,7 +312,7 @@ check "CSV with time (360 Hz), lead=all and fs=250: 400 conflicting_fs" is_error
 # really decompresses to (8 MiB of CSV, about 80 MB to analyse) as larger than the budget.
 kill -TERM "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null
 if start_server "$tmp/server2.log" --model-dir models --model default --workers 1 \
-        --max-body-mb 8 --memory-budget-mb 40; then
+        --max-body-mb 8 --memory-budget-mb 40 --async-mb 1; then
     python3 -c 'import sys; open(sys.argv[1], "w").write("0.125\n" * (8 * 1048576 // 6))' "$tmp/big.csv"
     gzip -c "$tmp/big.csv" >"$tmp/big.csv.gz"
     code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' -H 'Content-Encoding: gzip' \
@@ -324,6 +324,15 @@ if start_server "$tmp/server2.log" --model-dir models --model default --workers 
     code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' -H 'Content-Encoding: gzip' \
            --data-binary @"$tmp/rec.csv.gz")
     check "the same server analyses a gzip body that fits: 200" test "$code" = 200
+    # A form is split with its connection's headers: even with Prefer: respond-async past
+    # --async-mb it is analysed while the connection lasts (201), where a plain body gets 202.
+    code=$(req POST "/v1/analyses?fs=360&include=summary" -H 'Prefer: respond-async' \
+           -F "file=@$tmp/limit.csv")
+    check "POST /v1/analyses, a 1 MiB form with Prefer: respond-async: 201, answered at once" \
+        test "$code" = 201
+    code=$(req POST "/v1/analyses?fs=360&include=summary" -H 'Prefer: respond-async' \
+           -H 'Content-Type: text/csv' --data-binary @"$tmp/limit.csv")
+    check "... the same 1 MiB as a plain body: 202 (asynchronous)" test "$code" = 202
 else
     not_ok "the server starts with --memory-budget-mb 40"; sed 's/^/# /' "$tmp/server2.log"
 fi

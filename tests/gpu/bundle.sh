@@ -53,6 +53,10 @@ bundle_fuzz "$dir"
 if command -v wrk >/dev/null; then
     "$bundle" "$(command -v wrk)" "$dir" >/dev/null
 fi
+# zstd compresses test_uploads.sh's zstd body (run-device.sh 'uploads' puts DIR first on PATH)
+if command -v zstd >/dev/null; then
+    "$bundle" "$(command -v zstd)" "$dir" >/dev/null
+fi
 if [ ! -f "$dir/data.tar.xz" ] || ! tar tJf "$dir/data.tar.xz" | grep -q "^data/noise/"; then
     tar cJf "$dir/data.tar.xz" -C ../shared data/mitdb data/ucr data/noise
 fi

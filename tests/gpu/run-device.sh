@@ -119,8 +119,8 @@ if [[ " $parts " == *" uploads "* ]] && [ -x "$dir/ecgd" ] && command -v curl >/
     # hot reload under 32 analyses, metrics, WFDB annotation export.
     for suite in test_uploads test_reload test_metrics test_annotations; do
         echo "== $suite against a CUDA-backed server"
-        ECGD=$dir/ecgd ECGD_TEST_BACKEND=cuda ECG_SHARED_DATA=$dir/data timeout 600 \
-            bash "tests/e2e/$suite.sh" >"$out/$suite.log" 2>&1
+        PATH="$dir:$PATH" ECGD=$dir/ecgd ECGD_TEST_BACKEND=cuda ECG_SHARED_DATA=$dir/data \
+            timeout 600 bash "tests/e2e/$suite.sh" >"$out/$suite.log" 2>&1
         rc=$?
         grep -E '^not ok|^skip' "$out/$suite.log" | head -20
         echo "$suite: $(grep -c '^ok' "$out/$suite.log") ok, $(grep -c '^not ok' "$out/$suite.log") not ok, exit $rc"
