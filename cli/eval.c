@@ -55,6 +55,8 @@ struct record_stats {
     size_t n_ref_noisy;
     struct ecg_match_stats noisy; /* the noisy stretches of a noise stress test */
     struct ecg_match_stats whole; /* nothing left out: VF episodes counted too */
+    /* of m's true and false detections, those the answer flags readable = false */
+    size_t tp_unreadable, fp_unreadable;
 };
 
 /* A noise stress test: noise record path and SNR; path NULL for none. */
@@ -204,6 +206,23 @@ static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, c
     }
     rs->n_ref = n_ref;
     ecg_match_beats(det, n_det, ref, n_ref, sig.fs_hz, MATCH_WINDOW_S, &rs->m, match);
+    if (res->readable) {
+        /* how the quality verdict's flags split the true and the false detections */
+        uint8_t *hit = calloc(n_det ? n_det : 1, 1);
+        if (!hit) {
+            status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "match table");
+            goto out;
+        }
+        for (size_t j = 0; j < n_ref; j++)
+            if (match[j] >= 0)
+                hit[match[j]] = 1;
+        for (size_t k = 0; k < n_det; k++) {
+            bool flagged = !res->readable[det_index[k]];
+            rs->tp_unreadable += flagged && hit[k];
+            rs->fp_unreadable += flagged && !hit[k];
+        }
+        free(hit);
+    }
     ecg_match_beats(res->r_peak, res->n_beats, ann.sample, ann.n, sig.fs_hz, MATCH_WINDOW_S,
                     &rs->whole, NULL);
     if (st->path) {
@@ -472,6 +491,8 @@ int cli_eval(int argc, char **argv)
         total.m.tp += rs->m.tp;
         total.m.fn += rs->m.fn;
         total.m.fp += rs->m.fp;
+        total.tp_unreadable += rs->tp_unreadable;
+        total.fp_unreadable += rs->fp_unreadable;
         total.n_ref_noisy += rs->n_ref_noisy;
         total.whole.tp += rs->whole.tp;
         total.whole.fn += rs->whole.fn;
@@ -501,6 +522,9 @@ int cli_eval(int argc, char **argv)
                    "\"ppv_pct\":%.3f,\"f1_pct\":%.3f}}",
                    stress.path, stress.snr_db, total.n_ref_noisy, nm->tp, nm->fn, nm->fp, n_se,
                    n_ppv, 2.0 * n_se * n_ppv / (n_se + n_ppv));
+        printf(",\"flagged_unreadable\":{\"tp\":%zu,\"fp\":%zu,\"tp_pct\":%.3f,"
+               "\"fp_pct\":%.3f}", total.tp_unreadable, total.fp_unreadable,
+               pct(total.tp_unreadable, total.m.tp), pct(total.fp_unreadable, total.m.fp));
         if (model)
             print_anomaly(&scores, true);
         printf("}\n");
@@ -516,6 +540,10 @@ int cli_eval(int argc, char **argv)
                    "Se %.3f %%, +P %.3f %%, F1 %.3f %%\n",
                    stress.path, stress.snr_db, total.n_ref_noisy, nm->tp, nm->fn, nm->fp, n_se,
                    n_ppv, 2.0 * n_se * n_ppv / (n_se + n_ppv));
+        printf("flagged unreadable by the quality verdict (beats.readable = false): %zu of %zu "
+               "true beats (%.2f %%), %zu of %zu false beats (%.2f %%)\n", total.tp_unreadable,
+               total.m.tp, pct(total.tp_unreadable, total.m.tp), total.fp_unreadable,
+               total.m.fp, pct(total.fp_unreadable, total.m.fp));
         if (model)
             print_anomaly(&scores, false);
     }
