@@ -2,7 +2,8 @@
 # test_leads.sh - several leads end to end (issue 10): `ecgd analyze --lead` and
 # POST /v1/analyze?lead= with a lead list, "all" and embed_lead, against the real server on
 # 127.0.0.1 (the backend of ECGD_TEST_BACKEND, cpu by default), and malformed selections refused
-# with 400 bad_lead before the body is read. `ecgd eval` on both leads by default.
+# with 400 bad_lead before the body is read. `ecgd eval` on both leads by default, and its count of
+# the detections the quality verdict flags unreadable.
 # Prints `ok N - what` / `not ok N - what`; exits non-zero on any failure.
 set -u
 ECGD=${ECGD:-build/ecgd}
@@ -60,12 +61,16 @@ if [ -f "$DATA/mitdb/101.hea" ] && [ -f "$DATA/noise/em_a.hea" ]; then
     "$ECGD" eval --json --model none --backend "$BACKEND" --lead 0 "$DATA/mitdb" 101 >"$tmp/e_0.json"
     "$ECGD" eval --json --model none --backend "$BACKEND" --noise em_a --snr 6 "$DATA/mitdb" 101 \
         >"$tmp/e_em.json"
+    "$ECGD" eval --json --model none --backend "$BACKEND" --noise ma --snr 0 "$DATA/mitdb" 101 \
+        >"$tmp/e_ma.json"
     check "eval: 101 on both leads, Se and +P >= 99.5 %" \
         python3 -c "import json; t=json.load(open('$tmp/e_all.json'))['total']; exit(not (t['se_pct']>=99.5 and t['ppv_pct']>=99.5))"
     check "eval: every lead by default, --lead 0 the first alone" \
         [ "$(field "$tmp/e_all.json" "d['lead']") $(field "$tmp/e_0.json" "d['lead']")" = "all 0" ]
     check "eval --noise em_a --snr 6: noisy stretches scored alone, F1 < the clean F1" \
         python3 -c "import json; d=json.load(open('$tmp/e_em.json')); c=json.load(open('$tmp/e_all.json')); ns=d['noise']['noisy_stretches']; exit(not (ns['beats']>500 and d['total']['f1_pct'] < c['total']['f1_pct'] and d['noise']['snr_db']==6))"
+    check "eval: the quality verdict flags a larger share of false beats than of true ones (ma 0 dB), none on the clean record" \
+        python3 -c "import json; f=json.load(open('$tmp/e_ma.json'))['flagged_unreadable']; c=json.load(open('$tmp/e_all.json'))['flagged_unreadable']; exit(not (f['fp']>0 and f['fp_pct'] > 2*f['tp_pct'] and c['tp']==0))"
 fi
 echo "# $n tests, $failures failed"
 [ "$failures" -eq 0 ]
