@@ -182,13 +182,23 @@ static inline __attribute__((always_inline)) void lomb_group(double *restrict c,
 
 /* One chunk of frequencies over every group; the same arithmetic in both builds below (the
  * AVX2 one has no FMA, so its results are the baseline build's, bit for bit). */
-static void lomb_chunk_base(double *c, double *s, const double *dc, const double *ds,
-                            const double *v, size_t groups, struct lomb_sums *acc, size_t k_n)
+static inline __attribute__((always_inline)) void lomb_chunk_body(double *c, double *s,
+                                                                  const double *dc,
+                                                                  const double *ds,
+                                                                  const double *v, size_t groups,
+                                                                  struct lomb_sums *acc,
+                                                                  size_t k_n)
 {
     for (size_t g = 0; g < groups; g++) {
         size_t o = g * LOMB_LANES;
         lomb_group(c + o, s + o, dc + o, ds + o, v + o, acc, k_n);
     }
+}
+
+static void lomb_chunk_base(double *c, double *s, const double *dc, const double *ds,
+                            const double *v, size_t groups, struct lomb_sums *acc, size_t k_n)
+{
+    lomb_chunk_body(c, s, dc, ds, v, groups, acc, k_n);
 }
 
 #if defined(__x86_64__)
@@ -197,10 +207,7 @@ __attribute__((target("avx2"))) static void lomb_chunk_avx2(double *c, double *s
                                                             const double *v, size_t groups,
                                                             struct lomb_sums *acc, size_t k_n)
 {
-    for (size_t g = 0; g < groups; g++) {
-        size_t o = g * LOMB_LANES;
-        lomb_group(c + o, s + o, dc + o, ds + o, v + o, acc, k_n);
-    }
+    lomb_chunk_body(c, s, dc, ds, v, groups, acc, k_n);
 }
 #endif
 
