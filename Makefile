@@ -74,8 +74,9 @@ $(BUILD)/%.o: %.c $(wildcard engine/*.h engine/cpu/*.h models/*.h service/*.h gp
 # functions; GCC's ABI note about such arguments does not concern it.
 $(BUILD)/engine/cpu/vae_f32_generic.o: CFLAGS += -Wno-psabi
 
-# service/openapi.c embeds service/openapi.json (.incbin): rebuild it when the JSON changes.
-$(BUILD)/service/openapi.o: service/openapi.json
+# service/openapi.c embeds the parts of the OpenAPI document, service/openapi/*.json (.incbin),
+# and the server merges them at start: rebuild it when a part changes.
+$(BUILD)/service/openapi.o: $(wildcard service/openapi/*.json)
 
 # service/web.c embeds the dashboard (web/) and uPlot from node_modules, installed by `npm ci`
 # from package-lock.json; the stamp (shared with scripts/install-deps.sh, which writes the lock
@@ -97,10 +98,14 @@ $(LIB): $(LIB_OBJ)
 $(BUILD)/ecgd: $(CLI_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
+# A test program is tests/DIR/test_NAME.c, and for the larger GPU ones the files the rules below
+# add (tests/gpu/parity_*.c, upload_*.c: parity.h and upload.h say what each holds).
+$(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h tests/gpu/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ABOVE_ENGINE) -Itests -DECG_TEST_DATA='"tests/data"' -DECG_SHARED_DATA='"../shared/data"' \
-	    $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
+	    $(LDFLAGS) -o $@ $(filter %.c,$^) $(LIB) $(LDLIBS) -lcmocka
+$(BUILD)/tests/gpu/test_gpu_parity: $(wildcard tests/gpu/parity_*.c)
+$(BUILD)/tests/gpu/test_gpu_upload: $(wildcard tests/gpu/upload_*.c)
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)

@@ -112,10 +112,9 @@ static void route_metrics(struct svc_request *req)
 
 static void route_openapi(struct svc_request *req)
 {
-    size_t len = 0;
-    const char *doc = svc_openapi_json(&len);
+    const struct ecg_buf *doc = &req->srv->openapi;
     struct ecg_buf body = {0};
-    ecg_buf_append(&body, doc, len);
+    ecg_buf_append(&body, doc->data, doc->len);
     svc_answer_body(req, MHD_HTTP_OK, &body, "application/json");
 }
 

@@ -119,6 +119,14 @@ struct svc_server *svc_server_create(int argc, char **argv, int *exit_code)
         *exit_code = 2;
         return NULL;
     }
+    struct ecg_error err = {0};
+    if (svc_openapi_build(&srv->openapi, &err) != ECG_OK) {
+        fprintf(stderr, "ecgd serve: %s\n", err.message);
+        ecg_buf_fini(&srv->openapi);
+        free(srv);
+        *exit_code = 1;
+        return NULL;
+    }
     svc_metrics_init(&srv->metrics);
     svc_log_limiter_init(&srv->noise);
     size_t pool_bytes = srv->cfg.max_body_bytes > SVC_BODY_POOL_MAX_BYTES / 2
@@ -147,6 +155,7 @@ void svc_server_destroy(struct svc_server *srv)
     svc_registry_fini(&srv->registry);
     svc_log_limiter_fini(&srv->noise);
     svc_metrics_fini(&srv->metrics);
+    ecg_buf_fini(&srv->openapi);
     free(srv);
 }
 

@@ -84,6 +84,7 @@ struct svc_server {
     char backend[16];
     char device[256];
     char note[256];
+    struct ecg_buf openapi;       /* the OpenAPI document, built once at start (openapi.c) */
 };
 
 enum svc_phase {
@@ -163,7 +164,7 @@ struct svc_request {
  * Creates the server object from the command line (argv[0] "serve"): configuration, metrics,
  * body pool, memory budget, registry (no model loaded yet) and store; no thread, no listener.
  * NULL with *exit_code set when the process should end instead: --help or --list-routes (0,
- * printed), a bad option (2), no memory (1).
+ * printed), a bad option (2), no memory or an OpenAPI part that does not merge (1).
  */
 struct svc_server *svc_server_create(int argc, char **argv, int *exit_code);
 
@@ -307,7 +308,23 @@ bool svc_reload_prepare(struct svc_request *req);
 /* The job: svc_registry_reload(), its report as the answer (409 when the default is gone). */
 void svc_reload_run(struct svc_request *req);
 
-/* ---- openapi.c: the OpenAPI document embedded from service/openapi.json */
-const char *svc_openapi_json(size_t *len);
+/* ---- openapi.c: the OpenAPI document, assembled from the parts in service/openapi/ */
+struct svc_openapi_part {
+    const char *name; /* for error messages: "schemas.json" */
+    const char *text; /* a JSON object, NUL-terminated */
+};
+
+/*
+ * Merges n parts, in order, into one document appended to out (indented, one final newline):
+ * objects merge member by member, keys in the order they first appear. ECG_ERR_INTERNAL (code
+ * "openapi_part", the message naming the part and the key path) when a part is not a JSON
+ * object or defines a value an earlier part already has (other than an object to merge into);
+ * ECG_ERR_NOMEM when memory runs out. out may hold part of the document on failure.
+ */
+enum ecg_status svc_openapi_merge(const struct svc_openapi_part *parts, size_t n,
+                                  struct ecg_buf *out, struct ecg_error *err) ECG_WUR;
+
+/* svc_openapi_merge() of the parts embedded in the binary: what GET /openapi.json serves. */
+enum ecg_status svc_openapi_build(struct ecg_buf *out, struct ecg_error *err) ECG_WUR;
 
 #endif /* SVC_SERVER_H */

@@ -1,5 +1,5 @@
 /*
- * gpu_pair.h - the fixture the CPU/CUDA comparison tests share (tests/gpu/test_gpu_parity.c,
+ * gpu_pair.h - the fixture the CPU/CUDA comparison tests share (tests/gpu/test_gpu_parity.c and
  * test_gpu_quality.c): both backends opened with the same configuration, one context each, and
  * the visible skip where there is no device.
  *

@@ -34,6 +34,7 @@ STARTUP_ONLY = {
     "model_dir": "the model directory at start: the process exits 1",
     "too_many_models": "logged when the model directory holds more than 32 models",
     "thread_create": "the worker pool at start",
+    "openapi_part": "the OpenAPI parts (service/openapi/) at start: the process exits 1",
     "diverged": "`ecgd train` only",
     "model_checksum": "model files: logged at start or reload, the file is skipped",
     "model_dims": "model files: logged at start or reload",

@@ -1,8 +1,9 @@
 /*
  * test_service.c - the service's pure parts: route matching, the status -> HTTP mapping, the
  * configuration parser (flags, environment, precedence, refusals), the metrics exposition, JSON
- * string escaping in logs, and the worker pool (every job runs once; cancelled on a stopping
- * pool). The server itself is tested end to end by tests/e2e/test_http.sh.
+ * string escaping in logs, the worker pool (every job runs once; cancelled on a stopping pool)
+ * and the OpenAPI document's assembly from its parts (merge order, conflicts refused, the
+ * embedded parts merged). The server itself is tested end to end by tests/e2e/test_http.sh.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 
 #include "../../service/config.h"
 #include "../../service/jobs.h"
@@ -406,6 +408,88 @@ static void test_jobs_cancel(void **state)
     assert_int_equal(atomic_load(&cancelled), 5);
 }
 
+/* Merges parts; returns the status, the document in *out (the caller frees it). */
+static enum ecg_status merge_texts(const char *const *texts, size_t n, struct ecg_buf *out,
+                                   struct ecg_error *err)
+{
+    struct svc_openapi_part parts[4];
+    static const char *const names[] = {"one.json", "two.json", "three.json", "four.json"};
+    assert_true(n <= 4);
+    for (size_t i = 0; i < n; i++)
+        parts[i] = (struct svc_openapi_part){names[i], texts[i]};
+    return svc_openapi_merge(parts, n, out, err);
+}
+
+/* The refusal of texts: ECG_ERR_INTERNAL, code openapi_part, a message holding want. */
+static void merge_refused(const char *const *texts, size_t n, const char *want)
+{
+    struct ecg_buf out = {0};
+    struct ecg_error err = {0};
+    assert_int_equal(merge_texts(texts, n, &out, &err), ECG_ERR_INTERNAL);
+    assert_string_equal(err.code, "openapi_part");
+    if (!strstr(err.message, want))
+        fail_msg("\"%s\" lacks \"%s\"", err.message, want);
+    ecg_buf_fini(&out);
+}
+
+static void test_openapi_merge(void **state)
+{
+    (void)state;
+    /* objects merge member by member, keys in the order they first appear */
+    const char *const parts[] = {"{\"a\": 1, \"o\": {\"x\": {\"p\": true}}}",
+                                 "{\"o\": {\"y\": [1, 2], \"x\": {\"q\": \"s\"}}, \"b\": null}",
+                                 "{\"o\": {}}"};
+    struct ecg_buf out = {0};
+    struct ecg_error err = {0};
+    assert_int_equal(merge_texts(parts, 3, &out, &err), ECG_OK);
+    cJSON *want = cJSON_Parse("{\"a\": 1, \"o\": {\"x\": {\"p\": true, \"q\": \"s\"}, "
+                              "\"y\": [1, 2]}, \"b\": null}");
+    char *want_text = cJSON_Print(want);
+    assert_non_null(want_text);
+    assert_int_equal(out.len, strlen(want_text) + 1);
+    assert_memory_equal(out.data, want_text, strlen(want_text));
+    assert_int_equal(out.data[out.len - 1], '\n');
+    free(want_text);
+    cJSON_Delete(want);
+    ecg_buf_fini(&out);
+
+    /* a value two parts define, an object against a value, a part that is not an object */
+    const char *const twice[] = {"{\"o\": {\"x\": 1}}", "{\"o\": {\"x\": 1}}"};
+    merge_refused(twice, 2, "part two.json: \"o/x\" is already defined");
+    const char *const shapes[] = {"{\"o\": {\"x\": {}}}", "{\"o\": {\"x\": 3}}"};
+    merge_refused(shapes, 2, "\"o/x\"");
+    const char *const array[] = {"{}", "[1]"};
+    merge_refused(array, 2, "part two.json is not a JSON object");
+    const char *const broken[] = {"{\"a\": 1,\n \"b\": }"};
+    merge_refused(broken, 1, "part one.json is not valid JSON (byte 15)");
+
+    /* the embedded parts: one OpenAPI 3.1 document, the same bytes every time */
+    struct ecg_buf again = {0};
+    assert_int_equal(svc_openapi_build(&out, &err), ECG_OK);
+    assert_int_equal(svc_openapi_build(&again, &err), ECG_OK);
+    assert_int_equal(out.len, again.len);
+    assert_memory_equal(out.data, again.data, out.len);
+    cJSON *doc = cJSON_Parse(out.data);
+    assert_non_null(doc);
+    assert_string_equal(cJSON_GetObjectItem(doc, "openapi")->valuestring, "3.1.0");
+    static const char *const top[] = {"openapi", "info", "servers", "tags", "paths", "components"};
+    static const char *const comps[] = {"securitySchemes", "parameters", "headers", "schemas",
+                                        "responses"};
+    size_t i = 0;
+    for (cJSON *item = doc->child; item; item = item->next, i++)
+        assert_string_equal(item->string, top[i]);
+    assert_int_equal(i, 6);
+    i = 0;
+    for (cJSON *item = cJSON_GetObjectItem(doc, "components")->child; item; item = item->next, i++)
+        assert_string_equal(item->string, comps[i]);
+    assert_int_equal(i, 5);
+    assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "paths"), "/v1/analyze"));
+    assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "paths"), "/openapi.json"));
+    cJSON_Delete(doc);
+    ecg_buf_fini(&out);
+    ecg_buf_fini(&again);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -413,7 +497,7 @@ int main(void)
         cmocka_unit_test(test_config),        cmocka_unit_test(test_config_batching),
         cmocka_unit_test(test_metrics_render),
         cmocka_unit_test(test_json_string),   cmocka_unit_test(test_jobs_all_run),
-        cmocka_unit_test(test_jobs_cancel),
+        cmocka_unit_test(test_jobs_cancel),   cmocka_unit_test(test_openapi_merge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
