@@ -70,7 +70,8 @@ static enum ecg_status merge_object(cJSON *into, cJSON *from, const char *part, 
         if (!cJSON_IsObject(have) || !cJSON_IsObject(item)) {
             cJSON_Delete(item);
             return ecg_fail(err, ECG_ERR_INTERNAL, "openapi_part",
-                            "OpenAPI part %s: \"%s\" is already defined by an earlier part",
+                            "OpenAPI part %s: \"%s\" is defined twice (here and in an "
+                            "earlier part, or twice here)",
                             part, where);
         }
         enum ecg_status st = merge_object(have, item, part, where, where_cap, err);

@@ -455,9 +455,11 @@ static void test_openapi_merge(void **state)
 
     /* a value two parts define, an object against a value, a part that is not an object */
     const char *const twice[] = {"{\"o\": {\"x\": 1}}", "{\"o\": {\"x\": 1}}"};
-    merge_refused(twice, 2, "part two.json: \"o/x\" is already defined");
+    merge_refused(twice, 2, "part two.json: \"o/x\" is defined twice");
     const char *const shapes[] = {"{\"o\": {\"x\": {}}}", "{\"o\": {\"x\": 3}}"};
     merge_refused(shapes, 2, "\"o/x\"");
+    const char *const again_in_one[] = {"{\"k\": 1, \"k\": 2}"};
+    merge_refused(again_in_one, 1, "part one.json: \"k\" is defined twice");
     const char *const array[] = {"{}", "[1]"};
     merge_refused(array, 2, "part two.json is not a JSON object");
     const char *const broken[] = {"{\"a\": 1,\n \"b\": }"};
