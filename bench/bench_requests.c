@@ -9,8 +9,17 @@
  * Data: the UCR ECG excerpt at 250 Hz and MIT-BIH record 101 at 360 Hz from ECG_SHARED_DATA
  * (default ../shared/data). Run from the repository root (models/default.ecgm).
  * Prints one "RESULT name=requests ..." line per strip.
+ *
+ * Then the 10-second strip from several threads at once (BENCH_THREADS, default 8), on an engine
+ * that runs each analysis on its own pass and on one that batches them (ECG_BATCH_ANY: the
+ * batcher's stage-by-stage runner, so the queue, the hand-offs and the wake-ups of the CUDA
+ * backend's batched path are paid on the host as there): the process's CPU time and context
+ * switches per request (getrusage), whose difference is the batcher's host cost per request.
+ * One "RESULT name=requests_concurrent ..." line per engine.
  */
 #include <math.h>
+#include <pthread.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +155,101 @@ static int run_strip(struct ecg_engine *engine, const char *label, const char *b
     return 0;
 }
 
+/* ---------------------------------------------------------------- concurrent requests */
+
+struct concurrent_run {
+    struct ecg_engine *engine;
+    const char *body;
+    size_t len;
+    double fs_hz;
+    int reps;
+    pthread_barrier_t *start;
+    int failed;
+};
+
+static void *concurrent_thread(void *arg)
+{
+    struct concurrent_run *run = arg;
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_CSV, .fs_hz = run->fs_hz};
+    pthread_barrier_wait(run->start);
+    for (int r = 0; r < run->reps; r++) {
+        struct ecg_error err = {0};
+        struct ecg_result *res = NULL;
+        struct ecg_buf json = {0};
+        if (ecg_engine_analyze_bytes(run->engine, run->body, run->len, &opts, &res, &err) !=
+            ECG_OK) {
+            fprintf(stderr, "bench_requests: concurrent: %s\n", err.message);
+            run->failed = 1;
+            return NULL;
+        }
+        ecg_result_write_json(res, run->engine, ECG_INCLUDE_ALL & ~ECG_INCLUDE_SUMMARY, &json);
+        run->failed |= json.failed;
+        ecg_buf_fini(&json);
+        ecg_result_free(res);
+    }
+    return NULL;
+}
+
+static double timeval_s(struct timeval tv)
+{
+    return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
+}
+
+/* threads x reps analyses of body on a fresh engine (batched: through the batcher); prints the
+ * process's CPU time, context switches and wall time per request. 0, or 1 on a failure. */
+static int run_concurrent(struct ecg_model *model, bool batched, unsigned threads,
+                          const char *body, size_t len, double fs_hz, int reps)
+{
+    struct ecg_error err = {0};
+    struct ecg_engine_config cfg = {.backend = ECG_BACKEND_CPU, .model = model,
+                                    .workers = threads, .max_batch = batched ? threads : 1,
+                                    .batch_window_us = 200};
+    struct concurrent_run runs[64];
+    pthread_t tid[64];
+    pthread_barrier_t start;
+    struct rusage r0, r1;
+    struct timespec w0, w1;
+    int failed = 0;
+    if (batched)
+        setenv("ECG_BATCH_ANY", "1", 1);
+    struct ecg_engine *engine = ecg_engine_create(&cfg, &err);
+    unsetenv("ECG_BATCH_ANY");
+    if (!engine) {
+        fprintf(stderr, "bench_requests: %s\n", err.message);
+        return 1;
+    }
+    pthread_barrier_init(&start, NULL, threads + 1);
+    for (unsigned t = 0; t < threads; t++) {
+        runs[t] = (struct concurrent_run){engine, body, len, fs_hz, reps, &start, 0};
+        pthread_create(&tid[t], NULL, concurrent_thread, &runs[t]);
+    }
+    getrusage(RUSAGE_SELF, &r0);
+    clock_gettime(CLOCK_MONOTONIC, &w0);
+    pthread_barrier_wait(&start);
+    for (unsigned t = 0; t < threads; t++) {
+        pthread_join(tid[t], NULL);
+        failed |= runs[t].failed;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &w1);
+    getrusage(RUSAGE_SELF, &r1);
+    pthread_barrier_destroy(&start);
+    ecg_engine_destroy(engine);
+    if (failed)
+        return 1;
+    const double n = (double)threads * reps;
+    const double cpu_us = 1e6 * (timeval_s(r1.ru_utime) + timeval_s(r1.ru_stime) -
+                                 timeval_s(r0.ru_utime) - timeval_s(r0.ru_stime)) / n;
+    const double csw = (double)(r1.ru_nvcsw - r0.ru_nvcsw + r1.ru_nivcsw - r0.ru_nivcsw) / n;
+    const double wall_us = 1e6 * ((double)(w1.tv_sec - w0.tv_sec) +
+                                  1e-9 * (double)(w1.tv_nsec - w0.tv_nsec)) / n;
+    const char *label = batched ? "batched" : "alone";
+    printf("10s_250hz, %u threads, %s: %.1f us CPU per request, %.2f context switches per "
+           "request, %.1f us wall per request\n", threads, label, cpu_us, csw, wall_us);
+    printf("RESULT name=requests_concurrent engine=%s threads=%u cpu_us=%.1f csw=%.2f "
+           "wall_us=%.1f\n", label, threads, cpu_us, csw, wall_us);
+    return 0;
+}
+
 int main(void)
 {
     const char *data = getenv("ECG_SHARED_DATA");
@@ -184,6 +288,19 @@ int main(void)
         if (!body)
             goto fail;
         int bad = run_strip(engine, strips[s].label, body, len, sig->fs_hz, strips[s].reps);
+        free(body);
+        if (bad)
+            goto out;
+    }
+    {
+        const char *env = getenv("BENCH_THREADS");
+        unsigned threads = env && atoi(env) > 0 && atoi(env) <= 64 ? (unsigned)atoi(env) : 8;
+        size_t len = 0;
+        char *body = csv_body(&ucr, (size_t)(10 * ucr.fs_hz), &len);
+        if (!body)
+            goto fail;
+        int bad = run_concurrent(model, false, threads, body, len, ucr.fs_hz, 400) ||
+                  run_concurrent(model, true, threads, body, len, ucr.fs_hz, 400);
         free(body);
         if (bad)
             goto out;

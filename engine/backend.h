@@ -33,7 +33,8 @@ struct ecg_quality_window; /* engine/quality.h */
 
 /*
  * One analysis of a batch (engine/batch.c). The engine fills the inputs and reads the outputs;
- * the backend's batch_run fills the outputs of every member it is given.
+ * the backend's batch_run fills the outputs of every member it is given, and hands each member
+ * back with ecg_batch_member_done as soon as that member's outputs are final.
  */
 struct ecg_batch_member {
     /* inputs: one lead of n samples (host memory, read-only during the batch) and its plan */
@@ -52,11 +53,15 @@ struct ecg_batch_member {
     struct ecg_batch_member *next;
     double enqueued_ms, queue_ms;
     unsigned batch_size;
-    bool done;
+    void *finished;              /* what ecg_batch_member_done posts (the waiting thread's) */
 };
 
 /* A result sized for k beats for member m (NULL when out of memory), stored in m->result. */
 struct ecg_result *ecg_batch_result(struct ecg_batch_member *m, size_t k);
+/* engine/batch.c: m's outputs (status, err, result, retry_alone) are final; its thread goes on
+ * with them at once, while the batch runs on. batch_run calls it exactly once per member, as
+ * the last thing it does with that member: m may be gone as soon as it returns. */
+void ecg_batch_member_done(struct ecg_batch_member *m);
 
 /* Intermediate buffers a test can read back or inject, stage by stage. */
 enum ecg_stage_buf {
@@ -182,8 +187,10 @@ struct ecg_backend_ops {
      * batch_run: analyses n <= max_batch members, each exactly as load + resample + filter +
      *   detect + embed + encode (when m->with_model) + fetch would on a context of its own:
      *   identical beat tables, member by member (the quality features are the engine's). Fills
-     *   every member's status, err, result and retry_alone; a failing member never fails the
-     *   others. Called by the lane's batcher thread only.
+     *   every member's status, err, result and retry_alone, then hands it back
+     *   (ecg_batch_member_done: each as soon as its own outputs are final, not at the end of
+     *   the batch); a failing member never fails the others. Called by the lane's batcher
+     *   thread only.
      * batch_destroy: frees it (NULL ok). */
     unsigned (*batch_lanes)(void *state);
     enum ecg_status (*batch_create)(void *state, unsigned lane, unsigned max_batch, void **batch,

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,10 +23,12 @@
 struct batch_lane {
     struct ecg_batcher *owner;
     pthread_mutex_t lock;
-    pthread_cond_t arrived;  /* a member was queued, or the batcher is stopping */
-    pthread_cond_t finished; /* a batch ran: its members are done */
+    pthread_cond_t arrived;  /* the thread has something to re-check: a first member, a full
+                              * batch, nobody left on the way, or the batcher stopping */
     struct ecg_batch_member *head, *tail;
     size_t queued;
+    int inbound;             /* analyses announced to this lane, not yet queued or withdrawn
+                              * (atomic: raised without the lock, lowered under it) */
     bool stopping;
     bool started;            /* thread running (joined by destroy) */
     pthread_t thread;
@@ -49,7 +52,6 @@ struct ecg_batcher {
     double window_ms;
     unsigned n_lanes;
     unsigned next_lane;      /* round-robin (atomic) */
-    int inbound;             /* analyses announced, not yet queued or withdrawn (atomic) */
     struct batch_lane *lanes;
     pthread_mutex_t plan_lock;
     struct plan_slot plans[BATCH_PLANS];
@@ -67,6 +69,13 @@ struct ecg_result *ecg_batch_result(struct ecg_batch_member *m, size_t k)
 {
     m->result = ecg_result_new(k, m->latent_dim, m->with_model);
     return m->result;
+}
+
+void ecg_batch_member_done(struct ecg_batch_member *m)
+{
+    /* m->finished is the waiting thread's semaphore (ecg_batcher_run): posting it is the last
+     * touch, as m lives in that thread's frame */
+    sem_post((sem_t *)m->finished);
 }
 
 /* ---------------------------------------------------------------- plans */
@@ -168,6 +177,8 @@ static enum ecg_status run_stages(const struct ecg_backend_ops *ops, void *ctx,
     return ops->fetch(ctx, m->result, err);
 }
 
+/* Runs the batch; every member is handed back (ecg_batch_member_done) as soon as its own
+ * outputs are final, so its thread goes on while the rest of the batch runs. */
 static void run_batch(struct batch_lane *lane, struct ecg_batch_member **run, size_t n)
 {
     const struct ecg_backend_ops *ops = lane->owner->ops;
@@ -181,6 +192,7 @@ static void run_batch(struct batch_lane *lane, struct ecg_batch_member **run, si
             ecg_result_free(run[i]->result);
             run[i]->result = NULL;
         }
+        ecg_batch_member_done(run[i]);
     }
 }
 
@@ -200,8 +212,10 @@ static void wait_until(pthread_cond_t *cond, pthread_mutex_t *lock, double deadl
 
 /*
  * The lane's thread: waits for a first member, collects up to max_batch until the window since
- * that member's arrival has passed (at once when stopping: draining must not wait for more),
- * runs them outside the lock, marks them done. Exits once stopping and the queue is empty.
+ * that member's arrival has passed or no other analysis is on its way to this lane (at once when
+ * stopping: draining must not wait for more), and runs them outside the lock; run_batch hands
+ * each member back as it completes (the members are not touched afterwards). Exits once
+ * stopping and the queue is empty.
  */
 static void *lane_main(void *arg)
 {
@@ -214,10 +228,10 @@ static void *lane_main(void *arg)
         if (!lane->head)
             break; /* stopping and drained */
         const double deadline = lane->head->enqueued_ms + b->window_ms;
-        /* waiting for more is worth it only while some are on their way: a lone client's
-         * analysis starts at once */
+        /* waiting for more is worth it only while some are on their way to this lane: a lone
+         * client's analysis starts at once, and so does a batch whose clients have all come */
         while (lane->queued < b->max_batch && !lane->stopping && batch_now_ms() < deadline &&
-               __atomic_load_n(&b->inbound, __ATOMIC_ACQUIRE) > 0)
+               __atomic_load_n(&lane->inbound, __ATOMIC_ACQUIRE) > 0)
             wait_until(&lane->arrived, &lane->lock, deadline);
         size_t n = 0;
         const double start = batch_now_ms();
@@ -239,52 +253,72 @@ static void *lane_main(void *arg)
         run_batch(lane, lane->run, n);
 
         pthread_mutex_lock(&lane->lock);
-        for (size_t i = 0; i < n; i++)
-            lane->run[i]->done = true;
-        pthread_cond_broadcast(&lane->finished);
     }
     pthread_mutex_unlock(&lane->lock);
     return NULL;
 }
 
-void ecg_batcher_announce(struct ecg_batcher *b)
-{
-    __atomic_fetch_add(&b->inbound, 1, __ATOMIC_ACQ_REL);
-}
-
-void ecg_batcher_withdraw(struct ecg_batcher *b)
-{
-    __atomic_fetch_sub(&b->inbound, 1, __ATOMIC_ACQ_REL);
-}
-
-bool ecg_batcher_run(struct ecg_batcher *b, struct ecg_batch_member *m)
+unsigned ecg_batcher_announce(struct ecg_batcher *b)
 {
     unsigned pick = __atomic_fetch_add(&b->next_lane, 1u, __ATOMIC_RELAXED) % b->n_lanes;
-    struct batch_lane *lane = &b->lanes[pick];
+    __atomic_fetch_add(&b->lanes[pick].inbound, 1, __ATOMIC_ACQ_REL);
+    return pick;
+}
+
+/* One announced analysis of lane no longer on its way (lane->lock held); wakes a collector
+ * that waits for nobody else. */
+static void lane_arrived(struct batch_lane *lane)
+{
+    if (__atomic_sub_fetch(&lane->inbound, 1, __ATOMIC_ACQ_REL) == 0 && lane->head)
+        pthread_cond_signal(&lane->arrived);
+}
+
+void ecg_batcher_withdraw(struct ecg_batcher *b, unsigned lane_index)
+{
+    struct batch_lane *lane = &b->lanes[lane_index];
+    pthread_mutex_lock(&lane->lock);
+    lane_arrived(lane);
+    pthread_mutex_unlock(&lane->lock);
+}
+
+bool ecg_batcher_run(struct ecg_batcher *b, unsigned lane_index, struct ecg_batch_member *m)
+{
+    struct batch_lane *lane = &b->lanes[lane_index];
+    sem_t finished;
+    if (sem_init(&finished, 0, 0) != 0) {
+        ecg_batcher_withdraw(b, lane_index);
+        return false;
+    }
     m->next = NULL;
-    m->done = false;
+    m->finished = &finished;
     m->result = NULL;
     m->status = ECG_OK;
     m->retry_alone = false;
     pthread_mutex_lock(&lane->lock);
-    /* under the lock: a collector that sees the count drop sees this member queued too */
-    ecg_batcher_withdraw(b);
     if (lane->stopping) {
+        lane_arrived(lane);
         pthread_mutex_unlock(&lane->lock);
+        sem_destroy(&finished);
         return false;
     }
     m->enqueued_ms = batch_now_ms();
+    const bool first = !lane->head;
     if (lane->tail)
         lane->tail->next = m;
     else
         lane->head = m;
     lane->tail = m;
     lane->queued++;
-    /* the thread re-checks: a batch to start, full, or nobody else on the way */
-    pthread_cond_signal(&lane->arrived);
-    while (!m->done)
-        pthread_cond_wait(&lane->finished, &lane->lock);
+    /* under the lock: a collector that sees the count drop sees this member queued too; the
+     * thread is woken only when it has something new to decide (a batch to start, full, or
+     * nobody else on the way), not once per member */
+    if (__atomic_sub_fetch(&lane->inbound, 1, __ATOMIC_ACQ_REL) == 0 || first ||
+        lane->queued >= b->max_batch)
+        pthread_cond_signal(&lane->arrived);
     pthread_mutex_unlock(&lane->lock);
+    while (sem_wait(&finished) != 0 && errno == EINTR)
+        ;
+    sem_destroy(&finished);
     return true;
 }
 
@@ -311,7 +345,6 @@ void ecg_batcher_destroy(struct ecg_batcher *b)
         if (lane->ctx)
             b->ops->ctx_destroy(lane->ctx);
         free(lane->run);
-        pthread_cond_destroy(&lane->finished);
         pthread_cond_destroy(&lane->arrived);
         pthread_mutex_destroy(&lane->lock);
     }
@@ -354,7 +387,6 @@ struct ecg_batcher *ecg_batcher_create(const struct ecg_backend_ops *ops, void *
         lane->owner = b;
         pthread_mutex_init(&lane->lock, NULL);
         pthread_cond_init(&lane->arrived, NULL);
-        pthread_cond_init(&lane->finished, NULL);
     }
     for (unsigned i = 0; i < b->n_lanes; i++) {
         struct batch_lane *lane = &b->lanes[i];
@@ -404,13 +436,14 @@ enum ecg_status ecg_batcher_analyze(struct ecg_batcher *b, const struct ecg_batc
     enum ecg_status status = ECG_ERR_UNSUPPORTED;
     const double t0 = batch_now_ms();
     bool announced = false, queued = false;
+    unsigned lane = 0;
     double t;
 
     memset(&m, 0, sizeof m);
     *decoded = NULL;
     if (in->opts && ecg_lead_is_list(in->opts->lead))
         goto out;
-    ecg_batcher_announce(b);
+    lane = ecg_batcher_announce(b);
     announced = true;
     if (!sig) {
         if (ecg_read_memory(in->bytes, in->len, in->opts, own, &ignored) != ECG_OK)
@@ -442,7 +475,7 @@ enum ecg_status ecg_batcher_analyze(struct ecg_batcher *b, const struct ecg_batc
     m.latent_dim = in->latent_dim;
     m.with_model = in->with_model;
     queued = true; /* the announce is the batcher's to withdraw from here */
-    if (!ecg_batcher_run(b, &m) || (m.status != ECG_OK && m.retry_alone))
+    if (!ecg_batcher_run(b, lane, &m) || (m.status != ECG_OK && m.retry_alone))
         goto out; /* stopping, or the batch could not take it: its own pass */
     status = m.status;
     if (status != ECG_OK) {
@@ -468,7 +501,7 @@ enum ecg_status ecg_batcher_analyze(struct ecg_batcher *b, const struct ecg_batc
     m.result = NULL;
 out:
     if (announced && !queued)
-        ecg_batcher_withdraw(b);
+        ecg_batcher_withdraw(b, lane);
     ecg_result_free(m.result);
     ecg_batcher_plan_put(b, m.plan);
     if (windows != stack_windows)

@@ -6,9 +6,10 @@
  * backend without batch operations). Each lane has a FIFO of waiting analyses and one thread:
  * it takes the first analysis waiting, keeps collecting until max_batch are there, or
  * window_us have passed since that first one arrived, or no other analysis is on its way to
- * the batcher (announced: its body being read), and runs them as one batch (ops->batch_run, or
+ * that lane (announced: its body being read), and runs them as one batch (ops->batch_run, or
  * the stages one member after another on a context of its own). Analyses go to the lanes in
- * turn.
+ * turn. Each member is handed back to its thread as soon as its own outputs are final, and
+ * that thread sleeps until then on a semaphore of its own (no broadcast wakes the others).
  *
  * The batcher also keeps the plans of the rates it has seen (a plan costs more to design than a
  * short strip costs to analyse), shared by the batches that use them.
@@ -38,11 +39,12 @@ enum ecg_status ecg_batcher_plan_get(struct ecg_batcher *b, double fs_hz,
                                      const struct ecg_plan **plan, struct ecg_error *err);
 void ecg_batcher_plan_put(struct ecg_batcher *b, const struct ecg_plan *plan);
 
-/* An analysis on its way to the batcher (reading its body): a batch waits for it within its
- * window, and stops waiting at once when none is on its way. Every announce is followed by one
- * ecg_batcher_run or one ecg_batcher_withdraw. */
-void ecg_batcher_announce(struct ecg_batcher *b);
-void ecg_batcher_withdraw(struct ecg_batcher *b);
+/* An analysis on its way to the batcher (reading its body): announce picks its lane (in turn)
+ * and returns it; that lane's batch waits for it within its window, and stops waiting at once
+ * when none is on its way to it. Every announce is followed by one ecg_batcher_run or one
+ * ecg_batcher_withdraw with the lane it returned. */
+unsigned ecg_batcher_announce(struct ecg_batcher *b);
+void ecg_batcher_withdraw(struct ecg_batcher *b, unsigned lane);
 
 /* An analysis the engine offers the batcher: a decoded signal, or bytes to read with opts. */
 struct ecg_batch_input {
@@ -68,9 +70,10 @@ enum ecg_status ecg_batcher_analyze(struct ecg_batcher *b, const struct ecg_batc
                                     struct ecg_signal *own, const struct ecg_signal **decoded,
                                     struct ecg_result **out, struct ecg_error *err);
 
-/* Queues m (its inputs filled; announced) and waits until its batch has run: m's outputs,
- * queue_ms and batch_size are then set. Returns false, m untouched, when the batcher is
- * stopping (the announce is withdrawn either way). */
-bool ecg_batcher_run(struct ecg_batcher *b, struct ecg_batch_member *m);
+/* Queues m (its inputs filled; announced to lane) and waits, asleep, until the batch hands it
+ * back (ecg_batch_member_done): m's outputs, queue_ms and batch_size are then set. Returns
+ * false, m's outputs unset, when the batcher is stopping (the announce is withdrawn either
+ * way). */
+bool ecg_batcher_run(struct ecg_batcher *b, unsigned lane, struct ecg_batch_member *m);
 
 #endif /* ECG_BATCH_H */

@@ -13,8 +13,11 @@
  *      the copy of the counts to its h_stage;
  *   2. for each member: wait for its counts (by then the device has had every member's work
  *      of step 1 to run), queue embed, encode and the copy of its beat table;
- *   3. for each member: wait for its table and split it into its result.
- * A member that fails keeps its error; the others go on. A failure to get memory is the
+ *   3. for each member: wait for its table, split it into its result and hand the member back
+ *      (ecg_batch_member_done): its thread renders its answer while the batch goes on.
+ * The fronts, and the backs (embed, encode, the table's copy) of a known beat count, replay as
+ * CUDA graphs (struct front_graph, struct back_graph): one launch each instead of about twenty
+ * and ten. A member that fails keeps its error; the others go on. A failure to get memory is the
  * batch's, not the input's: that member is marked retry_alone and the engine runs it on its
  * own pass.
  *
@@ -38,6 +41,8 @@ extern "C" void cuda_batch_counts(struct cuda_batch_counts *out)
     out->members = __atomic_load_n(&counts.members, __ATOMIC_RELAXED);
     out->captures = __atomic_load_n(&counts.captures, __ATOMIC_RELAXED);
     out->replays = __atomic_load_n(&counts.replays, __ATOMIC_RELAXED);
+    out->back_captures = __atomic_load_n(&counts.back_captures, __ATOMIC_RELAXED);
+    out->back_replays = __atomic_load_n(&counts.back_replays, __ATOMIC_RELAXED);
 }
 
 /*
@@ -62,12 +67,39 @@ struct front_graph {
     bool last_clean;
 };
 
+/*
+ * A member context's back (embed, encode, the copy of the beat table to h_stage) as a CUDA
+ * graph. Its launches are a function of the front's key and of the beat count k (the table's
+ * layout, the grids), so a graph is kept per (n_in, fs_in_hz, generation, k, encode); a few per
+ * context, as k varies from strip to strip. Captured, as the front, the second time in a row
+ * the same key runs, when its first run moved no buffer.
+ */
+#define BACK_GRAPHS 4
+struct back_key {
+    size_t n_in;
+    double fs_in_hz;
+    uint64_t generation;
+    size_t k;
+    bool encode;
+};
+
+struct back_graph {
+    cudaGraphExec_t exec[BACK_GRAPHS]; /* NULL: none */
+    struct back_key key[BACK_GRAPHS];
+    uint64_t last_use[BACK_GRAPHS];
+    uint64_t clock;
+    struct back_key last;       /* the last back run without a graph, its generation after */
+    bool last_clean;            /* ... and whether it moved nothing */
+};
+
 struct cuda_batch {
     struct cuda_state *state;
     struct cuda_device *dev;
     unsigned max_batch;
     bool use_graphs;            /* unless ECG_CUDA_BATCH_GRAPHS=0 */
+    bool back_graphs;           /* use_graphs, and the encode can be captured */
     struct front_graph *graph;  /* per member context */
+    struct back_graph *back;    /* per member context */
     struct cuda_ctx **member;   /* max_batch contexts on dev */
     bool *live;                 /* per member of the batch running: no failure so far */
     float *h_pack;              /* pinned: every member's samples, one after the other */
@@ -85,12 +117,14 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
     struct cuda_batch *b = (struct cuda_batch *)batch_ptr;
     if (!b)
         return;
-    if (b->graph) {
-        (void)cudaSetDevice(b->dev->ordinal);
-        for (unsigned i = 0; i < b->max_batch; i++)
-            if (b->graph[i].exec)
-                (void)cudaGraphExecDestroy(b->graph[i].exec);
-    }
+    (void)cudaSetDevice(b->dev->ordinal);
+    for (unsigned i = 0; b->graph && i < b->max_batch; i++)
+        if (b->graph[i].exec)
+            (void)cudaGraphExecDestroy(b->graph[i].exec);
+    for (unsigned i = 0; b->back && i < b->max_batch; i++)
+        for (unsigned j = 0; j < BACK_GRAPHS; j++)
+            if (b->back[i].exec[j])
+                (void)cudaGraphExecDestroy(b->back[i].exec[j]);
     if (b->member)
         for (unsigned i = 0; i < b->max_batch; i++)
             cuda_ctx_free(b->member[i]);
@@ -101,6 +135,7 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
     free(b->member);
     free(b->live);
     free(b->graph);
+    free(b->back);
     free(b);
 }
 
@@ -124,8 +159,10 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->member = (struct cuda_ctx **)calloc(max_batch, sizeof *b->member);
     b->live = (bool *)calloc(max_batch, sizeof *b->live);
     b->graph = (struct front_graph *)calloc(max_batch, sizeof *b->graph);
+    b->back = (struct back_graph *)calloc(max_batch, sizeof *b->back);
     b->use_graphs = !graphs_env || strcmp(graphs_env, "0") != 0;
-    if (!b->member || !b->live || !b->graph) {
+    b->back_graphs = b->use_graphs && cuda_encode_capturable(state->model);
+    if (!b->member || !b->live || !b->graph || !b->back) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
         goto out;
     }
@@ -191,17 +228,27 @@ static enum ecg_status front_stages(struct cuda_ctx *ctx, const struct ecg_plan 
      &(ctx)->vae_work, &(ctx)->rs_table, &(ctx)->ricker}
 #define CTX_N_DBUFS 13
 
-/*
- * Captures the front into g and launches it. ECG_ERR_UNSUPPORTED when the capture could not be
- * made (nothing was queued: the caller runs the stages as usual); another status is a failed
- * launch. A capture that moved a buffer is undone: its frees and allocations were only
- * recorded, so the old buffers are still the context's; the device-resident caches it may have
- * recorded uploads for are forgotten, so that the next run uploads them again.
- */
-static enum ecg_status capture_front(struct cuda_ctx *ctx, struct front_graph *g,
-                                     const struct ecg_plan *plan, struct ecg_error *err)
+/* What a graph holds: the stages a capture records (arg: the plan, or the batch member). */
+typedef enum ecg_status (*capture_fn)(struct cuda_ctx *ctx, const void *arg,
+                                      struct ecg_error *err);
+
+static enum ecg_status front_capture_fn(struct cuda_ctx *ctx, const void *arg,
+                                        struct ecg_error *err)
 {
-    enum ecg_status status = ECG_OK;
+    return front_stages(ctx, (const struct ecg_plan *)arg, err);
+}
+
+/*
+ * Captures what stages(ctx, arg) queues into *exec (not launched). ECG_ERR_UNSUPPORTED when the
+ * capture could not be made (nothing was queued: the caller runs the stages as usual). A
+ * capture that moved a buffer is undone: its frees and allocations were only recorded, so the
+ * old buffers are still the context's; the device-resident caches it may have recorded uploads
+ * for are forgotten, so that the next run uploads them again.
+ */
+static enum ecg_status capture_graph(struct cuda_ctx *ctx, capture_fn stages, const void *arg,
+                                     cudaGraphExec_t *exec_out)
+{
+    enum ecg_status status;
     struct ecg_error ignored;
     struct dbuf *bufs[CTX_N_DBUFS] = CTX_DBUFS(ctx);
     struct dbuf saved[CTX_N_DBUFS];
@@ -210,13 +257,14 @@ static enum ecg_status capture_front(struct cuda_ctx *ctx, struct front_graph *g
     cudaGraphExec_t exec = NULL;
     cudaError_t code;
     memset(&ignored, 0, sizeof ignored);
+    *exec_out = NULL;
     for (int i = 0; i < CTX_N_DBUFS; i++)
         saved[i] = *bufs[i];
     if (cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
         (void)cudaGetLastError();
         return ECG_ERR_UNSUPPORTED;
     }
-    status = front_stages(ctx, plan, &ignored);
+    status = stages(ctx, arg, &ignored);
     code = cudaStreamEndCapture(ctx->stream, &graph);
     if (ctx->generation != generation) {
         for (int i = 0; i < CTX_N_DBUFS; i++)
@@ -234,6 +282,20 @@ static enum ecg_status capture_front(struct cuda_ctx *ctx, struct front_graph *g
         return ECG_ERR_UNSUPPORTED;
     }
     (void)cudaGraphDestroy(graph);
+    *exec_out = exec;
+    return ECG_OK;
+}
+
+/* Captures the front into g and launches it (capture_graph's ECG_ERR_UNSUPPORTED: nothing was
+ * queued; another status is a failed launch). */
+static enum ecg_status capture_front(struct cuda_ctx *ctx, struct front_graph *g,
+                                     const struct ecg_plan *plan, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    const uint64_t generation = ctx->generation;
+    cudaGraphExec_t exec = NULL;
+    if (capture_graph(ctx, front_capture_fn, plan, &exec) != ECG_OK)
+        return ECG_ERR_UNSUPPORTED;
     if (g->exec)
         (void)cudaGraphExecDestroy(g->exec);
     g->exec = exec;
@@ -295,24 +357,112 @@ out:
     return status;
 }
 
+/* The back's stages (embed, encode, the table's copy): what a back graph holds. */
+static enum ecg_status back_stages(struct cuda_ctx *ctx, const void *arg, struct ecg_error *err)
+{
+    const struct ecg_batch_member *m = (const struct ecg_batch_member *)arg;
+    enum ecg_status status = cuda_embed(ctx, m->plan, err);
+    if (status == ECG_OK && m->with_model)
+        status = cuda_encode(ctx, m->plan, err);
+    if (status == ECG_OK)
+        status = fetch_queue(ctx, err);
+    return status;
+}
+
+static bool back_key_equal(const struct back_key *a, const struct back_key *b)
+{
+    return a->n_in == b->n_in && a->fs_in_hz == b->fs_in_hz && a->generation == b->generation &&
+           a->k == b->k && a->encode == b->encode;
+}
+
+/* The back of ctx for m (its beat count known), from a graph when one is kept for its key,
+ * else captured into one when the same key ran clean just before, else stage by stage. */
+static enum ecg_status run_back(struct cuda_batch *b, unsigned i, struct ecg_batch_member *m,
+                                struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = b->member[i];
+    struct back_graph *g = &b->back[i];
+    struct back_key key;
+    unsigned slot = 0;
+    key.n_in = ctx->n_in;
+    key.fs_in_hz = m->plan->fs_in_hz;
+    key.generation = ctx->generation;
+    key.k = ctx->n_beats;
+    key.encode = m->with_model;
+    if (!b->back_graphs || key.k == 0)
+        return back_stages(ctx, m, err);
+    for (slot = 0; slot < BACK_GRAPHS; slot++)
+        if (g->exec[slot] && back_key_equal(&g->key[slot], &key))
+            break;
+    if (slot < BACK_GRAPHS) {
+        /* the host state the stages would leave, then their launches */
+        ctx->emb_len = key.k * m->plan->beat_len;
+        ctx->encoded = key.encode;
+        g->last_use[slot] = ++g->clock;
+        __atomic_fetch_add(&counts.back_replays, 1ull, __ATOMIC_RELAXED);
+        CUDA_TRY(cudaGraphLaunch(g->exec[slot], ctx->stream));
+        goto out;
+    }
+    if (g->last_clean && back_key_equal(&g->last, &key)) {
+        cudaGraphExec_t exec = NULL;
+        if (capture_graph(ctx, back_stages, m, &exec) == ECG_OK) {
+            slot = 0; /* an empty slot, else the least recently used */
+            for (unsigned j = 0; j < BACK_GRAPHS; j++) {
+                if (!g->exec[j]) {
+                    slot = j;
+                    break;
+                }
+                if (g->last_use[j] < g->last_use[slot])
+                    slot = j;
+            }
+            if (g->exec[slot])
+                (void)cudaGraphExecDestroy(g->exec[slot]);
+            g->exec[slot] = exec;
+            g->key[slot] = key;
+            g->last_use[slot] = ++g->clock;
+            __atomic_fetch_add(&counts.back_captures, 1ull, __ATOMIC_RELAXED);
+            CUDA_TRY(cudaGraphLaunch(exec, ctx->stream));
+            goto out;
+        }
+        key.generation = ctx->generation; /* a failed capture forgot the context's caches */
+    }
+    ECG_TRY(back_stages(ctx, m, err));
+    g->last_clean = ctx->generation == key.generation;
+    g->last = key;
+out:
+    if (status != ECG_OK)
+        g->last_clean = false;
+    return status;
+}
+
 /* Step 2 for member i: its beat count, then embed, encode and the copy of its table. */
-static enum ecg_status queue_back(struct cuda_ctx *ctx, struct ecg_batch_member *m,
+static enum ecg_status queue_back(struct cuda_batch *b, unsigned i, struct ecg_batch_member *m,
                                   struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = b->member[i];
     size_t k = 0;
     ECG_TRY(ctx_enter(ctx, err));
     ECG_TRY(detect_collect(ctx, &k, err));
-    ECG_TRY(cuda_embed(ctx, m->plan, err));
-    if (m->with_model)
-        ECG_TRY(cuda_encode(ctx, m->plan, err));
-    if (!ecg_batch_result(m, k)) {
+    ECG_TRY(run_back(b, i, m, err));
+    if (!ecg_batch_result(m, k))
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "result for %zu beats", k);
-        goto out;
-    }
-    ECG_TRY(fetch_queue(ctx, err));
 out:
     return status;
+}
+
+/* Fails every member with status and err (retry_alone: the batch's failure, not theirs) and
+ * hands it back. */
+static void fail_all(struct ecg_batch_member *const *members, size_t n, enum ecg_status status,
+                     const struct ecg_error *err, bool retry_alone)
+{
+    for (size_t i = 0; i < n; i++) {
+        members[i]->err = *err;
+        members[i]->status = status;
+        members[i]->retry_alone = retry_alone;
+        ecg_batch_member_done(members[i]);
+    }
 }
 
 extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *members,
@@ -323,6 +473,7 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
     enum ecg_status status;
     struct ecg_error pack_err;
 
+    memset(&pack_err, 0, sizeof pack_err);
     for (size_t i = 0; i < n; i++) {
         members[i]->status = ECG_OK;
         members[i]->result = NULL;
@@ -330,42 +481,43 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
         total += members[i]->n;
     }
     if (n > b->max_batch) { /* the engine never asks this: a bug, not an input */
-        for (size_t i = 0; i < n; i++) {
-            members[i]->status = ecg_fail(&members[i]->err, ECG_ERR_INTERNAL, "internal",
-                                          "cuda batch of %zu > %u", n, b->max_batch);
-        }
+        status = ecg_fail(&pack_err, ECG_ERR_INTERNAL, "internal", "cuda batch of %zu > %u", n,
+                          b->max_batch);
+        fail_all(members, n, status, &pack_err, false);
         return;
     }
     __atomic_fetch_add(&counts.batches, 1ull, __ATOMIC_RELAXED);
     __atomic_fetch_add(&counts.members, (unsigned long long)n, __ATOMIC_RELAXED);
-    memset(&pack_err, 0, sizeof pack_err);
     status = cudaSetDevice(b->dev->ordinal) == cudaSuccess ? ECG_OK : ECG_ERR_DEVICE;
     if (status == ECG_OK)
         status = pack_reserve(b, total, &pack_err);
     if (status != ECG_OK) {
         (void)cudaGetLastError();
-        for (size_t i = 0; i < n; i++) {
-            members[i]->err = pack_err;
-            members[i]->status = status;
-            members[i]->retry_alone = true;
-        }
+        fail_all(members, n, status, &pack_err, true);
         return;
     }
+    /* A member is handed back right after its last touch: at its failure, or once its table
+     * is split (its thread then renders its answer while the others' tables come). */
     for (size_t i = 0; i < n; i++) {
-        memcpy(b->h_pack + off, members[i]->samples, members[i]->n * sizeof(float));
+        const size_t n_i = members[i]->n;
+        memcpy(b->h_pack + off, members[i]->samples, n_i * sizeof(float));
         b->live[i] = true;
-        status = queue_front(b, (unsigned)i, b->h_pack + off, members[i]->n, members[i]->plan,
+        status = queue_front(b, (unsigned)i, b->h_pack + off, n_i, members[i]->plan,
                              &members[i]->err);
-        if (status != ECG_OK)
+        off += n_i;
+        if (status != ECG_OK) {
             member_fail(b, members[i], (unsigned)i, status);
-        off += members[i]->n;
+            ecg_batch_member_done(members[i]);
+        }
     }
     for (size_t i = 0; i < n; i++) {
         if (!b->live[i])
             continue;
-        status = queue_back(b->member[i], members[i], &members[i]->err);
-        if (status != ECG_OK)
+        status = queue_back(b, (unsigned)i, members[i], &members[i]->err);
+        if (status != ECG_OK) {
             member_fail(b, members[i], (unsigned)i, status);
+            ecg_batch_member_done(members[i]);
+        }
     }
     for (size_t i = 0; i < n; i++) {
         if (!b->live[i])
@@ -373,6 +525,7 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
         status = fetch_copy(b->member[i], members[i]->result, &members[i]->err);
         if (status != ECG_OK)
             member_fail(b, members[i], (unsigned)i, status);
+        ecg_batch_member_done(members[i]);
     }
     /* A failed member may have left copies from the pack queued: the next batch rewrites it. */
     for (size_t i = 0; i < n; i++) {

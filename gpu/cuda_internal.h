@@ -273,6 +273,8 @@ enum ecg_status cuda_decide(struct cuda_ctx *ctx, const struct detect_args *a, s
                             struct detect_profile *prof, struct ecg_error *err);
 enum ecg_status cuda_embed(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 enum ecg_status cuda_encode(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
+/* Whether cuda_encode may be captured into a CUDA graph (cuda_vae.cu: a fused path, no timers). */
+bool cuda_encode_capturable(const struct ecg_model *model);
 /* Signal-quality features (cuda_quality.cu; the backend op of that name, backend.h). */
 enum ecg_status cuda_quality(void *ctx, const struct ecg_plan *plan,
                              struct ecg_quality_window *windows, size_t n_win,

@@ -26,9 +26,10 @@ void cuda_memory_reset_peak(void);
 int cuda_parse_token_host(const char *s, const char *e, float *out);
 
 /* Dynamic batching (gpu/cuda_batch.cu), summed over every batch object of the process since it
- * started: batches run, analyses in them, fronts captured as CUDA graphs and graphs replayed. */
+ * started: batches run, analyses in them, fronts captured as CUDA graphs and graphs replayed,
+ * and the same for the backs (embed, encode, the table's copy). */
 struct cuda_batch_counts {
-    unsigned long long batches, members, captures, replays;
+    unsigned long long batches, members, captures, replays, back_captures, back_replays;
 };
 void cuda_batch_counts(struct cuda_batch_counts *out);
 

@@ -436,6 +436,18 @@ static void profile_report(cudaEvent_t ev[3], const char *path, size_t k)
         (void)cudaEventDestroy(ev[i]);
 }
 
+/* Whether cuda_encode on a context of this engine may be captured into a CUDA graph (batches,
+ * cuda_batch.cu): a fused path (warp or block: launches only, nothing the host waits for), not
+ * cuDNN (its handle and work space are made on first use) and no ECG_CUDA_PROFILE timers. */
+bool cuda_encode_capturable(const struct ecg_model *model)
+{
+    const char *force = getenv("ECG_CUDA_VAE");
+    int buf_floats = 0;
+    if (!model || getenv("ECG_CUDA_PROFILE") || (force && !strcmp(force, "cudnn")))
+        return false;
+    return fused_smem_bytes(&model->arch, &buf_floats) != 0;
+}
+
 /*
  * The path: the warp-per-beat kernel (cuda_vae_warp.cu) for the default architecture, else the
  * block-per-beat fused kernel when the activations fit in shared memory, else cuDNN layer by

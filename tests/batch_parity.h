@@ -74,21 +74,28 @@ static size_t parity_resample(const float *src, size_t n, unsigned rate_hz, floa
     return m;
 }
 
-/* Request i: record, stretch, rate and format chosen from i (fixed: the test is reproducible).
- * uniform: every request 10 s at 360 Hz, none refused (the same shape in every batch slot, so
- * that the CUDA batches' graphs are captured and replayed). */
+/* The requests of a check: mixed shapes, some refused; or every one 10 s at 360 Hz, none
+ * refused (the same front in every batch slot, so that the CUDA batches' front graphs are
+ * captured and replayed), from any of the records; or that from two fixed strips only (two
+ * beat counts, so that the backs' graphs, kept per beat count, are replayed too). */
+enum parity_shape { PARITY_MIXED = 0, PARITY_UNIFORM = 1, PARITY_REPEAT = 2 };
+
+/* Request i: record, stretch, rate and format chosen from i (fixed: the test is reproducible). */
 static void parity_make(struct parity_request *r, int i, const struct ecg_signal *records,
-                        size_t n_records, bool uniform)
+                        size_t n_records, enum parity_shape shape)
 {
     static const unsigned rates[] = {360, 180, 120, 720};
     static const double seconds[] = {2, 3.5, 10, 10, 10, 17, 30, 45, 60, 80};
-    const struct ecg_signal *rec = &records[i % n_records];
+    const bool uniform = shape != PARITY_MIXED;
+    const struct ecg_signal *rec =
+        &records[shape == PARITY_REPEAT ? (size_t)(i % 2) : (size_t)i % n_records];
     const unsigned rate = uniform ? 360 : rates[(i / 3) % 4];
     double dur = uniform ? 10.0 : seconds[(i * 7) % 10];
     if (i == 61 && !uniform)
         dur = 1.0; /* too short: refused, by the same error both ways */
     size_t n_src = (size_t)(dur * 360.0);
-    size_t start = ((size_t)i * 104729u) % (rec->n - n_src);
+    size_t start = shape == PARITY_REPEAT ? 36000u * (size_t)(i % 2 + 1)
+                                          : ((size_t)i * 104729u) % (rec->n - n_src);
     float *x = malloc(2 * n_src * sizeof *x + 16);
     assert_non_null(x);
     size_t n = parity_resample(rec->samples + start, n_src, rate, x);
@@ -185,11 +192,12 @@ static void parity_same_arrays(const struct parity_request *r)
 
 /*
  * Runs the check: alone (one by one) on engine_alone, then batched (all at once) on
- * engine_batch (uniform: see parity_make). Returns the largest batch seen.
+ * engine_batch (shape: see enum parity_shape). Returns the largest batch seen.
  */
 static unsigned parity_check(struct ecg_engine *engine_alone, struct ecg_engine *engine_batch,
-                             bool uniform)
+                             enum parity_shape shape)
 {
+    const bool uniform = shape != PARITY_MIXED;
     static const char *const names[] = {"101", "106", "108", "119", "203", "208"};
     struct ecg_signal records[sizeof names / sizeof names[0]];
     const size_t n_records = sizeof names / sizeof names[0];
@@ -210,7 +218,7 @@ static unsigned parity_check(struct ecg_engine *engine_alone, struct ecg_engine 
             fail_msg("%s: %s", path, err.message);
     }
     for (int i = 0; i < PARITY_REQUESTS; i++)
-        parity_make(&req[i], i, records, n_records, uniform);
+        parity_make(&req[i], i, records, n_records, shape);
 
     for (int i = 0; i < PARITY_REQUESTS; i++) {
         runs[i] = (struct parity_run){.engine = engine_alone, .req = &req[i], .which = 0};

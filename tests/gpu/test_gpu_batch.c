@@ -3,9 +3,11 @@
  * analysis alone on the same device: tests/batch_parity.h's 64 concurrent requests of mixed
  * lengths, rates and formats, with the shipped model, batched by up to 64 within 2 ms, must
  * give the answers of the unbatched engine (--max-batch 1) byte for byte; then 64 requests of
- * one shape three times over, so that the batch contexts' fronts are captured as CUDA graphs
- * and replayed (ECG_CUDA_BATCH_GRAPHS=1, the default; the first test sets 0), with the same
- * check. The batched engine has the default batchers per device (4: each batch takes every
+ * one shape several times over, so that the batch contexts' fronts are captured as CUDA graphs
+ * and replayed (ECG_CUDA_BATCH_GRAPHS=1, the default; the first test sets 0), then 64 requests
+ * from two fixed strips (two beat counts) several times over, so that the backs (embed,
+ * encode, the table's copy: a graph per beat count) are captured and replayed too, with the
+ * same check. The batched engine has the default batchers per device (4: each batch takes every
  * fourth request); run-device.sh runs the quick mode again with ECG_CUDA_BATCH_LANES=1. Skips,
  * visibly, where there is no device.
  *
@@ -77,12 +79,12 @@ static void test_cuda_batches_match_lone_answers(void **state)
     struct engines e;
     if (!engines_open(&e, false))
         skip();
-    unsigned largest = parity_check(e.alone, e.batched, false);
+    unsigned largest = parity_check(e.alone, e.batched, PARITY_MIXED);
     assert_true(largest >= 2 && largest <= 64);
     /* once more on the same engine: contexts and pinned memory reused across batches */
     const char *quick = getenv("ECG_GPU_QUICK");
     if (!(quick && *quick == '1'))
-        assert_true(parity_check(e.alone, e.batched, false) >= 2);
+        assert_true(parity_check(e.alone, e.batched, PARITY_MIXED) >= 2);
     engines_close(&e);
 }
 
@@ -97,17 +99,23 @@ static void test_cuda_batch_graphs_match_lone_answers(void **state)
     const int rounds = quick && *quick == '1' ? 4 : 6;
     cuda_batch_counts(&before);
     for (int round = 0; round < rounds; round++)
-        assert_true(parity_check(e.alone, e.batched, true) >= 2);
-    (void)parity_check(e.alone, e.batched, false); /* mixed shapes after graphs exist */
+        assert_true(parity_check(e.alone, e.batched, PARITY_UNIFORM) >= 2);
+    for (int round = 0; round < rounds; round++)
+        assert_true(parity_check(e.alone, e.batched, PARITY_REPEAT) >= 2);
+    (void)parity_check(e.alone, e.batched, PARITY_MIXED); /* mixed shapes after graphs exist */
     cuda_batch_counts(&after);
-    printf("# %llu batches of %llu analyses, %llu fronts captured, %llu replayed\n",
+    printf("# %llu batches of %llu analyses, %llu fronts captured, %llu replayed, %llu backs "
+           "captured, %llu replayed\n",
            after.batches - before.batches, after.members - before.members,
-           after.captures - before.captures, after.replays - before.replays);
+           after.captures - before.captures, after.replays - before.replays,
+           after.back_captures - before.back_captures, after.back_replays - before.back_replays);
     /* a context captures once its buffers have stopped growing (rounds 2-3): the quick mode
      * (compute-sanitizer) may end before it replays */
     if (rounds >= 6) {
         assert_true(after.captures > before.captures);
         assert_true(after.replays > before.replays);
+        assert_true(after.back_captures > before.back_captures);
+        assert_true(after.back_replays > before.back_replays);
     }
     engines_close(&e);
 #else

@@ -38,9 +38,11 @@ static void test_batched_answers_are_the_lone_ones(void **state)
     assert_int_equal(setenv("ECG_BATCH_ANY", "1", 1), 0);
     struct ecg_engine *alone = engine_with(model, 1, 0);
     struct ecg_engine *batched = engine_with(model, 16, 20000);
-    unsigned largest = parity_check(alone, batched, false);
+    unsigned largest = parity_check(alone, batched, PARITY_MIXED);
     assert_true(largest >= 2 && largest <= 16);
-    largest = parity_check(alone, batched, true);
+    largest = parity_check(alone, batched, PARITY_UNIFORM);
+    assert_true(largest >= 2 && largest <= 16);
+    largest = parity_check(alone, batched, PARITY_REPEAT);
     assert_true(largest >= 2 && largest <= 16);
     ecg_engine_destroy(batched);
     ecg_engine_destroy(alone);
