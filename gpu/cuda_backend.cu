@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_vae.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -322,6 +323,7 @@ static enum ecg_status device_init(struct cuda_device *dev, int ordinal,
     CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal));
     snprintf(dev->name, sizeof dev->name, "%s", prop.name);
     dev->sm_count = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    dev->vae_warp_per_sm = vae_warp_blocks_per_sm();
     CUDA_TRY(cudaDeviceGetDefaultMemPool(&dev->pool, ordinal));
     CUDA_TRY(cudaMemPoolSetAttribute(dev->pool, cudaMemPoolAttrReleaseThreshold, &keep));
     /* Non-blocking: request bodies' copies never wait for the legacy default stream. */

@@ -425,7 +425,10 @@ static enum ecg_status run_back(struct cuda_batch *b, unsigned i, struct ecg_bat
             CUDA_TRY(cudaGraphLaunch(exec, ctx->stream));
             goto out;
         }
-        key.generation = ctx->generation; /* a failed capture forgot the context's caches */
+        /* a failed capture forgot the context's caches; it would fail again (nothing in a
+         * back moves once its key ran clean): this batch object's backs stay uncaptured */
+        key.generation = ctx->generation;
+        b->back_graphs = false;
     }
     ECG_TRY(back_stages(ctx, m, err));
     g->last_clean = ctx->generation == key.generation;

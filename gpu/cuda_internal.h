@@ -75,6 +75,7 @@ struct cuda_device {
     cudaMemPool_t pool;
     struct cuda_model model; /* d_weights NULL when the engine has no model */
     int sm_count;            /* multiprocessors: sizes persistent grids */
+    int vae_warp_per_sm;     /* resident blocks of the warp-per-beat VAE kernel per SM */
     char name[256];
     /* streaming uploads (cuda_upload.cu): their copies, from any thread, go on this stream */
     cudaStream_t upload_stream;

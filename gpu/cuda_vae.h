@@ -21,6 +21,9 @@ static __device__ __forceinline__ float vae_swish(float x, float alpha)
 /* Whether vae_warp_launch() handles arch (the default architecture of engine/model.h). */
 bool vae_warp_supports(const struct ecg_vae_arch *arch);
 
+/* Blocks of the warp-per-beat kernel resident per multiprocessor on the current device (at
+ * least 1), asked once per device (cuda_device.vae_warp_per_sm) rather than per launch. */
+int vae_warp_blocks_per_sm(void);
 /* Queues, on ctx's stream, the latent mean of each of the k beats of ctx->emb into latent
  * ([k][Z]) and its reconstruction error into recon ([k]). */
 enum ecg_status vae_warp_launch(struct cuda_ctx *ctx, size_t k, float *latent, double *recon,

@@ -207,6 +207,17 @@ bool vae_warp_supports(const struct ecg_vae_arch *arch)
            arch->dec[1] == D1 && arch->dec[2] == D2;
 }
 
+int vae_warp_blocks_per_sm(void)
+{
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vae_warp_kernel, THREADS, 0) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    return per_sm > 0 ? per_sm : 1;
+}
+
 enum ecg_status vae_warp_launch(struct cuda_ctx *ctx, size_t k, float *latent, double *recon,
                                 struct ecg_error *err)
 {
@@ -242,8 +253,9 @@ enum ecg_status vae_warp_launch(struct cuda_ctx *ctx, size_t k, float *latent, d
     a.k = k;
     a.latent = latent;
     a.recon = recon;
-    /* as many blocks as stay resident (one wave), fewer when there are fewer beats */
-    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vae_warp_kernel, THREADS, 0));
+    /* as many blocks as stay resident (one wave), fewer when there are fewer beats; the
+     * occupancy is the device's, asked once (device_init), not per launch */
+    per_sm = ctx->dev->vae_warp_per_sm;
     blocks = (size_t)(per_sm > 0 ? per_sm : 1) * (size_t)ctx->dev->sm_count;
     if (blocks > (k + THREADS / WARP - 1) / (THREADS / WARP))
         blocks = (k + THREADS / WARP - 1) / (THREADS / WARP);
