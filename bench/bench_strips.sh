@@ -6,8 +6,10 @@
 # The sink is measured again right before each backend's cell, so a drifting machine load hits
 # both sides of a ratio alike.
 #
-# Prints "RESULT name=strip ..." per cell (rps, p50/p99, the sink's, ratio = ecgd / sink) and a
-# closing markdown table (the scaling table: requests/s, p50/p99 and samples/s by length).
+# Prints "RESULT name=strip ..." per cell (rps, p50/p99, the sink's, ratio = ecgd / sink; the
+# server's CPU time per request (user + system, /proc/PID/stat), the cores it kept busy and its
+# threads' context switches per request (/proc/PID/task/*/status) over the cell) and a closing
+# markdown table (the scaling table: requests/s, p50/p99, samples/s and CPU per request).
 #
 # Usage: bench/bench_strips.sh [BUILD_DIR]      (from the repository root; default build)
 # Environment:
@@ -35,6 +37,8 @@
 #   WORKERS         ecgd --workers (default: CPUs); the sink gets ecgd's --io-threads
 #   MODEL           .ecgm file or none (default models/default.ecgm)
 #   ECG_SHARED_DATA (default ../shared/data): the UCR ECG excerpt (250 Hz) tiled to each length
+#   ECG_CUDA_SYNC   spin, yield or block: how the CUDA server's threads wait for the device
+#                   (gpu/cuda_backend.cu; unset: CUDA's own choice), passed through (sweeps)
 set -u
 BUILD=${1:-build}
 ECGD=${ECGD:-$BUILD/ecgd}
@@ -111,6 +115,17 @@ wrk_cell() {
         sed -E 's/.*rps=([^ ]+) p50_ms=([^ ]+) p99_ms=([^ ]+) requests=([^ ]+) non2xx=([^ ]+) socket_errors=([^ ]+).*/\1 \2 \3 \4 \5 \6/'
 }
 
+# proc_usage PID -> "cpu_ticks context_switches": user + system clock ticks of the process, and
+# the voluntary and involuntary context switches of its threads alive now (the server's pools
+# live as long as it does)
+proc_usage() {
+    local ticks csw
+    ticks=$(awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null)
+    csw=$(cat /proc/"$1"/task/*/status 2>/dev/null |
+          awk '/^(voluntary|nonvoluntary)_ctxt_switches/ {s += $2} END {print s + 0}')
+    echo "${ticks:-0} ${csw:-0}"
+}
+
 start_ecgd() { # start_ecgd cpu|cuda|cuda-unbatched|cuda-nographs: sets server_pid and base
     : >"$tmp/server.log"
     local args=(--workers "$WORKERS") env=()
@@ -167,8 +182,18 @@ for backend in $BACKENDS; do
                    --data-binary @"$file" "$url")
             [ "$code" = 200 ] || { echo "bench_strips: $backend $size s $fmt answered $code: $(head -c 300 "$tmp/answer")" >&2; exit 1; }
             read -r s_rps s_p50 s_p99 s_n s_bad s_err <<<"$(wrk_cell "$sink/v1/analyze?fs=250" "$file" "$type" "$conns")"
+            read -r u0_ticks u0_csw <<<"$(proc_usage "$server_pid")"
+            u0_t=$(date +%s.%N)
             read -r e_rps e_p50 e_p99 e_n e_bad e_err <<<"$(wrk_cell "$url" "$file" "$type" "$conns")"
-            line="backend=$backend size_s=$size format=$fmt conns=$conns bytes=$(stat -c %s "$file") rps=${e_rps:-0} p50_ms=${e_p50:-0} p99_ms=${e_p99:-0} requests=${e_n:-0} non2xx=${e_bad:-?} socket_errors=${e_err:-?} sink_rps=${s_rps:-0} sink_p50_ms=${s_p50:-0} sink_p99_ms=${s_p99:-0}"
+            u1_t=$(date +%s.%N)
+            read -r u1_ticks u1_csw <<<"$(proc_usage "$server_pid")"
+            read -r cpu_us cores csw <<<"$(python3 -c "
+import os, sys
+ticks, csw, n, wall = (float(v) for v in sys.argv[1:])
+cpu_s = ticks / os.sysconf('SC_CLK_TCK')
+print('%.1f %.2f %.2f' % (1e6 * cpu_s / n if n else 0, cpu_s / wall if wall else 0, csw / n if n else 0))
+" "$((u1_ticks - u0_ticks))" "$((u1_csw - u0_csw))" "${e_n:-0}" "$(python3 -c "print($u1_t - $u0_t)")")"
+            line="backend=$backend size_s=$size format=$fmt conns=$conns bytes=$(stat -c %s "$file") rps=${e_rps:-0} p50_ms=${e_p50:-0} p99_ms=${e_p99:-0} requests=${e_n:-0} non2xx=${e_bad:-?} socket_errors=${e_err:-?} sink_rps=${s_rps:-0} sink_p50_ms=${s_p50:-0} sink_p99_ms=${s_p99:-0} cpu_us=$cpu_us cores=$cores csw=$csw"
             ratio=$(python3 -c "import sys; s=float(sys.argv[2]); print('%.3f' % (float(sys.argv[1]) / s if s > 0 else 0))" "${e_rps:-0}" "${s_rps:-0}")
             echo "RESULT name=strip $line ratio=$ratio"
             echo "$line ratio=$ratio" >>"$rows"
@@ -211,14 +236,15 @@ def length(s):
     s = float(s)
     return "%g h" % (s / 3600) if s >= 3600 else "%g min" % (s / 60) if s >= 600 else "%g s" % s
 print()
-print("| backend | recording | body | clients | req/s | p50 ms | p99 ms | sink req/s | ratio to sink | M samples/s |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| backend | recording | body | clients | req/s | p50 ms | p99 ms | sink req/s | ratio to sink | M samples/s | server CPU us/req | cores busy | context switches/req |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     rps = float(r["rps"])
-    print("| %s | %s | %s | %s | %.0f | %.2f | %.2f | %.0f | %.3f | %.2f |%s" % (
+    print("| %s | %s | %s | %s | %.0f | %.2f | %.2f | %.0f | %.3f | %.2f | %.0f | %.1f | %.2f |%s" % (
         r["backend"], length(r["size_s"]), r["format"], r["conns"], rps, float(r["p50_ms"]),
         float(r["p99_ms"]), float(r["sink_rps"]), float(r["ratio"]),
-        rps * float(r["size_s"]) * 250 / 1e6,
+        rps * float(r["size_s"]) * 250 / 1e6, float(r["cpu_us"]), float(r["cores"]),
+        float(r["csw"]),
         "" if r["non2xx"] == "0" and r["socket_errors"] == "0" else
         " **%s non-2xx, %s socket errors**" % (r["non2xx"], r["socket_errors"])))
 PYTHON
