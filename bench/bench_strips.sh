@@ -38,7 +38,8 @@
 #   MODEL           .ecgm file or none (default models/default.ecgm)
 #   ECG_SHARED_DATA (default ../shared/data): the UCR ECG excerpt (250 Hz) tiled to each length
 #   ECG_CUDA_SYNC   spin, yield or block: how the CUDA server's threads wait for the device
-#                   (gpu/cuda_backend.cu; unset: CUDA's own choice), passed through (sweeps)
+#                   (gpu/cuda_backend.cu; unset: CUDA's own choice), and ECG_CUDA_BATCH_SPIN_US
+#                   (the batchers poll that long, then sleep), passed through (sweeps)
 set -u
 BUILD=${1:-build}
 ECGD=${ECGD:-$BUILD/ecgd}

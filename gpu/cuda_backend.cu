@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_internal.h"
 #include "cuda_vae.h"
@@ -250,10 +251,34 @@ out:
     return status;
 }
 
+static double wait_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* Spin, then block: what ctx's stream has queued so far is done when this returns. The poll
+ * keeps a short wait off the scheduler (no sleep, no wake-up); a long one sleeps instead of
+ * holding a core that the HTTP and worker threads need. */
+static cudaError_t wait_spin_then_block(struct cuda_ctx *ctx)
+{
+    cudaError_t code = cudaEventRecord(ctx->wait_event, ctx->stream);
+    if (code != cudaSuccess)
+        return code;
+    const double deadline = wait_now_us() + ctx->spin_us;
+    while ((code = cudaEventQuery(ctx->wait_event)) == cudaErrorNotReady) {
+        if (wait_now_us() >= deadline)
+            return cudaEventSynchronize(ctx->wait_event);
+    }
+    return code;
+}
+
 enum ecg_status ctx_sync(struct cuda_ctx *ctx, const char *stage, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    cudaError_t code = cudaStreamSynchronize(ctx->stream);
+    cudaError_t code = ctx->wait_event ? wait_spin_then_block(ctx)
+                                       : cudaStreamSynchronize(ctx->stream);
     if (code != cudaSuccess) {
         status = cuda_fail(err, code, __FILE__, __LINE__, stage);
     }
@@ -470,6 +495,8 @@ void cuda_ctx_free(struct cuda_ctx *ctx)
     }
     if (ctx->h_stage)
         (void)cudaFreeHost(ctx->h_stage);
+    if (ctx->wait_event)
+        (void)cudaEventDestroy(ctx->wait_event);
     free(ctx->h_rs_table);
     free(ctx->h_ricker);
     if (ctx->cudnn)
@@ -499,6 +526,18 @@ enum ecg_status cuda_ctx_create_on(struct cuda_state *state, struct cuda_device 
     ctx->defer_sync = batch;
     CUDA_TRY(cudaSetDevice(ctx->dev->ordinal));
     CUDA_TRY(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    if (batch) {
+        /* ECG_CUDA_BATCH_SPIN_US=N: the batcher's waits spin N us, then sleep (unset: CUDA's
+         * own way, cudaStreamSynchronize under the device's flags, ECG_CUDA_SYNC) */
+        const char *spin = getenv("ECG_CUDA_BATCH_SPIN_US");
+        char *end = NULL;
+        double spin_us = spin && *spin ? strtod(spin, &end) : -1.0;
+        if (spin_us >= 0 && spin_us <= 1e6 && end && !*end) {
+            CUDA_TRY(cudaEventCreateWithFlags(&ctx->wait_event,
+                                              cudaEventDisableTiming | cudaEventBlockingSync));
+            ctx->spin_us = spin_us;
+        }
+    }
     /* a batch's inputs are in the batch's pinned memory: no staging chunks (16 MiB pinned) */
     for (int i = 0; i < 2 && !batch; i++) {
         CUDA_TRY(cudaMallocHost(&ctx->h_chunk[i], CUDA_STAGE_CHUNK));

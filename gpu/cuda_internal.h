@@ -116,6 +116,10 @@ struct cuda_ctx {
     cudaStream_t stream;
     cudnnHandle_t cudnn;
     bool defer_sync;         /* a batch's context: ctx_stage_done() does not wait */
+    /* a batch's context under ECG_CUDA_BATCH_SPIN_US: ctx_sync records this event (blocking
+     * sync), polls it for spin_us, then sleeps on it; NULL: cudaStreamSynchronize */
+    cudaEvent_t wait_event;
+    double spin_us;
 
     /* the request in flight */
     double fs_in_hz;
