@@ -51,6 +51,8 @@ struct ecg_batcher {
     unsigned max_batch;
     double window_ms;
     unsigned n_lanes;
+    bool wait_all;           /* ECG_BATCH_WAIT=all: a batch waits while any analysis is on its
+                              * way to any lane (the rule before per-lane counts; sweeps) */
     unsigned next_lane;      /* round-robin (atomic) */
     struct batch_lane *lanes;
     pthread_mutex_t plan_lock;
@@ -210,6 +212,17 @@ static void wait_until(pthread_cond_t *cond, pthread_mutex_t *lock, double deadl
     (void)pthread_cond_timedwait(cond, lock, &ts);
 }
 
+/* Analyses on their way that lane's batch waits for: its own, or (wait_all) every lane's. */
+static int on_the_way(struct ecg_batcher *b, struct batch_lane *lane)
+{
+    int n = 0;
+    if (!b->wait_all)
+        return __atomic_load_n(&lane->inbound, __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < b->n_lanes; i++)
+        n += __atomic_load_n(&b->lanes[i].inbound, __ATOMIC_ACQUIRE);
+    return n;
+}
+
 /*
  * The lane's thread: waits for a first member, collects up to max_batch until the window since
  * that member's arrival has passed or no other analysis is on its way to this lane (at once when
@@ -231,7 +244,7 @@ static void *lane_main(void *arg)
         /* waiting for more is worth it only while some are on their way to this lane: a lone
          * client's analysis starts at once, and so does a batch whose clients have all come */
         while (lane->queued < b->max_batch && !lane->stopping && batch_now_ms() < deadline &&
-               __atomic_load_n(&lane->inbound, __ATOMIC_ACQUIRE) > 0)
+               on_the_way(b, lane) > 0)
             wait_until(&lane->arrived, &lane->lock, deadline);
         size_t n = 0;
         const double start = batch_now_ms();
@@ -313,7 +326,7 @@ bool ecg_batcher_run(struct ecg_batcher *b, unsigned lane_index, struct ecg_batc
      * thread is woken only when it has something new to decide (a batch to start, full, or
      * nobody else on the way), not once per member */
     if (__atomic_sub_fetch(&lane->inbound, 1, __ATOMIC_ACQ_REL) == 0 || first ||
-        lane->queued >= b->max_batch)
+        lane->queued >= b->max_batch || b->wait_all)
         pthread_cond_signal(&lane->arrived);
     pthread_mutex_unlock(&lane->lock);
     while (sem_wait(&finished) != 0 && errno == EINTR)
@@ -373,6 +386,8 @@ struct ecg_batcher *ecg_batcher_create(const struct ecg_backend_ops *ops, void *
     b->with_model = with_model;
     b->max_batch = max_batch;
     b->window_ms = window_us / 1000.0;
+    const char *wait = getenv("ECG_BATCH_WAIT");
+    b->wait_all = wait && !strcmp(wait, "all");
     pthread_mutex_init(&b->plan_lock, NULL);
     b->n_lanes = native ? ops->batch_lanes(state) : 1;
     if (b->n_lanes < 1)

@@ -5,6 +5,7 @@
  * machine (and under the sanitizers in CI). tests/batch_parity.h describes the check; the CUDA
  * backend's own batches run the same check in tests/gpu/test_gpu_batch.c.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,6 +44,13 @@ static void test_batched_answers_are_the_lone_ones(void **state)
     largest = parity_check(alone, batched, PARITY_UNIFORM);
     assert_true(largest >= 2 && largest <= 16);
     largest = parity_check(alone, batched, PARITY_REPEAT);
+    assert_true(largest >= 2 && largest <= 16);
+    ecg_engine_destroy(batched);
+    /* the batches that wait while any analysis is on its way (ECG_BATCH_WAIT=all) */
+    assert_int_equal(setenv("ECG_BATCH_WAIT", "all", 1), 0);
+    batched = engine_with(model, 16, 20000);
+    unsetenv("ECG_BATCH_WAIT");
+    largest = parity_check(alone, batched, PARITY_UNIFORM);
     assert_true(largest >= 2 && largest <= 16);
     ecg_engine_destroy(batched);
     ecg_engine_destroy(alone);
@@ -85,11 +93,74 @@ static void test_batching_needs_a_batching_backend(void **state)
     ecg_signal_free(&sig);
 }
 
+struct window_run {
+    struct ecg_engine *engine;
+    const struct ecg_signal *sig;
+    pthread_barrier_t *start;
+    enum ecg_status status;
+    struct ecg_result *result;
+};
+
+static void *window_thread(void *arg)
+{
+    struct window_run *run = arg;
+    struct ecg_error err = {0};
+    pthread_barrier_wait(run->start);
+    run->status = ecg_engine_analyze(run->engine, run->sig, &run->result, &err);
+    return NULL;
+}
+
+/* A batch starts as soon as nobody else is on the way to it: a lone analysis, and analyses
+ * that have all arrived, never sit out a (60-s) window; each is handed back with its batch's
+ * size. */
+static void test_batches_do_not_wait_for_nobody(void **state)
+{
+    struct ecg_signal sig = {0};
+    struct ecg_error err = {0};
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_CSV, .fs_hz = 360};
+    struct window_run runs[4];
+    pthread_t threads[4];
+    pthread_barrier_t start;
+    assert_int_equal(ecg_read_file(ECG_TEST_DATA "/mitdb_100s.csv", &opts, &sig, &err), ECG_OK);
+    assert_int_equal(setenv("ECG_BATCH_ANY", "1", 1), 0);
+    struct ecg_engine *engine = engine_with(NULL, 8, 60u * 1000u * 1000u);
+    unsetenv("ECG_BATCH_ANY");
+    assert_int_equal(pthread_barrier_init(&start, NULL, 4), 0);
+    for (int round = 0; round < 2; round++) {
+        const int n = round == 0 ? 1 : 4; /* alone, then four at once */
+        pthread_barrier_t *barrier = &start;
+        pthread_barrier_t one;
+        if (n == 1) {
+            assert_int_equal(pthread_barrier_init(&one, NULL, 1), 0);
+            barrier = &one;
+        }
+        for (int i = 0; i < n; i++) {
+            runs[i] = (struct window_run){.engine = engine, .sig = &sig, .start = barrier};
+            assert_int_equal(pthread_create(&threads[i], NULL, window_thread, &runs[i]), 0);
+        }
+        for (int i = 0; i < n; i++) {
+            pthread_join(threads[i], NULL);
+            assert_int_equal(runs[i].status, ECG_OK);
+            assert_true(runs[i].result->timing.batch_size >= 1);
+            assert_true(runs[i].result->timing.batch_size <= (unsigned)n);
+            /* far below the window: the batch did not wait it out */
+            assert_true(runs[i].result->timing.queue_ms < 30000.0);
+            ecg_result_free(runs[i].result);
+        }
+        if (n == 1)
+            pthread_barrier_destroy(&one);
+    }
+    pthread_barrier_destroy(&start);
+    ecg_engine_destroy(engine);
+    ecg_signal_free(&sig);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_answers_are_the_lone_ones),
         cmocka_unit_test(test_batching_needs_a_batching_backend),
+        cmocka_unit_test(test_batches_do_not_wait_for_nobody),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
