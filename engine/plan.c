@@ -24,13 +24,15 @@
  * A = 2 / (sqrt(3 a) pi^(1/4)), with a = ricker_sigma_s * fs_a samples, over
  * 2 * round(ricker_points_s * fs_a / 2) + 1 samples centred on t = 0 (30 points at 250 Hz ->
  * 31 taps, t = -15..15). Positive at the centre, so a positive QRS gives a positive response
- * maximum.
+ * maximum. Two more Ricker kernels of fixed widths serve the detector's noise-aware band
+ * (engine/cpu/noise_core.h): ricker_hi and ricker_lo.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan.h"
+#include "cpu/noise_core.h" /* the noise-aware bands' widths */
 
 #define PLAN_UP_MAX 256u         /* bounds the polyphase table (fir_len grows with up) */
 #define PLAN_STOP_DB 65.0        /* Kaiser design attenuation; tests require >= 60 dB */
@@ -128,16 +130,17 @@ out:
     return status;
 }
 
-/* Builds plan->ricker (see the file comment). */
-static enum ecg_status design_ricker(struct ecg_plan *plan, struct ecg_error *err)
+/* Builds a Ricker kernel of width sigma_s over points_s (see the file comment) into *taps
+ * (malloc'd) and *taps_len. */
+static enum ecg_status design_ricker(double fs_a, double sigma_s, double points_s, float **taps,
+                                     size_t *taps_len, struct ecg_error *err)
 {
-    const double fs_a = plan->fs_a_hz;
-    const double a = plan->params.ricker_sigma_s * fs_a;
-    const long half = lround(0.5 * plan->params.ricker_points_s * fs_a);
+    const double a = sigma_s * fs_a;
+    const long half = lround(0.5 * points_s * fs_a);
     const size_t len = 2 * (size_t)half + 1;
 
-    plan->ricker = malloc(len * sizeof *plan->ricker);
-    if (!plan->ricker)
+    float *ricker = malloc(len * sizeof *ricker);
+    if (!ricker)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "plan: %zu Ricker taps", len);
     const double amplitude = 2.0 / (sqrt(3.0 * a) * pow(M_PI, 0.25));
     for (size_t k = 0; k < len; k++) {
@@ -146,9 +149,10 @@ static enum ecg_status design_ricker(struct ecg_plan *plan, struct ecg_error *er
         double value = amplitude * (1.0 - q) * exp(-0.5 * q);
         /* Far tails of a long support are below float resolution relative to the centre, and
          * their products with the signal are denormals that slow every multiply tenfold. */
-        plan->ricker[k] = fabs(value) < 1e-10 * amplitude ? 0.0f : (float)value;
+        ricker[k] = fabs(value) < 1e-10 * amplitude ? 0.0f : (float)value;
     }
-    plan->ricker_len = len;
+    *taps = ricker;
+    *taps_len = len;
     return ECG_OK;
 }
 
@@ -225,7 +229,14 @@ enum ecg_status ecg_plan_init(struct ecg_plan *plan, const struct ecg_params *pa
         if (status != ECG_OK)
             goto out;
     }
-    status = design_ricker(plan, err);
+    status = design_ricker(plan->fs_a_hz, params->ricker_sigma_s, params->ricker_points_s,
+                           &plan->ricker, &plan->ricker_len, err);
+    if (status == ECG_OK)
+        status = design_ricker(plan->fs_a_hz, NOISE_HI_SIGMA_S, NOISE_HI_POINTS_S,
+                               &plan->ricker_hi, &plan->ricker_hi_len, err);
+    if (status == ECG_OK)
+        status = design_ricker(plan->fs_a_hz, NOISE_LO_SIGMA_S, NOISE_LO_POINTS_S,
+                               &plan->ricker_lo, &plan->ricker_lo_len, err);
 out:
     if (status != ECG_OK)
         ecg_plan_fini(plan);
@@ -238,6 +249,8 @@ void ecg_plan_fini(struct ecg_plan *plan)
         return;
     free(plan->fir);
     free(plan->ricker);
+    free(plan->ricker_hi);
+    free(plan->ricker_lo);
     memset(plan, 0, sizeof *plan);
 }
 

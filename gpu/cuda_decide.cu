@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "cpu/detect_params.h" /* the detector's constants, shared with decide.c */
+#include "cpu/noise_core.h"    /* noise_threshold */
 #include "cuda_detect_common.cuh"
 
 /* ---------------------------------------------------------------- 1: the pass by blocks */
@@ -209,7 +210,9 @@ static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
         if (last >= 0 && pos - last < a.refractory)
             continue;
         const float h = __ldg(&height[k]);
-        const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
+        /* the threshold rises where noise fills the floor between beats (noise_core.h) */
+        const float crest = __ldg(&a.crest[(size_t)pos / a.crest_win]);
+        const double threshold = noise_threshold(spk, npk, crest, DETECT_THRESHOLD);
         if ((double)h <= threshold ||
             (last >= 0 && pos - last < a.twave &&
              (double)__ldg(&slope[k]) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))) {

@@ -37,6 +37,7 @@
 #include "cpu/cpu.h" /* CPU_DETECT_BLOCK_S, CPU_DETECT_WARMUP_S, CPU_DETECT_TAIL_S */
 #include "cpu/detect_params.h" /* the detector's constants, shared with detect.c */
 #include "cpu/fuse_core.h"     /* FUSE_WINDOW_S */
+#include "cpu/noise_core.h"    /* the crest factor that sets the threshold */
 #include "cuda_detect_common.cuh"
 
 /* ---------------------------------------------------------------- 1-2: envelope and NMS */
@@ -309,6 +310,25 @@ static __global__ void order_kernel(struct detect_args a)
     *a.n_beats = (int64_t)n;
 }
 
+/* Thread j: window j's envelope peak and mean (fuse_window_stats). */
+static __global__ void crest_stats_kernel(struct detect_args a, size_t n_win)
+{
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n_win;
+         j += (size_t)gridDim.x * blockDim.x) {
+        float p;
+        fuse_window_stats(a.env, a.n_a, a.crest_win, j, &p, &a.crest_mean[j]);
+        a.crest_peak[j] = p;
+    }
+}
+
+/* Thread j: window j's crest factor (noise_crest), which sets its candidates' threshold. */
+static __global__ void crest_kernel(struct detect_args a, size_t n_win)
+{
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n_win;
+         j += (size_t)gridDim.x * blockDim.x)
+        a.crest[j] = noise_crest(a.crest_peak, a.crest_mean, n_win, j);
+}
+
 /* ---------------------------------------------------------------- entry point */
 
 #define ALIGN256(x) (((x) + 255) & ~(size_t)255)
@@ -419,14 +439,16 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     fz.y_extra = (const float *)ctx->extra_resampled.ptr;
 
     /* scratch: absf | env | flags | cpos | height | slope | beats_c | ref_in | ref_a |
-     * block_first | block_last | scalars | ins_k | ins_pos | ins_h | ins_mark, and
+     * block_first | block_last | scalars | ins_k | ins_pos | ins_h | ins_mark |
+     * crest_peak | crest_mean | crest, and
      * with several leads lead_env | peak | mean | level | weight | gain */
     bytes = 2 * ALIGN256(n_a * sizeof(float)) + ALIGN256(n_a) +
             4 * ALIGN256(max_cand * sizeof(int64_t)) + 2 * ALIGN256(max_cand * sizeof(float)) +
             2 * ALIGN256(n_blocks * sizeof(struct block_end)) +
             256 +
             2 * ALIGN256(max_cand * sizeof(int64_t)) + ALIGN256(max_cand * sizeof(float)) +
-            ALIGN256(max_cand);
+            ALIGN256(max_cand) +
+            2 * ALIGN256(fz.n_win * sizeof(double)) + ALIGN256(fz.n_win * sizeof(float));
     if (n_leads > 1)
         bytes += ALIGN256(n_leads * n_a * sizeof(float)) +
                  4 * ALIGN256(n_leads * fz.n_win * sizeof(double)) +
@@ -458,6 +480,10 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     a.ins_pos = (int64_t *)(base + off); off += ALIGN256(max_cand * sizeof(int64_t));
     a.ins_h = (float *)(base + off);     off += ALIGN256(max_cand * sizeof(float));
     a.ins_mark = (uint8_t *)(base + off); off += ALIGN256(max_cand);
+    a.crest_win = fz.win;
+    a.crest_peak = (double *)(base + off); off += ALIGN256(fz.n_win * sizeof(double));
+    a.crest_mean = (double *)(base + off); off += ALIGN256(fz.n_win * sizeof(double));
+    a.crest = (float *)(base + off);       off += ALIGN256(fz.n_win * sizeof(float));
     if (n_leads > 1) {
         fz.lead_env = (const float *)(base + off); off += ALIGN256(n_leads * n_a * sizeof(float));
         double **stats[4] = {&fz.peak, &fz.mean, &fz.level, &fz.weight};
@@ -504,6 +530,10 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     }
     if (n_leads > 1)
         ECG_TRY(cuda_fuse(ctx, &fz, a.env, err));
+    crest_stats_kernel<<<grid_for(fz.n_win), CUDA_THREADS, 0, ctx->stream>>>(a, fz.n_win);
+    CUDA_LAUNCH_CHECK();
+    crest_kernel<<<grid_for(fz.n_win), CUDA_THREADS, 0, ctx->stream>>>(a, fz.n_win);
+    CUDA_LAUNCH_CHECK();
     profile_mark(prof, ctx->stream, "envelope");
     nms_kernel<<<grid_for(n_a), CUDA_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();

@@ -44,6 +44,9 @@ struct detect_args {
     int64_t *cpos;       /* candidates, ascending */
     int64_t *n_cand;     /* device scalar */
     float *height, *slope;
+    float *crest;        /* per window of crest_win samples: the envelope's crest factor */
+    size_t crest_win;
+    double *crest_peak, *crest_mean; /* per window: the envelope's peak and mean */
     int64_t *beats_c;    /* accepted candidates' positions (analysis grid) */
     int64_t *n_acc;      /* device scalar: accepted candidates */
     int64_t *ref_in, *ref_a; /* refined positions per accepted candidate, -1 = dropped */

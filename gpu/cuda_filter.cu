@@ -2,6 +2,12 @@
  * cuda_filter.cu - the Ricker band-pass on the device (twin of engine/cpu/filter.c):
  *     f[i] = sum_{k<K} ricker[k] * y[i + half - k],   y = 0 outside [0, n)   (linear, 'same')
  *
+ * Then, on every lead, the detector's noise-aware band (twin of engine/cpu/band.c;
+ * engine/cpu/noise_core.h has the method and the arithmetic): the higher and lower bands'
+ * responses by the direct path (bit-identical to cpu_filter_taps), each window's indices and
+ * peaks (one thread per window, sums in sample order), its gains (one thread per window), and
+ * the mix in place (one thread per sample). Its scratch is the ctx's stage scratch.
+ *
  * Two paths, chosen as cpu_filter chooses (direct up to FILTER_DIRECT_MAX_TAPS taps, FFT
  * beyond), or forced with the environment variable ECG_CUDA_FILTER=direct|fft read at open:
  * - direct: one thread per output, the taps in the CPU's order with the CPU's rounding (FMA in
@@ -20,6 +26,8 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cpu/detect_params.h" /* detect_samples_of */
+#include "cpu/noise_core.h"
 
 #define FILTER_TILE 4096          /* filter.c's tile: decides which outputs use FMA */
 #define FILTER_DIRECT_MAX_TAPS 95 /* filter.c's crossover */
@@ -229,6 +237,83 @@ out:
     return status;
 }
 
+/* ---------------------------------------------------------------- noise-aware band */
+
+/* Thread j: window j's indices and peaks (noise_band_window). */
+static __global__ void band_window_kernel(const float *f, const float *f_hi, const float *f_lo,
+                                          size_t n, size_t win, size_t n_win, double *lo,
+                                          double *hi, double *peak, double *peak_hi)
+{
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n_win;
+         j += (size_t)gridDim.x * blockDim.x)
+        noise_band_window(f, f_hi, f_lo, n, win, j, &lo[j], &hi[j], &peak[j], &peak_hi[j]);
+}
+
+/* Thread j: window j's gains (noise_band_gains). */
+static __global__ void band_gain_kernel(const double *lo, const double *hi, const double *peak,
+                                        const double *peak_hi, size_t n_win, float *keep,
+                                        float *take)
+{
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n_win;
+         j += (size_t)gridDim.x * blockDim.x)
+        noise_band_gains(lo, hi, peak, peak_hi, n_win, j, &keep[j], &take[j]);
+}
+
+/* Thread i: f[i] mixed with f_hi[i] (noise_band_mix). */
+static __global__ void band_mix_kernel(float *f, const float *f_hi, size_t n, const float *keep,
+                                       const float *take, size_t n_win, size_t win)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        f[i] = noise_band_mix(keep, take, n_win, win, i, f[i], f_hi[i]);
+}
+
+/* The band step on one lead: y its resampled signal, f its filter response (in place). */
+static enum ecg_status noise_band(struct cuda_ctx *ctx, const struct ecg_plan *plan,
+                                  const float *d_y, float *d_f, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    const size_t n = ctx->n_a;
+    const size_t win = detect_samples_of(NOISE_WINDOW_S, plan->fs_a_hz);
+    const size_t n_win = n / win + (n % win ? 1 : 0);
+    const size_t f_bytes = (n * sizeof(float) + 255) & ~(size_t)255;
+    const size_t w_bytes = (n_win * sizeof(double) + 255) & ~(size_t)255;
+    const bool fma_path = cuda_host_has_avx2_fma();
+    if (plan->ricker_hi_len > FILTER_DIRECT_MAX_TAPS ||
+        plan->ricker_lo_len > FILTER_DIRECT_MAX_TAPS) {
+        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
+                          "cuda_filter: noise band kernels of %zu and %zu taps",
+                          plan->ricker_hi_len, plan->ricker_lo_len);
+        goto out;
+    }
+    ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, 2 * f_bytes + 6 * w_bytes, err));
+    {
+        char *base = (char *)ctx->scratch.ptr;
+        float *f_hi = (float *)base, *f_lo = (float *)(base + f_bytes);
+        double *lo = (double *)(base + 2 * f_bytes);
+        double *hi = (double *)(base + 2 * f_bytes + w_bytes);
+        double *peak = (double *)(base + 2 * f_bytes + 2 * w_bytes);
+        double *peak_hi = (double *)(base + 2 * f_bytes + 3 * w_bytes);
+        float *keep = (float *)(base + 2 * f_bytes + 4 * w_bytes);
+        float *take = (float *)(base + 2 * f_bytes + 5 * w_bytes);
+        ECG_TRY(launch_filter_direct(ctx->stream, d_y, n, plan->ricker_hi, plan->ricker_hi_len,
+                                     f_hi, fma_path, err));
+        ECG_TRY(launch_filter_direct(ctx->stream, d_y, n, plan->ricker_lo, plan->ricker_lo_len,
+                                     f_lo, fma_path, err));
+        band_window_kernel<<<grid_for(n_win), CUDA_THREADS, 0, ctx->stream>>>(
+            d_f, f_hi, f_lo, n, win, n_win, lo, hi, peak, peak_hi);
+        CUDA_LAUNCH_CHECK();
+        band_gain_kernel<<<grid_for(n_win), CUDA_THREADS, 0, ctx->stream>>>(
+            lo, hi, peak, peak_hi, n_win, keep, take);
+        CUDA_LAUNCH_CHECK();
+        band_mix_kernel<<<grid_for(n), CUDA_THREADS, 0, ctx->stream>>>(d_f, f_hi, n, keep, take,
+                                                                       n_win, win);
+        CUDA_LAUNCH_CHECK();
+    }
+out:
+    return status;
+}
+
 /* ---------------------------------------------------------------- entry point */
 
 /* ECG_CUDA_FILTER=direct|fft forces a path; anything else (or unset) mirrors cpu_filter. */
@@ -274,6 +359,7 @@ extern "C" enum ecg_status cuda_filter(void *ctx_ptr, const struct ecg_plan *pla
         } else {
             ECG_TRY(filter_fft(ctx, plan, d_in, d_out, err));
         }
+        ECG_TRY(noise_band(ctx, plan, d_in, d_out, err));
     }
     ECG_TRY(ctx_stage_done(ctx, "filter", err));
 out:

@@ -35,6 +35,17 @@ enum cpu_filter_method { CPU_FILTER_AUTO = 0, CPU_FILTER_DIRECT, CPU_FILTER_FFT 
 enum ecg_status cpu_filter_with(const struct ecg_plan *plan, const float *y, size_t n, float *f,
                                 enum cpu_filter_method method, struct ecg_error *err) ECG_WUR;
 
+/* f = y (*) taps ('same', odd length) by direct convolution: the arithmetic of cpu_filter's
+ * direct path, which the CUDA direct kernel reproduces bit for bit. */
+enum ecg_status cpu_filter_taps(const float *taps, size_t n_taps, const float *y, size_t n,
+                                float *f, struct ecg_error *err) ECG_WUR;
+
+/* The noise-aware band (noise_core.h, step 1): where a window's energy says low-frequency noise
+ * without high-frequency noise, f (the Ricker response of y, n samples) is replaced in place by
+ * a mix with the higher band's response. Leaves a clean signal's f as it is. */
+enum ecg_status cpu_noise_band(const struct ecg_plan *plan, const float *y, float *f, size_t n,
+                               struct ecg_error *err) ECG_WUR;
+
 /*
  * Non-maximum suppression: writes to peaks, in ascending order, every index i with
  * v[i] > floor_value that is the largest value of the window [i - half, i + half] (clipped to
@@ -79,7 +90,8 @@ size_t cpu_fuse_window(const struct ecg_plan *plan);
 /*
  * The detector's stages, exposed for tests (engine/cpu/detect.c explains them).
  *
- * A beat candidate: analysis-grid position, height (prominence of the envelope) and slope.
+ * A beat candidate: analysis-grid position, height (prominence of the envelope), slope and the
+ * crest factor of the envelope's window.
  * cpu_detect_candidates() computes them (envelope, NMS, attributes); *cand is malloc'd (NULL
  * when there are none), ascending by position.
  */
@@ -87,6 +99,7 @@ struct cpu_candidate {
     int64_t pos;
     float height;
     float slope;
+    float crest; /* the envelope's crest factor around it (noise_core.h, step 2) */
 };
 enum ecg_status cpu_detect_candidates_leads(const struct ecg_plan *plan,
                                             const struct cpu_lead *leads, size_t n_leads,

@@ -229,10 +229,15 @@ static enum ecg_status cpu_filter_stage(void *ctx, const struct ecg_plan *plan,
     struct cpu_ctx *c = ctx;
     for (size_t i = 0; i < c->n_extra; i++) {
         enum ecg_status status = cpu_filter(plan, c->y_extra[i], c->n_a, c->f_extra[i], err);
+        if (status == ECG_OK)
+            status = cpu_noise_band(plan, c->y_extra[i], c->f_extra[i], c->n_a, err);
         if (status != ECG_OK)
             return status;
     }
-    return cpu_filter(plan, c->y, c->n_a, c->f, err);
+    enum ecg_status status = cpu_filter(plan, c->y, c->n_a, c->f, err);
+    if (status == ECG_OK)
+        status = cpu_noise_band(plan, c->y, c->f, c->n_a, err);
+    return status;
 }
 
 static enum ecg_status cpu_detect_stage(void *ctx, const struct ecg_plan *plan, size_t *n_beats,

@@ -14,6 +14,7 @@
 
 #include "cpu.h"
 #include "detect_params.h"
+#include "noise_core.h"
 #include "select.h"
 
 /*
@@ -213,7 +214,8 @@ void cpu_decide_window(const struct ecg_plan *plan, const struct cpu_candidate *
         const struct cpu_candidate *c = &cand[k];
         if (d.last >= 0 && c->pos - d.last < refractory)
             continue;
-        if (c->height <= detector_threshold(&d)) {
+        /* the threshold rises where noise fills the floor between beats (noise_core.h) */
+        if (c->height <= noise_threshold(d.spk, d.npk, c->crest, DETECT_THRESHOLD)) {
             detector_noise(&d, c);
             continue;
         }

@@ -79,6 +79,7 @@
 #include "cpu.h"
 #include "detect_params.h"
 #include "fuse_core.h"
+#include "noise_core.h"
 #include "select.h"
 
 /* ------------------------------------------------------------------ 1. envelope */
@@ -361,10 +362,31 @@ static float steepest(const float *y, size_t n, size_t c, size_t reach)
 
 /* With several leads (gain non-NULL: n_leads x n_win, fuse.c), a candidate's slope is the
  * leads' slopes weighed by their gains at the candidate, as the envelope is. */
+/* The envelope's crest factor per window of NOISE_WINDOW_S (noise_core.h, step 2): crest gets
+ * n / win rounded up entries. */
+static enum ecg_status envelope_crest(const float *env, size_t n, size_t win, float *crest,
+                                      struct ecg_error *err)
+{
+    const size_t n_win = n / win + (n % win ? 1 : 0);
+    double *peak = malloc(2 * n_win * sizeof *peak);
+    if (!peak)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "detect: %zu windows", n_win);
+    double *mean = peak + n_win;
+    for (size_t j = 0; j < n_win; j++) {
+        float p;
+        fuse_window_stats(env, n, win, j, &p, &mean[j]);
+        peak[j] = p;
+    }
+    for (size_t j = 0; j < n_win; j++)
+        crest[j] = noise_crest(peak, mean, n_win, j);
+    free(peak);
+    return ECG_OK;
+}
+
 static void describe_candidates(const struct ecg_plan *plan, const struct cpu_lead *leads,
                                 size_t n_leads, const float *gain, size_t n_win,
-                                const float *env, size_t n, const int64_t *pos, size_t n_cand,
-                                struct cpu_candidate *cand)
+                                const float *env, const float *crest, size_t n,
+                                const int64_t *pos, size_t n_cand, struct cpu_candidate *cand)
 {
     const size_t reach = detect_samples_of(DETECT_SLOPE_S, plan->fs_a_hz);
     const size_t win = cpu_fuse_window(plan);
@@ -385,7 +407,7 @@ static void describe_candidates(const struct ecg_plan *plan, const struct cpu_le
         float prominence = env[c] - valley;
         if (prominence < DETECT_MIN_PROMINENCE * env[c])
             prominence = 0.0f; /* a ripple on a plateau, not a peak */
-        cand[k] = (struct cpu_candidate){pos[k], prominence, slope};
+        cand[k] = (struct cpu_candidate){pos[k], prominence, slope, crest[c / win]};
         left_valley = right_valley;
     }
 }
@@ -522,7 +544,7 @@ enum ecg_status cpu_detect_candidates_leads(const struct ecg_plan *plan,
                                             size_t *n_cand, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    float *env = NULL, *lead_env[FUSE_MAX_LEADS] = {NULL}, *gain = NULL;
+    float *env = NULL, *lead_env[FUSE_MAX_LEADS] = {NULL}, *gain = NULL, *crest = NULL;
     int64_t *pos = NULL;
     struct cpu_candidate *out = NULL;
     size_t count = 0, n_win = 0;
@@ -569,7 +591,12 @@ enum ecg_status cpu_detect_candidates_leads(const struct ecg_plan *plan,
                           "detect: no memory for %zu candidates", count);
         goto out;
     }
-    describe_candidates(plan, leads, n_leads, gain, n_win, env, n_a, pos, count, out);
+    crest = malloc((n_a / cpu_fuse_window(plan) + 1) * sizeof *crest);
+    status = crest ? envelope_crest(env, n_a, cpu_fuse_window(plan), crest, err)
+                   : ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "detect: crest factors");
+    if (status != ECG_OK)
+        goto out;
+    describe_candidates(plan, leads, n_leads, gain, n_win, env, crest, n_a, pos, count, out);
     *cand = out;
     *n_cand = count;
     out = NULL;
@@ -577,6 +604,7 @@ out:
     for (size_t l = 0; l < FUSE_MAX_LEADS; l++)
         free(lead_env[l]);
     free(gain);
+    free(crest);
     free(env);
     free(pos);
     free(out);

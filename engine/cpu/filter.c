@@ -300,6 +300,16 @@ enum ecg_status cpu_filter_with(const struct ecg_plan *plan, const float *y, siz
     return filter_direct(plan->ricker, plan->ricker_len, y, n, f, err);
 }
 
+enum ecg_status cpu_filter_taps(const float *taps, size_t n_taps, const float *y, size_t n,
+                                float *f, struct ecg_error *err)
+{
+    if (!taps || n_taps % 2 == 0 || (n > 0 && (!y || !f)))
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cpu_filter_taps: bad kernel or NULL");
+    if (n == 0)
+        return ECG_OK;
+    return filter_direct(taps, n_taps, y, n, f, err);
+}
+
 enum ecg_status cpu_filter(const struct ecg_plan *plan, const float *y, size_t n, float *f,
                            struct ecg_error *err)
 {

@@ -106,6 +106,8 @@ FUSE_FN double fuse_median_span(const double *v, size_t n, size_t j, size_t span
         }
         w[t] = x;
     }
+    if (m == 0) /* j past the end: no values */
+        return 0.0;
     if (m % 2 == 1)
         return w[m / 2];
     return FUSE_DMUL(0.5, FUSE_DADD(w[m / 2 - 1], w[m / 2]));

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "cpu/cpu.h"
+#include "cpu/noise_core.h" /* NOISE_CREST_CLEAN: the candidates below sit in clean signal */
 #include "plan.h"
 #include "detect_synth.h"
 
@@ -234,7 +235,7 @@ static void test_blocked_merge_random(void **state)
             if (rng_uniform() < 0.02)
                 h *= 10.0f; /* an artefact */
             float s = (float)(0.1 + rng_uniform());
-            cand[n_cand++] = (struct cpu_candidate){pos, h, s};
+            cand[n_cand++] = (struct cpu_candidate){pos, h, s, NOISE_CREST_CLEAN};
             pos += 10 + (int64_t)(rng_next() % (seed % 2 ? 120 : 250));
         }
         char what[64];
@@ -255,7 +256,7 @@ static void test_blocked_merge_random(void **state)
 /* Appends a candidate. */
 static void put(struct cpu_candidate *c, size_t *n, int64_t pos, float height, float slope)
 {
-    c[(*n)++] = (struct cpu_candidate){pos, height, slope};
+    c[(*n)++] = (struct cpu_candidate){pos, height, slope, NOISE_CREST_CLEAN};
 }
 
 /* The decision on the candidate at pos. */

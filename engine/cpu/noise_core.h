@@ -1,0 +1,147 @@
+/*
+ * noise_core.h - the detector's two noise-aware steps: the arithmetic shared by the CPU reference
+ * (engine/cpu/band.c, detect.c, decide.c) and the CUDA twins (gpu/cuda_band.cu, cuda_detect.cu,
+ * cuda_decide.cu). Included from C and CUDA C++; the double operations go through fuse_core.h's
+ * round-to-nearest macros, so both backends compute the same bits.
+ *
+ * Electrode motion and muscle noise want opposite bands: electrode motion puts its energy low
+ * (baseline jumps of a few hertz that the 14 Hz Ricker band still passes as QRS-like bumps),
+ * muscle noise high and broad. So, per lead and per window of NOISE_WINDOW_S:
+ *
+ * 1. Band (band.c; before detection, on each lead's filter response f). Two more Ricker
+ *    responses of the resampled lead: a narrower, higher band (a = NOISE_HI_SIGMA_S, centre
+ *    near 22 Hz) and a wider, lower one (a = NOISE_LO_SIGMA_S, near 7 Hz) used only to measure.
+ *    Per window: lo = sqrt(E_lo / E) and hi = sqrt(E_hi / E), E the energy of f; each smoothed by
+ *    the median of NOISE_INDEX_SPAN windows. Where lo is high (low-frequency noise) and hi is not
+ *    (no high-frequency noise), the detector reads the higher band instead:
+ *        w = ramp(lo; NOISE_LO_FROM, NOISE_LO_TO) * (1 - ramp(hi; NOISE_HI_FROM, NOISE_HI_TO))
+ *        f <- (1 - w) f + w c f_hi
+ *    with c = the median of NOISE_SCALE_SPAN window peaks of |f| over the same of |f_hi|, so
+ *    that a QRS complex keeps its height whichever band reads it. w and w c are interpolated
+ *    linearly between window centres (fuse_gain_at), so no step in f can pass for a beat.
+ *    A clean ECG has lo near 1.5 and hi near 0.6 and keeps its band (w = 0).
+ * 2. Threshold (detect.c, decide.c). The crest factor of the (fused) QRS envelope per window -
+ *    the median of FUSE_LEVEL_SPAN window peaks over the median of FUSE_NOISE_SPAN window means,
+ *    as the lead fusion measures a lead - is low where noise fills the floor between beats. A
+ *    candidate must clear NPK + t (SPK - NPK), with t = DETECT_THRESHOLD where the crest is at
+ *    least NOISE_CREST_CLEAN, rising linearly to NOISE_THRESHOLD_NOISY at NOISE_CREST_NOISY and
+ *    below. Search-back keeps the usual threshold: a beat missed in noise is still found when
+ *    the rhythm calls for it.
+ *
+ * Why it should hold beyond the records it was measured on: both steps ask physical questions
+ * (where is the noise's energy; how full is the floor between beats), not what a noise record
+ * looks like, and both leave a clean ECG as it was. docs/ACCURACY.md has the measurements.
+ */
+#ifndef ECG_NOISE_CORE_H
+#define ECG_NOISE_CORE_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fuse_core.h"
+
+#define NOISE_WINDOW_S FUSE_WINDOW_S /* statistics window: the fusion's */
+#define NOISE_HI_SIGMA_S 0.010    /* higher band: Ricker a (2.5 samples at 250 Hz) */
+#define NOISE_HI_POINTS_S 0.12    /* ... over this support */
+#define NOISE_LO_SIGMA_S 0.032    /* lower band, measured only */
+#define NOISE_LO_POINTS_S 0.24
+#define NOISE_INDEX_SPAN 5        /* windows in the index medians (odd) */
+#define NOISE_SCALE_SPAN 31       /* windows in the band scale's medians (odd, at most 31) */
+#define NOISE_LO_FROM 1.6         /* lo index: no switch at or below ... */
+#define NOISE_LO_TO 2.2           /* ... full switch at or above */
+#define NOISE_HI_FROM 0.7         /* hi index: switch allowed at or below ... */
+#define NOISE_HI_TO 0.9           /* ... none at or above */
+#define NOISE_CREST_CLEAN 4.0     /* envelope crest factor at or above: the usual threshold */
+#define NOISE_CREST_NOISY 2.5     /* at or below: the raised one */
+#define NOISE_THRESHOLD_NOISY 0.5 /* threshold fraction of SPK - NPK where the crest is low */
+
+#if defined(__CUDA_ARCH__)
+#define NOISE_DSQRT(a) __dsqrt_rn(a)
+#else
+#define NOISE_DSQRT(a) sqrt(a)
+#endif
+
+/* 0 at or below from, 1 at or above to, linear between. */
+FUSE_FN double noise_ramp(double v, double from, double to)
+{
+    if (!(v > from))
+        return 0.0;
+    if (v >= to)
+        return 1.0;
+    return FUSE_DDIV(FUSE_DSUB(v, from), FUSE_DSUB(to, from));
+}
+
+/* Step 1 for window j of one lead (f, f_hi, f_lo: n samples each): its two indices and the
+ * peaks of |f| and |f_hi|. Sums in sample order. */
+FUSE_FN void noise_band_window(const float *f, const float *f_hi, const float *f_lo, size_t n,
+                               size_t win, size_t j, double *lo, double *hi, double *peak,
+                               double *peak_hi)
+{
+    const size_t a = j * win, b = a + win < n ? a + win : n;
+    double e = 0.0, e_hi = 0.0, e_lo = 0.0;
+    float p = 0.0f, p_hi = 0.0f;
+    for (size_t i = a; i < b; i++) {
+        const double v = (double)f[i], v_hi = (double)f_hi[i], v_lo = (double)f_lo[i];
+        e = FUSE_DADD(e, FUSE_DMUL(v, v));
+        e_hi = FUSE_DADD(e_hi, FUSE_DMUL(v_hi, v_hi));
+        e_lo = FUSE_DADD(e_lo, FUSE_DMUL(v_lo, v_lo));
+        p = fabsf(f[i]) > p ? fabsf(f[i]) : p;
+        p_hi = fabsf(f_hi[i]) > p_hi ? fabsf(f_hi[i]) : p_hi;
+    }
+    *lo = e > 0.0 ? NOISE_DSQRT(FUSE_DDIV(e_lo, e)) : 0.0;
+    *hi = e > 0.0 ? NOISE_DSQRT(FUSE_DDIV(e_hi, e)) : 0.0;
+    *peak = (double)p;
+    *peak_hi = (double)p_hi;
+}
+
+/* Step 1's gains for window j: keep (of f) and take (of f_hi), from the n_win windows' indices
+ * and peaks. */
+FUSE_FN void noise_band_gains(const double *lo, const double *hi, const double *peak,
+                              const double *peak_hi, size_t n_win, size_t j, float *keep,
+                              float *take)
+{
+    const double l = fuse_median_span(lo, n_win, j, NOISE_INDEX_SPAN);
+    const double h = fuse_median_span(hi, n_win, j, NOISE_INDEX_SPAN);
+    const double w = FUSE_DMUL(noise_ramp(l, NOISE_LO_FROM, NOISE_LO_TO),
+                               FUSE_DSUB(1.0, noise_ramp(h, NOISE_HI_FROM, NOISE_HI_TO)));
+    const double p = fuse_median_span(peak, n_win, j, NOISE_SCALE_SPAN);
+    const double p_hi = fuse_median_span(peak_hi, n_win, j, NOISE_SCALE_SPAN);
+    const double scale = p_hi > 0.0 ? FUSE_DDIV(p, p_hi) : 0.0;
+    *keep = (float)FUSE_DSUB(1.0, w);
+    *take = (float)FUSE_DMUL(w, scale);
+}
+
+/* Step 1 at sample i: the mixed response, gains interpolated between window centres (f itself
+ * where they are 1 and 0). */
+FUSE_FN float noise_band_mix(const float *keep, const float *take, size_t n_win, size_t win,
+                             size_t i, float f, float f_hi)
+{
+    const float k = fuse_gain_at(keep, n_win, win, i), t = fuse_gain_at(take, n_win, win, i);
+    if (k == 1.0f && t == 0.0f)
+        return f; /* the usual band, untouched */
+    return FUSE_FADD(FUSE_FMUL(k, f), FUSE_FMUL(t, f_hi));
+}
+
+/* Step 2 for window j of the envelope: its crest factor (a large value where the floor is 0). */
+FUSE_FN float noise_crest(const double *peak, const double *mean, size_t n_win, size_t j)
+{
+    const double s = fuse_median_span(peak, n_win, j, FUSE_LEVEL_SPAN);
+    const double a = fuse_median_span(mean, n_win, j, FUSE_NOISE_SPAN);
+    if (!(a > 0.0))
+        return (float)NOISE_CREST_CLEAN;
+    return (float)FUSE_DDIV(s, a);
+}
+
+/* Step 2: the threshold a candidate at a window of this crest factor must exceed, from the
+ * pass's levels (same operations as NPK + DETECT_THRESHOLD (SPK - NPK) where the crest is
+ * clean). base is DETECT_THRESHOLD. */
+FUSE_FN double noise_threshold(double spk, double npk, float crest, double base)
+{
+    const double u = noise_ramp(FUSE_DSUB(NOISE_CREST_CLEAN, (double)crest), 0.0,
+                                NOISE_CREST_CLEAN - NOISE_CREST_NOISY);
+    const double t = u > 0.0 ? FUSE_DADD(base, FUSE_DMUL(NOISE_THRESHOLD_NOISY - base, u)) : base;
+    return FUSE_DADD(npk, FUSE_DMUL(t, FUSE_DSUB(spk, npk)));
+}
+
+#endif /* ECG_NOISE_CORE_H */
