@@ -337,7 +337,8 @@ void test_vae_block(void **state)
     vae_forced(state, "block", 6);
 }
 
-/* The cuFFT path, forced, against the CPU's FFTW path on a record and a long Ricker. */
+/* The cuFFT path, forced, against the CPU's FFTW path on a record and a long Ricker (each then
+ * followed by the noise-aware band, as the filter stage is). */
 void test_filter_fft(void **state)
 {
     NEED_DEVICE(state);
@@ -355,6 +356,8 @@ void test_filter_fft(void **state)
         float *y = malloc(n_a * sizeof *y), *fc = malloc(n_a * sizeof *fc), *fg;
         assert_int_equal(cpu_resample(&plan, sig.samples, sig.n, y, &err), ECG_OK);
         assert_int_equal(cpu_filter_with(&plan, y, n_a, fc, CPU_FILTER_FFT, &err), ECG_OK);
+        /* the filter stage ends with the detector's noise-aware band on both backends */
+        assert_int_equal(cpu_noise_band(&plan, y, fc, n_a, &err), ECG_OK);
         setenv("ECG_CUDA_FILTER", "fft", 1);
         assert_int_equal(p->gpu->write_buf(p->gpu_ctx, ECG_BUF_RESAMPLED, y, n_a, &err), ECG_OK);
         enum ecg_status st = p->gpu->filter(p->gpu_ctx, &plan, &err);
