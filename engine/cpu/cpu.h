@@ -42,9 +42,12 @@ enum ecg_status cpu_filter_taps(const float *taps, size_t n_taps, const float *y
 
 /* The noise-aware band (noise_core.h, step 1): where a window's energy says low-frequency noise
  * without high-frequency noise, f (the Ricker response of y, n samples) is replaced in place by
- * a mix with the higher band's response. Leaves a clean signal's f as it is. */
+ * a mix with the higher band's response. Leaves a clean signal's f as it is. work is the
+ * caller's, cpu_noise_band_work(plan, n) bytes, aligned for doubles (kept between requests:
+ * fresh pages cost more than the step). */
+size_t cpu_noise_band_work(const struct ecg_plan *plan, size_t n);
 enum ecg_status cpu_noise_band(const struct ecg_plan *plan, const float *y, float *f, size_t n,
-                               struct ecg_error *err) ECG_WUR;
+                               void *work, struct ecg_error *err) ECG_WUR;
 
 /*
  * Non-maximum suppression: writes to peaks, in ascending order, every index i with

@@ -41,6 +41,8 @@ struct cpu_ctx {
     uint8_t *outlier;
     size_t cap_k, cap_emb, cap_latent; /* entries the beat arrays above have room for */
     struct cpu_vae_scratch vae;
+    double *band;       /* the noise-aware band's work area (cpu_noise_band_work bytes) */
+    size_t cap_band;
     bool embedded, encoded; /* emb and the scores hold this request's beats */
 };
 
@@ -140,6 +142,7 @@ static void cpu_ctx_destroy(void *ctx)
     free(c->rr_ms);
     free(c->kept);
     free(c->emb);
+    free(c->band);
     free(c->latent);
     free(c->score);
     free(c->outlier);
@@ -227,16 +230,19 @@ static enum ecg_status cpu_filter_stage(void *ctx, const struct ecg_plan *plan,
                                         struct ecg_error *err)
 {
     struct cpu_ctx *c = ctx;
-    for (size_t i = 0; i < c->n_extra; i++) {
-        enum ecg_status status = cpu_filter(plan, c->y_extra[i], c->n_a, c->f_extra[i], err);
+    const size_t work = cpu_noise_band_work(plan, c->n_a);
+    enum ecg_status status = grow_array((void **)&c->band, &c->cap_band,
+                                        (work + sizeof(double) - 1) / sizeof(double),
+                                        sizeof(double), err);
+    for (size_t i = 0; i < c->n_extra && status == ECG_OK; i++) {
+        status = cpu_filter(plan, c->y_extra[i], c->n_a, c->f_extra[i], err);
         if (status == ECG_OK)
-            status = cpu_noise_band(plan, c->y_extra[i], c->f_extra[i], c->n_a, err);
-        if (status != ECG_OK)
-            return status;
+            status = cpu_noise_band(plan, c->y_extra[i], c->f_extra[i], c->n_a, c->band, err);
     }
-    enum ecg_status status = cpu_filter(plan, c->y, c->n_a, c->f, err);
     if (status == ECG_OK)
-        status = cpu_noise_band(plan, c->y, c->f, c->n_a, err);
+        status = cpu_filter(plan, c->y, c->n_a, c->f, err);
+    if (status == ECG_OK)
+        status = cpu_noise_band(plan, c->y, c->f, c->n_a, c->band, err);
     return status;
 }
 

@@ -2,7 +2,9 @@
  * detect.c - R-peak detection (CPU reference of the detector).
  *
  * The detector works on the Ricker response f (a band-pass centred near 14 Hz, where QRS energy
- * lies) and reports each beat at the true peak of its QRS in the input signal x. Stages 1, 2, 3
+ * lies; where a window's energy says electrode-motion-like noise, the filter stage has mixed in a
+ * higher band: cpu_noise_band, noise_core.h step 1) and reports each beat at the true peak of its
+ * QRS in the input signal x. Stages 1, 2, 3
  * and 5 are data-parallel (the CUDA backend runs them as kernels); stage 4 is a sequential pass
  * over the candidates, a few per second, run by independent blocks of one minute of signal (one
  * GPU thread each) and merged at the block boundaries: it lives in decide.c.
@@ -29,14 +31,16 @@
  * 4. Adaptive decision, after Pan and Tompkins (IEEE TBME 32(3), 1985): running estimates of
  *    the signal peak level (SPK) and the noise peak level (NPK), learnt robustly on the first
  *    DETECT_LEARN_S (so one artefact there does not set them); a candidate is a beat when it
- *    exceeds NPK + DETECT_THRESHOLD (SPK - NPK) and lies at least `refractory` after the
- *    previous beat; one within DETECT_TWAVE_S of the previous beat whose slope is under
- *    DETECT_TWAVE_SLOPE times the previous beat's is a T wave (noise); when no beat has come
- *    for DETECT_SEARCHBACK_RR times the mean of the last DETECT_RR_COUNT RR intervals, the
- *    largest candidate since the last beat above DETECT_SEARCHBACK_TH of the threshold is taken
- *    as a missed beat (search-back), and when even that finds nothing SPK decays, so that a
- *    huge artefact taken for a beat cannot silence the rest of the recording. Peaks that are
- *    not beats update NPK, so the threshold follows the noise as well as the signal.
+ *    exceeds NPK + DETECT_THRESHOLD (SPK - NPK) (a higher fraction where the envelope's crest
+ *    factor around it says noise fills the floor: noise_core.h step 2) and lies at least
+ *    `refractory` after the previous beat; one within DETECT_TWAVE_S of the previous beat whose
+ *    slope is under DETECT_TWAVE_SLOPE times the previous beat's is a T wave (noise); when no
+ *    beat has come for DETECT_SEARCHBACK_RR times the mean of the last DETECT_RR_COUNT RR
+ *    intervals, the largest candidate since the last beat above DETECT_SEARCHBACK_TH of the
+ *    (usual) threshold is taken as a missed beat (search-back), and when even that finds
+ *    nothing SPK decays, so that a huge artefact taken for a beat cannot silence the rest of
+ *    the recording. Peaks that are not beats update NPK, so the threshold follows the noise as
+ *    well as the signal.
  *    Against tall T waves, wide ventricular beats and long pauses (decide.c): the T-wave test
  *    compares the candidate's slope with the steeper of the last beat's and the beats' usual
  *    slope (a wide beat's second lobe is as steep as the beat, not as a QRS), and guards
@@ -64,8 +68,8 @@
  *
  * Accuracy on the 22 MIT-BIH records of ../shared/data/mitdb, scored beat by beat against the
  * reference annotations within 150 ms as WFDB's bxb does (detections inside reference
- * ventricular flutter episodes not counted): both leads Se 99.88 %, +P 99.88 %; lead 0 alone
- * Se 99.83 %, +P 99.93 %; mean |R-peak error| 3.6 ms (tests/unit/test_detect.c asserts both).
+ * ventricular flutter episodes not counted): both leads Se 99.87 %, +P 99.87 %; lead 0 alone
+ * Se 99.82 %, +P 99.91 %; mean |R-peak error| 3.9 ms (tests/unit/test_detect.c asserts both).
  * Under noise, the NSTDB way: docs/ACCURACY.md.
  */
 #include <math.h>

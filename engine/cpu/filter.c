@@ -29,6 +29,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -38,6 +41,7 @@
 #include "cpu.h"
 
 #define FILTER_TILE 4096             /* outputs per tile of the direct path */
+#define FILTER_PARALLEL_MIN 262144   /* shorter signals are filtered on one thread */
 #define FILTER_FFT_MIN_LEN 4096      /* smallest overlap-save block */
 #define FILTER_PLAN_CACHE 32
 
@@ -170,16 +174,30 @@ static enum ecg_status filter_direct(const float *kernel, size_t taps, const flo
 {
     const size_t half = (taps - 1) / 2;
     const size_t span = FILTER_TILE + taps - 1;
-    float *g = malloc((taps + span) * sizeof *g);
+    const size_t n_tiles = (n + FILTER_TILE - 1) / FILTER_TILE;
+    /* Tiles are independent (each output is computed the same way whoever computes it): long
+     * signals spread them over OpenMP's threads, each with a tile buffer of its own. */
+    int threads = 1;
+#ifdef _OPENMP
+    if (n >= FILTER_PARALLEL_MIN)
+        threads = omp_get_max_threads();
+#endif
+    float *g = malloc((taps + (size_t)threads * span) * sizeof *g);
     if (!g)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cpu_filter: %zu-tap buffers", taps);
-    float *buf = g + taps;
     for (size_t k = 0; k < taps; k++)
         g[k] = kernel[taps - 1 - k];
 #ifdef FILTER_X86
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
-    for (size_t i0 = 0; i0 < n; i0 += FILTER_TILE) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (size_t tile = 0; tile < n_tiles; tile++) {
+#ifdef _OPENMP
+        float *buf = g + taps + (size_t)omp_get_thread_num() * span;
+#else
+        float *buf = g + taps;
+#endif
+        const size_t i0 = tile * FILTER_TILE;
         const size_t count = n - i0 < FILTER_TILE ? n - i0 : FILTER_TILE;
         /* buf[t] = y[i0 - half + t] for t < count + taps - 1, zero outside [0, n) */
         const size_t len = count + taps - 1;

@@ -19,7 +19,9 @@
  *    with c = the median of NOISE_SCALE_SPAN window peaks of |f| over the same of |f_hi|, so
  *    that a QRS complex keeps its height whichever band reads it. w and w c are interpolated
  *    linearly between window centres (fuse_gain_at), so no step in f can pass for a beat.
- *    A clean ECG has lo near 1.5 and hi near 0.6 and keeps its band (w = 0).
+ *    A narrow clean QRS (lo near 1.5) keeps its band bit for bit; wide or slow complexes
+ *    (bundle-branch blocks, large ventricular beats) have a high lo index too and are read in
+ *    the higher band, which detects them as well (the clean records' figures are unchanged).
  * 2. Threshold (detect.c, decide.c). The crest factor of the (fused) QRS envelope per window -
  *    the median of FUSE_LEVEL_SPAN window peaks over the median of FUSE_NOISE_SPAN window means,
  *    as the lead fusion measures a lead - is low where noise fills the floor between beats. A
@@ -30,7 +32,7 @@
  *
  * Why it should hold beyond the records it was measured on: both steps ask physical questions
  * (where is the noise's energy; how full is the floor between beats), not what a noise record
- * looks like, and both leave a clean ECG as it was. docs/ACCURACY.md has the measurements.
+ * looks like, and neither costs a clean ECG its beats. docs/ACCURACY.md has the measurements.
  */
 #ifndef ECG_NOISE_CORE_H
 #define ECG_NOISE_CORE_H
@@ -105,6 +107,11 @@ FUSE_FN void noise_band_gains(const double *lo, const double *hi, const double *
     const double h = fuse_median_span(hi, n_win, j, NOISE_INDEX_SPAN);
     const double w = FUSE_DMUL(noise_ramp(l, NOISE_LO_FROM, NOISE_LO_TO),
                                FUSE_DSUB(1.0, noise_ramp(h, NOISE_HI_FROM, NOISE_HI_TO)));
+    if (!(w > 0.0)) { /* the usual band (most windows: the scale is not needed) */
+        *keep = 1.0f;
+        *take = 0.0f;
+        return;
+    }
     const double p = fuse_median_span(peak, n_win, j, NOISE_SCALE_SPAN);
     const double p_hi = fuse_median_span(peak_hi, n_win, j, NOISE_SCALE_SPAN);
     const double scale = p_hi > 0.0 ? FUSE_DDIV(p, p_hi) : 0.0;

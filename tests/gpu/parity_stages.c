@@ -357,7 +357,10 @@ void test_filter_fft(void **state)
         assert_int_equal(cpu_resample(&plan, sig.samples, sig.n, y, &err), ECG_OK);
         assert_int_equal(cpu_filter_with(&plan, y, n_a, fc, CPU_FILTER_FFT, &err), ECG_OK);
         /* the filter stage ends with the detector's noise-aware band on both backends */
-        assert_int_equal(cpu_noise_band(&plan, y, fc, n_a, &err), ECG_OK);
+        double *work = malloc(cpu_noise_band_work(&plan, n_a));
+        assert_non_null(work);
+        assert_int_equal(cpu_noise_band(&plan, y, fc, n_a, work, &err), ECG_OK);
+        free(work);
         setenv("ECG_CUDA_FILTER", "fft", 1);
         assert_int_equal(p->gpu->write_buf(p->gpu_ctx, ECG_BUF_RESAMPLED, y, n_a, &err), ECG_OK);
         enum ecg_status st = p->gpu->filter(p->gpu_ctx, &plan, &err);
