@@ -10,11 +10,30 @@
 /* Recordings shorter than this run on one thread (OpenMP's start-up would cost more). */
 #define BAND_PARALLEL_MIN 262144
 
+/* Windows per chunk: the higher and lower bands are filtered a chunk at a time, so that the
+ * step's memory does not grow with the recording (2 x about 1 MB whatever its length). */
+#define BAND_CHUNK_WINDOWS 1024
+
 size_t cpu_noise_band_work(const struct ecg_plan *plan, size_t n)
 {
     const size_t win = detect_samples_of(NOISE_WINDOW_S, plan->fs_a_hz);
     const size_t n_win = n / win + (n % win ? 1 : 0);
-    return 4 * n_win * sizeof(double) + 2 * n_win * sizeof(float) + 2 * n * sizeof(float);
+    const size_t chunk = BAND_CHUNK_WINDOWS * win + CPU_FILTER_TILE;
+    return 4 * n_win * sizeof(double) + 2 * n_win * sizeof(float) + 2 * chunk * sizeof(float);
+}
+
+/* The higher (and with f_lo, the lower) band's response over samples [a, b) into buffers that
+ * start at sample *from (a rounded down to a filter tile). */
+static enum ecg_status band_chunk(const struct ecg_plan *plan, const float *y, size_t n, size_t a,
+                                  size_t b, float *f_hi, float *f_lo, size_t *from,
+                                  struct ecg_error *err)
+{
+    *from = a / CPU_FILTER_TILE * CPU_FILTER_TILE;
+    enum ecg_status status =
+        cpu_filter_taps(plan->ricker_hi, plan->ricker_hi_len, y, n, *from, b, f_hi, err);
+    if (status == ECG_OK && f_lo)
+        status = cpu_filter_taps(plan->ricker_lo, plan->ricker_lo_len, y, n, *from, b, f_lo, err);
+    return status;
 }
 
 enum ecg_status cpu_noise_band(const struct ecg_plan *plan, const float *y, float *f, size_t n,
@@ -24,34 +43,53 @@ enum ecg_status cpu_noise_band(const struct ecg_plan *plan, const float *y, floa
         return ECG_OK;
     const size_t win = detect_samples_of(NOISE_WINDOW_S, plan->fs_a_hz);
     const size_t n_win = n / win + (n % win ? 1 : 0);
-    /* work: lo | hi | peak | peak_hi (doubles) | keep | take | f_hi | f_lo (floats) */
+    const size_t chunk = BAND_CHUNK_WINDOWS * win + CPU_FILTER_TILE;
+    /* work: lo | hi | peak | peak_hi (doubles, per window) | keep | take (floats, per window) |
+     * f_hi | f_lo (floats, one chunk) */
     double *lo = work, *hi = lo + n_win, *peak = hi + n_win, *peak_hi = peak + n_win;
     float *keep = (float *)(peak_hi + n_win), *take = keep + n_win, *f_hi = take + n_win;
-    float *f_lo = f_hi + n;
-    enum ecg_status status = cpu_filter_taps(plan->ricker_hi, plan->ricker_hi_len, y, n, f_hi, err);
-    if (status == ECG_OK)
-        status = cpu_filter_taps(plan->ricker_lo, plan->ricker_lo_len, y, n, f_lo, err);
+    float *f_lo = f_hi + chunk;
+    enum ecg_status status = ECG_OK;
+    /* 1. each window's indices and peaks, a chunk of windows at a time; each window on its own,
+     * so the thread count changes no bit */
+    for (size_t j0 = 0; j0 < n_win && status == ECG_OK; j0 += BAND_CHUNK_WINDOWS) {
+        const size_t j1 = j0 + BAND_CHUNK_WINDOWS < n_win ? j0 + BAND_CHUNK_WINDOWS : n_win;
+        const size_t b = j1 * win < n ? j1 * win : n;
+        size_t from;
+        status = band_chunk(plan, y, n, j0 * win, b, f_hi, f_lo, &from, err);
+        if (status != ECG_OK)
+            break;
+#pragma omp parallel for schedule(static) if (n >= BAND_PARALLEL_MIN)
+        for (size_t j = j0; j < j1; j++) {
+            /* window j's samples, in the chunk's buffers and in f */
+            const size_t a = j * win, len = a + win < n ? win : n - a;
+            noise_band_window(f + a, f_hi + (a - from), f_lo + (a - from), len, len, 0, &lo[j],
+                              &hi[j], &peak[j], &peak_hi[j]);
+        }
+    }
     if (status != ECG_OK)
         return status;
-    /* every window, every sample on its own: the thread count changes no bit */
-#pragma omp parallel for schedule(static) if (n >= BAND_PARALLEL_MIN)
-    for (size_t j = 0; j < n_win; j++)
-        noise_band_window(f, f_hi, f_lo, n, win, j, &lo[j], &hi[j], &peak[j], &peak_hi[j]);
+    /* 2. each window's gains */
 #pragma omp parallel for schedule(static) if (n >= BAND_PARALLEL_MIN)
     for (size_t j = 0; j < n_win; j++)
         noise_band_gains(lo, hi, peak, peak_hi, n_win, j, &keep[j], &take[j]);
-    /* Samples between two window centres whose gains are both (1, 0) interpolate to exactly
-     * (1, 0) and keep f as it is (noise_band_mix): only the other spans are mixed. Span s runs
-     * from centre s - 1 to centre s (span 0 from the start, span n_win to the end). */
-#pragma omp parallel for schedule(dynamic, 64) if (n >= BAND_PARALLEL_MIN)
-    for (size_t span = 0; span <= n_win; span++) {
-        const size_t a = span == 0 ? 0 : span - 1, b = span < n_win ? span : n_win - 1;
-        if (keep[a] == 1.0f && take[a] == 0.0f && keep[b] == 1.0f && take[b] == 0.0f)
+    /* 3. the mix, in the chunks whose samples interpolate between gains of which one is not
+     * (1, 0) (elsewhere noise_band_mix gives f itself, so those are skipped) */
+    for (size_t j0 = 0; j0 < n_win && status == ECG_OK; j0 += BAND_CHUNK_WINDOWS) {
+        const size_t j1 = j0 + BAND_CHUNK_WINDOWS < n_win ? j0 + BAND_CHUNK_WINDOWS : n_win;
+        bool any = false;
+        for (size_t j = j0 > 0 ? j0 - 1 : 0; j < j1 + 1 && j < n_win && !any; j++)
+            any = keep[j] != 1.0f || take[j] != 0.0f;
+        if (!any)
             continue;
-        const size_t lo_i = span == 0 ? 0 : (span - 1) * win + win / 2;
-        const size_t hi_i = span < n_win ? span * win + win / 2 : n;
-        for (size_t i = lo_i; i < hi_i && i < n; i++)
-            f[i] = noise_band_mix(keep, take, n_win, win, i, f[i], f_hi[i]);
+        const size_t a = j0 * win, b = j1 * win < n ? j1 * win : n;
+        size_t from;
+        status = band_chunk(plan, y, n, a, b, f_hi, NULL, &from, err);
+        if (status != ECG_OK)
+            break;
+#pragma omp parallel for schedule(static) if (n >= BAND_PARALLEL_MIN)
+        for (size_t i = a; i < b; i++)
+            f[i] = noise_band_mix(keep, take, n_win, win, i, f[i], f_hi[i - from]);
     }
-    return ECG_OK;
+    return status;
 }

@@ -35,10 +35,14 @@ enum cpu_filter_method { CPU_FILTER_AUTO = 0, CPU_FILTER_DIRECT, CPU_FILTER_FFT 
 enum ecg_status cpu_filter_with(const struct ecg_plan *plan, const float *y, size_t n, float *f,
                                 enum cpu_filter_method method, struct ecg_error *err) ECG_WUR;
 
-/* f = y (*) taps ('same', odd length) by direct convolution: the arithmetic of cpu_filter's
- * direct path, which the CUDA direct kernel reproduces bit for bit. */
+/* Outputs [lo, hi) of f = y (*) taps ('same', odd length, y of n samples) by direct
+ * convolution into out[0, hi - lo): the arithmetic of cpu_filter's direct path, which the CUDA
+ * direct kernel reproduces bit for bit. lo is a multiple of CPU_FILTER_TILE (the direct path's
+ * tile, which decides where fused multiply-adds apply), so a range gives the very values of the
+ * whole signal's filtering. */
+#define CPU_FILTER_TILE 4096
 enum ecg_status cpu_filter_taps(const float *taps, size_t n_taps, const float *y, size_t n,
-                                float *f, struct ecg_error *err) ECG_WUR;
+                                size_t lo, size_t hi, float *out, struct ecg_error *err) ECG_WUR;
 
 /* The noise-aware band (noise_core.h, step 1): where a window's energy says low-frequency noise
  * without high-frequency noise, f (the Ricker response of y, n samples) is replaced in place by

@@ -40,7 +40,7 @@
 
 #include "cpu.h"
 
-#define FILTER_TILE 4096             /* outputs per tile of the direct path */
+#define FILTER_TILE CPU_FILTER_TILE  /* outputs per tile of the direct path */
 #define FILTER_PARALLEL_MIN 262144   /* shorter signals are filtered on one thread */
 #define FILTER_FFT_MIN_LEN 4096      /* smallest overlap-save block */
 #define FILTER_PLAN_CACHE 32
@@ -169,17 +169,22 @@ __attribute__((target("avx2,fma"))) static void tile_avx2(const float *g, size_t
 }
 #endif
 
-static enum ecg_status filter_direct(const float *kernel, size_t taps, const float *y, size_t n,
-                                     float *f, struct ecg_error *err)
+/* Outputs [lo, hi) of the direct convolution of the whole signal y[0, n) into out[0, hi - lo);
+ * lo is a multiple of FILTER_TILE, so the tiles (which decide where the vector code and its
+ * fused multiply-adds apply) are those of the whole signal and every output is bit-identical to
+ * filtering it all at once. */
+static enum ecg_status filter_direct_range(const float *kernel, size_t taps, const float *y,
+                                           size_t n, size_t lo, size_t hi, float *out,
+                                           struct ecg_error *err)
 {
     const size_t half = (taps - 1) / 2;
     const size_t span = FILTER_TILE + taps - 1;
-    const size_t n_tiles = (n + FILTER_TILE - 1) / FILTER_TILE;
+    const size_t first = lo / FILTER_TILE, n_tiles = (hi - lo + FILTER_TILE - 1) / FILTER_TILE;
     /* Tiles are independent (each output is computed the same way whoever computes it): long
-     * signals spread them over OpenMP's threads, each with a tile buffer of its own. */
+     * ranges spread them over OpenMP's threads, each with a tile buffer of its own. */
     int threads = 1;
 #ifdef _OPENMP
-    if (n >= FILTER_PARALLEL_MIN)
+    if (hi - lo >= FILTER_PARALLEL_MIN)
         threads = omp_get_max_threads();
 #endif
     float *g = malloc((taps + (size_t)threads * span) * sizeof *g);
@@ -191,7 +196,7 @@ static enum ecg_status filter_direct(const float *kernel, size_t taps, const flo
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (size_t tile = 0; tile < n_tiles; tile++) {
+    for (size_t tile = first; tile < first + n_tiles; tile++) {
 #ifdef _OPENMP
         float *buf = g + taps + (size_t)omp_get_thread_num() * span;
 #else
@@ -213,15 +218,21 @@ static enum ecg_status filter_direct(const float *kernel, size_t taps, const flo
             buf[t] = 0.0f;
 #ifdef FILTER_X86
         if (avx2)
-            tile_avx2(g, taps, buf, count, f + i0);
+            tile_avx2(g, taps, buf, count, out + (i0 - lo));
         else
-            tile_portable(g, taps, buf, count, f + i0);
+            tile_portable(g, taps, buf, count, out + (i0 - lo));
 #else
-        tile_portable(g, taps, buf, count, f + i0);
+        tile_portable(g, taps, buf, count, out + (i0 - lo));
 #endif
     }
     free(g);
     return ECG_OK;
+}
+
+static enum ecg_status filter_direct(const float *kernel, size_t taps, const float *y, size_t n,
+                                     float *f, struct ecg_error *err)
+{
+    return filter_direct_range(kernel, taps, y, n, 0, n, f, err);
 }
 
 /* ---------------------------------------------------------------- FFT path (overlap-save) */
@@ -319,13 +330,14 @@ enum ecg_status cpu_filter_with(const struct ecg_plan *plan, const float *y, siz
 }
 
 enum ecg_status cpu_filter_taps(const float *taps, size_t n_taps, const float *y, size_t n,
-                                float *f, struct ecg_error *err)
+                                size_t lo, size_t hi, float *out, struct ecg_error *err)
 {
-    if (!taps || n_taps % 2 == 0 || (n > 0 && (!y || !f)))
-        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cpu_filter_taps: bad kernel or NULL");
-    if (n == 0)
+    if (!taps || n_taps % 2 == 0 || hi > n || lo > hi || lo % CPU_FILTER_TILE != 0 ||
+        (hi > lo && (!y || !out)))
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cpu_filter_taps: bad kernel or range");
+    if (hi == lo)
         return ECG_OK;
-    return filter_direct(taps, n_taps, y, n, f, err);
+    return filter_direct_range(taps, n_taps, y, n, lo, hi, out, err);
 }
 
 enum ecg_status cpu_filter(const struct ecg_plan *plan, const float *y, size_t n, float *f,
