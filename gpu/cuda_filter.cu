@@ -41,25 +41,34 @@ struct direct_taps {
 
 /* ---------------------------------------------------------------- direct path */
 
-/* Thread i computes f[i] from the reversed kernel, as filter.c's tile code would. */
+/* Thread i computes f[i] from the reversed kernel, as filter.c's tile code would. The block's
+ * inputs (its outputs' span plus the kernel's reach) are staged in shared memory first, so each
+ * input is read from global memory once per block instead of once per tap. */
 static __global__ void filter_direct_kernel(const float *y, size_t n, size_t taps, float *f,
                                             bool fma_path, const struct direct_taps g)
 {
-    const size_t half = (taps - 1) / 2;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t i0 = i / FILTER_TILE * FILTER_TILE;
-        size_t count = n - i0 < FILTER_TILE ? n - i0 : FILTER_TILE;
-        bool vector_part = fma_path && (i - i0) < count / 8 * 8;
-        float acc = 0.0f;
-        for (size_t k = 0; k < taps; k++) {
-            /* buf[u + k] = y[i - half + k], zero outside [0, n) */
-            float v = 0.0f;
-            if (i + k >= half && i + k - half < n)
-                v = y[i + k - half];
-            acc = vector_part ? __fmaf_rn(g.g[k], v, acc) : __fadd_rn(acc, __fmul_rn(g.g[k], v));
+    extern __shared__ float stage[]; /* blockDim.x + taps - 1 inputs */
+    const size_t half = (taps - 1) / 2, width = blockDim.x + taps - 1;
+    for (size_t base = blockIdx.x * (size_t)blockDim.x; base < n;
+         base += (size_t)gridDim.x * blockDim.x) {
+        /* stage[t] = y[base + t - half], zero outside [0, n) */
+        for (size_t t = threadIdx.x; t < width; t += blockDim.x)
+            stage[t] = base + t >= half && base + t - half < n ? y[base + t - half] : 0.0f;
+        __syncthreads();
+        const size_t i = base + threadIdx.x;
+        if (i < n) {
+            size_t i0 = i / FILTER_TILE * FILTER_TILE;
+            size_t count = n - i0 < FILTER_TILE ? n - i0 : FILTER_TILE;
+            bool vector_part = fma_path && (i - i0) < count / 8 * 8;
+            float acc = 0.0f;
+            for (size_t k = 0; k < taps; k++) {
+                const float v = stage[threadIdx.x + k]; /* y[i - half + k] */
+                acc = vector_part ? __fmaf_rn(g.g[k], v, acc)
+                                  : __fadd_rn(acc, __fmul_rn(g.g[k], v));
+            }
+            f[i] = acc;
         }
-        f[i] = acc;
+        __syncthreads();
     }
 }
 
@@ -72,8 +81,8 @@ static enum ecg_status launch_filter_direct(cudaStream_t stream, const float *d_
     memset(&g, 0, sizeof g);
     for (size_t k = 0; k < taps; k++)
         g.g[k] = ricker[taps - 1 - k];
-    filter_direct_kernel<<<grid_for(n), CUDA_THREADS, 0, stream>>>(d_y, n, taps, d_f, fma_path,
-                                                                   g);
+    filter_direct_kernel<<<grid_for(n), CUDA_THREADS, (CUDA_THREADS + taps - 1) * sizeof(float),
+                           stream>>>(d_y, n, taps, d_f, fma_path, g);
     CUDA_LAUNCH_CHECK();
 out:
     return status;
@@ -239,14 +248,40 @@ out:
 
 /* ---------------------------------------------------------------- noise-aware band */
 
-/* Thread j: window j's indices and peaks (noise_band_window). */
+/* Lane l of each warp: window (32 w + l)'s indices and peaks, summed in sample order as
+ * noise_band_window does. The warp stages 32 samples of each of its 32 windows at a time in
+ * shared memory, each window's row read as one coalesced run, then each lane sums its own row:
+ * a thread walking its window alone would read 32 scattered runs per load. */
+#define BAND_WARPS 2
 static __global__ void band_window_kernel(const float *f, const float *f_hi, const float *f_lo,
                                           size_t n, size_t win, size_t n_win, double *lo,
                                           double *hi, double *peak, double *peak_hi)
 {
-    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n_win;
-         j += (size_t)gridDim.x * blockDim.x)
-        noise_band_window(f, f_hi, f_lo, n, win, j, &lo[j], &hi[j], &peak[j], &peak_hi[j]);
+    __shared__ float rows[BAND_WARPS][3][32][33];
+    const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (size_t w0 = (blockIdx.x * (size_t)BAND_WARPS + warp) * 32; w0 < n_win;
+         w0 += (size_t)gridDim.x * BAND_WARPS * 32) {
+        struct noise_band_sums sums = {0.0, 0.0, 0.0, 0.0f, 0.0f};
+        const size_t j = w0 + lane;
+        for (size_t c = 0; c < win; c += 32) {
+            for (unsigned r = 0; r < 32; r++) {
+                const size_t i = (w0 + r) * win + c + lane;
+                const bool in = w0 + r < n_win && c + lane < win && i < n;
+                rows[warp][0][r][lane] = in ? f[i] : 0.0f;
+                rows[warp][1][r][lane] = in ? f_hi[i] : 0.0f;
+                rows[warp][2][r][lane] = in ? f_lo[i] : 0.0f;
+            }
+            __syncwarp();
+            for (unsigned t = 0; t < 32 && c + t < win; t++) {
+                if (j < n_win && j * win + c + t < n)
+                    noise_band_add(&sums, rows[warp][0][lane][t], rows[warp][1][lane][t],
+                                   rows[warp][2][lane][t]);
+            }
+            __syncwarp();
+        }
+        if (j < n_win)
+            noise_band_finish(&sums, &lo[j], &hi[j], &peak[j], &peak_hi[j]);
+    }
 }
 
 /* Thread j: window j's gains (noise_band_gains). */
@@ -300,8 +335,9 @@ static enum ecg_status noise_band(struct cuda_ctx *ctx, const struct ecg_plan *p
                                      f_hi, fma_path, err));
         ECG_TRY(launch_filter_direct(ctx->stream, d_y, n, plan->ricker_lo, plan->ricker_lo_len,
                                      f_lo, fma_path, err));
-        band_window_kernel<<<grid_for(n_win), CUDA_THREADS, 0, ctx->stream>>>(
-            d_f, f_hi, f_lo, n, win, n_win, lo, hi, peak, peak_hi);
+        const size_t blocks = (n_win + 32 * BAND_WARPS - 1) / (32 * BAND_WARPS);
+        band_window_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 32 * BAND_WARPS, 0,
+                             ctx->stream>>>(d_f, f_hi, f_lo, n, win, n_win, lo, hi, peak, peak_hi);
         CUDA_LAUNCH_CHECK();
         band_gain_kernel<<<grid_for(n_win), CUDA_THREADS, 0, ctx->stream>>>(
             lo, hi, peak, peak_hi, n_win, keep, take);

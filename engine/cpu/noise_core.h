@@ -74,6 +74,32 @@ FUSE_FN double noise_ramp(double v, double from, double to)
     return FUSE_DDIV(FUSE_DSUB(v, from), FUSE_DSUB(to, from));
 }
 
+/* Step 1's running sums over a window, taken in sample order. */
+struct noise_band_sums {
+    double e, e_hi, e_lo;
+    float p, p_hi;
+};
+
+FUSE_FN void noise_band_add(struct noise_band_sums *s, float f, float f_hi, float f_lo)
+{
+    const double v = (double)f, v_hi = (double)f_hi, v_lo = (double)f_lo;
+    s->e = FUSE_DADD(s->e, FUSE_DMUL(v, v));
+    s->e_hi = FUSE_DADD(s->e_hi, FUSE_DMUL(v_hi, v_hi));
+    s->e_lo = FUSE_DADD(s->e_lo, FUSE_DMUL(v_lo, v_lo));
+    s->p = fabsf(f) > s->p ? fabsf(f) : s->p;
+    s->p_hi = fabsf(f_hi) > s->p_hi ? fabsf(f_hi) : s->p_hi;
+}
+
+/* A window's two indices and the peaks of |f| and |f_hi| from its sums. */
+FUSE_FN void noise_band_finish(const struct noise_band_sums *s, double *lo, double *hi,
+                               double *peak, double *peak_hi)
+{
+    *lo = s->e > 0.0 ? NOISE_DSQRT(FUSE_DDIV(s->e_lo, s->e)) : 0.0;
+    *hi = s->e > 0.0 ? NOISE_DSQRT(FUSE_DDIV(s->e_hi, s->e)) : 0.0;
+    *peak = (double)s->p;
+    *peak_hi = (double)s->p_hi;
+}
+
 /* Step 1 for window j of one lead (f, f_hi, f_lo: n samples each): its two indices and the
  * peaks of |f| and |f_hi|. Sums in sample order. */
 FUSE_FN void noise_band_window(const float *f, const float *f_hi, const float *f_lo, size_t n,
@@ -81,20 +107,10 @@ FUSE_FN void noise_band_window(const float *f, const float *f_hi, const float *f
                                double *peak_hi)
 {
     const size_t a = j * win, b = a + win < n ? a + win : n;
-    double e = 0.0, e_hi = 0.0, e_lo = 0.0;
-    float p = 0.0f, p_hi = 0.0f;
-    for (size_t i = a; i < b; i++) {
-        const double v = (double)f[i], v_hi = (double)f_hi[i], v_lo = (double)f_lo[i];
-        e = FUSE_DADD(e, FUSE_DMUL(v, v));
-        e_hi = FUSE_DADD(e_hi, FUSE_DMUL(v_hi, v_hi));
-        e_lo = FUSE_DADD(e_lo, FUSE_DMUL(v_lo, v_lo));
-        p = fabsf(f[i]) > p ? fabsf(f[i]) : p;
-        p_hi = fabsf(f_hi[i]) > p_hi ? fabsf(f_hi[i]) : p_hi;
-    }
-    *lo = e > 0.0 ? NOISE_DSQRT(FUSE_DDIV(e_lo, e)) : 0.0;
-    *hi = e > 0.0 ? NOISE_DSQRT(FUSE_DDIV(e_hi, e)) : 0.0;
-    *peak = (double)p;
-    *peak_hi = (double)p_hi;
+    struct noise_band_sums s = {0.0, 0.0, 0.0, 0.0f, 0.0f};
+    for (size_t i = a; i < b; i++)
+        noise_band_add(&s, f[i], f_hi[i], f_lo[i]);
+    noise_band_finish(&s, lo, hi, peak, peak_hi);
 }
 
 /* Step 1's gains for window j: keep (of f) and take (of f_hi), from the n_win windows' indices
