@@ -7,9 +7,6 @@
 #include "detect_params.h"
 #include "noise_core.h"
 
-/* Recordings shorter than this run on one thread (OpenMP's start-up would cost more). */
-#define BAND_PARALLEL_MIN 262144
-
 /* Windows per chunk: the higher and lower bands are filtered a chunk at a time, so that the
  * step's memory does not grow with the recording (2 x about 1 MB whatever its length). */
 #define BAND_CHUNK_WINDOWS 1024
@@ -50,8 +47,8 @@ enum ecg_status cpu_noise_band(const struct ecg_plan *plan, const float *y, floa
     float *keep = (float *)(peak_hi + n_win), *take = keep + n_win, *f_hi = take + n_win;
     float *f_lo = f_hi + chunk;
     enum ecg_status status = ECG_OK;
-    /* 1. each window's indices and peaks, a chunk of windows at a time; each window on its own,
-     * so the thread count changes no bit */
+    /* 1. each window's indices and peaks, a chunk of windows at a time (on one thread: the step
+     * is a few short loops per chunk, which OpenMP's fork and join would cost more than) */
     for (size_t j0 = 0; j0 < n_win && status == ECG_OK; j0 += BAND_CHUNK_WINDOWS) {
         const size_t j1 = j0 + BAND_CHUNK_WINDOWS < n_win ? j0 + BAND_CHUNK_WINDOWS : n_win;
         const size_t b = j1 * win < n ? j1 * win : n;
@@ -59,7 +56,6 @@ enum ecg_status cpu_noise_band(const struct ecg_plan *plan, const float *y, floa
         status = band_chunk(plan, y, n, j0 * win, b, f_hi, f_lo, &from, err);
         if (status != ECG_OK)
             break;
-#pragma omp parallel for schedule(static) if (n >= BAND_PARALLEL_MIN)
         for (size_t j = j0; j < j1; j++) {
             /* window j's samples, in the chunk's buffers and in f */
             const size_t a = j * win, len = a + win < n ? win : n - a;
@@ -70,7 +66,6 @@ enum ecg_status cpu_noise_band(const struct ecg_plan *plan, const float *y, floa
     if (status != ECG_OK)
         return status;
     /* 2. each window's gains */
-#pragma omp parallel for schedule(static) if (n >= BAND_PARALLEL_MIN)
     for (size_t j = 0; j < n_win; j++)
         noise_band_gains(lo, hi, peak, peak_hi, n_win, j, &keep[j], &take[j]);
     /* 3. the mix, in the chunks whose samples interpolate between gains of which one is not
@@ -87,7 +82,6 @@ enum ecg_status cpu_noise_band(const struct ecg_plan *plan, const float *y, floa
         status = band_chunk(plan, y, n, a, b, f_hi, NULL, &from, err);
         if (status != ECG_OK)
             break;
-#pragma omp parallel for schedule(static) if (n >= BAND_PARALLEL_MIN)
         for (size_t i = a; i < b; i++)
             f[i] = noise_band_mix(keep, take, n_win, win, i, f[i], f_hi[i - from]);
     }
