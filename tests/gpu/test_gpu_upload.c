@@ -236,6 +236,22 @@ void arrive(struct ecg_upload *up, char *host, const void *src, size_t len,
     }
 }
 
+/* Analyses the len bytes up holds, asserts that the analysis read the device copy and that its
+ * answer is ref's, and frees the answer. */
+void analyze_on_device(struct ecg_engine *engine, struct ecg_upload *up, size_t len,
+                       const struct ecg_read_opts *opts, const struct ecg_result *ref,
+                       const char *what)
+{
+    struct ecg_error err = {0};
+    struct ecg_result *result = NULL;
+    if (ecg_engine_analyze_upload(engine, up, len, opts, &result, &err) != ECG_OK)
+        fail_msg("%s: analyze_upload: %s", what, err.message);
+    if (!ecg_upload_used_device(up))
+        fail_msg("%s: the analysis did not read the device copy", what);
+    assert_same_result(ref, result, what);
+    ecg_result_free(result);
+}
+
 /* One body of len bytes through the whole streaming path, in a buffer of cap >= len bytes (cap >
  * len: a chunked body, whose buffer's tail holds bytes no reader may take: 0xff, a NaN as float32
  * and a control byte in CSV), checked against ref; used_device asserted. With cap > len, also a
@@ -266,13 +282,7 @@ void stream_and_check(struct ecg_engine *engine, const void *bytes, size_t len,
         assert_false(ecg_upload_used_device(up));
         memset(&err, 0, sizeof err);
     }
-    if (ecg_engine_analyze_upload(engine, up, len, opts, &result, &err) != ECG_OK)
-        fail_msg("%s: analyze_upload: %s", what, err.message);
-    if (!ecg_upload_used_device(up))
-        fail_msg("%s: the analysis did not read the device copy", what);
-    assert_same_result(ref, result, what);
-    ecg_result_free(result);
-    result = NULL;
+    analyze_on_device(engine, up, len, opts, ref, what);
     /* the device copy is consumed: a second analysis reads the host bytes, same answer */
     if (ecg_engine_analyze_upload(engine, up, len, opts, &result, &err) != ECG_OK)
         fail_msg("%s: second analyze_upload: %s", what, err.message);

@@ -74,6 +74,11 @@ void refs_close(struct refs *r);
  * to up (which may be NULL), starting with step index first_step. */
 void arrive(struct ecg_upload *up, char *host, const void *src, size_t len,
             size_t first_step);
+/* Analyses the len bytes up holds, asserts that the analysis read the device copy and that its
+ * answer is ref's, and frees the answer. */
+void analyze_on_device(struct ecg_engine *engine, struct ecg_upload *up, size_t len,
+                       const struct ecg_read_opts *opts, const struct ecg_result *ref,
+                       const char *what);
 /* One body of len bytes through the whole streaming path, in a buffer of cap >= len bytes (cap >
  * len: a chunked body, whose buffer's tail holds bytes no reader may take: 0xff, a NaN as float32
  * and a control byte in CSV), checked against ref; used_device asserted. With cap > len, also a

@@ -51,8 +51,6 @@ static unsigned stream_growing(struct ecg_engine *engine, const void *bytes, siz
                                const struct ecg_read_opts *opts, const struct ecg_result *ref,
                                const char *what)
 {
-    struct ecg_error err = {0};
-    struct ecg_result *result = NULL;
     size_t cap = MIB, filled = 0;
     unsigned begun = 0;
     char *host = ecg_engine_host_alloc(engine, cap);
@@ -89,12 +87,7 @@ static unsigned stream_growing(struct ecg_engine *engine, const void *bytes, siz
         ecg_upload_progress(up, filled);
     }
     assert_true(cap >= len);
-    if (ecg_engine_analyze_upload(engine, up, len, opts, &result, &err) != ECG_OK)
-        fail_msg("%s: analyze_upload: %s", what, err.message);
-    if (!ecg_upload_used_device(up))
-        fail_msg("%s: the analysis did not read the device copy", what);
-    assert_same_result(ref, result, what);
-    ecg_result_free(result);
+    analyze_on_device(engine, up, len, opts, ref, what);
     ecg_upload_free(up);
     ecg_engine_host_free(engine, host);
     printf("# %s: %zu bytes in a buffer of %zu, %u uploads begun\n", what, len, cap, begun);

@@ -106,15 +106,7 @@ static void *upload_thread(void *p)
         if (!up) {
             snprintf(t->failure, sizeof t->failure, "round %d: upload_begin refused", round);
         } else {
-            size_t filled = 0;
-            for (size_t s = (size_t)t->index; filled < len; s++) {
-                size_t step = arrival_steps[s % (sizeof arrival_steps / sizeof arrival_steps[0])];
-                if (step > len - filled)
-                    step = len - filled;
-                memcpy(host + filled, (const char *)src + filled, step);
-                filled += step;
-                ecg_upload_progress(up, filled);
-            }
+            arrive(up, host, src, len, (size_t)t->index);
             struct ecg_error err = {0};
             struct ecg_result *result = NULL;
             char why[128];
