@@ -23,6 +23,46 @@
 
 /* ---------------------------------------------------------------- stage by stage */
 
+/* Runs one stage (the CPU's and the GPU's op: resample or filter) on both backends, reads the
+ * float buffer buf of each and compares them (1e-6 of the largest value); returns the CPU's
+ * (its length in *len) and in *gpu the GPU's, both for the caller to free. */
+typedef enum ecg_status (*stage_op)(void *ctx, const struct ecg_plan *plan,
+                                    struct ecg_error *err);
+static float *float_stage_both(struct pair *p, const struct ecg_plan *plan, stage_op cpu_op,
+                               stage_op gpu_op, enum ecg_stage_buf buf, const char *name,
+                               float **gpu, size_t *len)
+{
+    struct ecg_error err = {0};
+    size_t len_g;
+    assert_int_equal(cpu_op(p->cpu_ctx, plan, &err), ECG_OK);
+    if (gpu_op(p->gpu_ctx, plan, &err) != ECG_OK)
+        fail_msg("gpu %s: %s", name, err.message);
+    float *c = read_all(p->cpu, p->cpu_ctx, buf, sizeof(float), len);
+    *gpu = read_all(p->gpu, p->gpu_ctx, buf, sizeof(float), &len_g);
+    assert_int_equal(*len, len_g);
+    compare_floats(name, c, *gpu, *len, 1e-6);
+    return c;
+}
+
+/* Detection on both backends from the CPU's filter response fc (len samples, written to the
+ * GPU first): the beat counts each reports, the lengths of their peak lists, and the number of
+ * peaks that differ (peak_mismatches). */
+static size_t detect_both(struct pair *p, const struct ecg_plan *plan, const float *fc,
+                          size_t len, size_t *n_cpu, size_t *n_gpu, size_t *len_c, size_t *len_g)
+{
+    struct ecg_error err = {0};
+    assert_int_equal(p->gpu->write_buf(p->gpu_ctx, ECG_BUF_FILTERED, fc, len, &err), ECG_OK);
+    assert_int_equal(p->cpu->detect(p->cpu_ctx, plan, n_cpu, &err), ECG_OK);
+    if (p->gpu->detect(p->gpu_ctx, plan, n_gpu, &err) != ECG_OK)
+        fail_msg("gpu detect: %s", err.message);
+    int64_t *pc = (int64_t *)read_all(p->cpu, p->cpu_ctx, ECG_BUF_PEAKS, sizeof(int64_t), len_c);
+    int64_t *pg = (int64_t *)read_all(p->gpu, p->gpu_ctx, ECG_BUF_PEAKS, sizeof(int64_t), len_g);
+    size_t miss = peak_mismatches(pc, *len_c, pg, *len_g);
+    free(pc);
+    free(pg);
+    return miss;
+}
+
 /*
  * Runs one signal through both backends stage by stage. Each GPU stage starts from the CPU's
  * output of the previous stage where a buffer can be injected (input, resampled, filtered).
@@ -40,30 +80,14 @@ void stages_one(struct pair *p, const float *x, size_t n, double fs, const char 
     assert_int_equal(p->cpu->load(p->cpu_ctx, x, n, &err), ECG_OK);
     assert_int_equal(p->gpu->load(p->gpu_ctx, x, n, &err), ECG_OK);
     /* resample */
-    assert_int_equal(p->cpu->resample(p->cpu_ctx, &plan, &err), ECG_OK);
-    if (p->gpu->resample(p->gpu_ctx, &plan, &err) != ECG_OK)
-        fail_msg("gpu resample: %s", err.message);
-    float *yc = read_all(p->cpu, p->cpu_ctx, ECG_BUF_RESAMPLED, sizeof(float), &len_c);
-    float *yg = read_all(p->gpu, p->gpu_ctx, ECG_BUF_RESAMPLED, sizeof(float), &len_g);
-    assert_int_equal(len_c, len_g);
-    compare_floats("resample", yc, yg, len_c, 1e-6);
+    float *yg, *yc = float_stage_both(p, &plan, p->cpu->resample, p->gpu->resample,
+                                      ECG_BUF_RESAMPLED, "resample", &yg, &len_c);
     /* filter, from the CPU's resampled signal */
     assert_int_equal(p->gpu->write_buf(p->gpu_ctx, ECG_BUF_RESAMPLED, yc, len_c, &err), ECG_OK);
-    assert_int_equal(p->cpu->filter(p->cpu_ctx, &plan, &err), ECG_OK);
-    if (p->gpu->filter(p->gpu_ctx, &plan, &err) != ECG_OK)
-        fail_msg("gpu filter: %s", err.message);
-    float *fc = read_all(p->cpu, p->cpu_ctx, ECG_BUF_FILTERED, sizeof(float), &len_c);
-    float *fg = read_all(p->gpu, p->gpu_ctx, ECG_BUF_FILTERED, sizeof(float), &len_g);
-    assert_int_equal(len_c, len_g);
-    compare_floats("filter", fc, fg, len_c, 1e-6);
+    float *fg, *fc = float_stage_both(p, &plan, p->cpu->filter, p->gpu->filter,
+                                      ECG_BUF_FILTERED, "filter", &fg, &len_c);
     /* detect, from the CPU's filter response */
-    assert_int_equal(p->gpu->write_buf(p->gpu_ctx, ECG_BUF_FILTERED, fc, len_c, &err), ECG_OK);
-    assert_int_equal(p->cpu->detect(p->cpu_ctx, &plan, &n_cpu, &err), ECG_OK);
-    if (p->gpu->detect(p->gpu_ctx, &plan, &n_gpu, &err) != ECG_OK)
-        fail_msg("gpu detect: %s", err.message);
-    int64_t *pc = (int64_t *)read_all(p->cpu, p->cpu_ctx, ECG_BUF_PEAKS, sizeof(int64_t), &len_c);
-    int64_t *pg = (int64_t *)read_all(p->gpu, p->gpu_ctx, ECG_BUF_PEAKS, sizeof(int64_t), &len_g);
-    size_t miss = peak_mismatches(pc, len_c, pg, len_g);
+    size_t miss = detect_both(p, &plan, fc, len_c, &n_cpu, &n_gpu, &len_c, &len_g);
     printf("#   detect     cpu %zu beats, gpu %zu beats, %zu mismatched\n", len_c, len_g, miss);
     tot->beats += len_c;
     tot->detect_miss += miss;
@@ -152,8 +176,6 @@ void stages_one(struct pair *p, const float *x, size_t n, double fs, const char 
     free(yg);
     free(fc);
     free(fg);
-    free(pc);
-    free(pg);
     ecg_plan_fini(&plan);
 }
 
@@ -254,21 +276,13 @@ static size_t detect_pair(struct pair *p, const float *x, size_t n, double fs,
     assert_int_equal(p->gpu->write_buf(p->gpu_ctx, ECG_BUF_RESAMPLED, yc, len_c, &err), ECG_OK);
     assert_int_equal(p->cpu->filter(p->cpu_ctx, &plan, &err), ECG_OK);
     float *fc = read_all(p->cpu, p->cpu_ctx, ECG_BUF_FILTERED, sizeof(float), &len_c);
-    assert_int_equal(p->gpu->write_buf(p->gpu_ctx, ECG_BUF_FILTERED, fc, len_c, &err), ECG_OK);
-    assert_int_equal(p->cpu->detect(p->cpu_ctx, &plan, &n_cpu, &err), ECG_OK);
-    if (p->gpu->detect(p->gpu_ctx, &plan, &n_gpu, &err) != ECG_OK)
-        fail_msg("gpu detect: %s", err.message);
-    int64_t *pc = (int64_t *)read_all(p->cpu, p->cpu_ctx, ECG_BUF_PEAKS, sizeof(int64_t), &len_c);
-    int64_t *pg = (int64_t *)read_all(p->gpu, p->gpu_ctx, ECG_BUF_PEAKS, sizeof(int64_t), &len_g);
-    size_t miss = peak_mismatches(pc, len_c, pg, len_g);
+    size_t miss = detect_both(p, &plan, fc, len_c, &n_cpu, &n_gpu, &len_c, &len_g);
     printf("# %s: %zu samples at %g Hz, %zu decision blocks: cpu %zu beats, gpu %zu beats, "
            "%zu mismatched\n", label, n, fs,
            cpu_decide_blocks(&plan, ecg_plan_resampled_len(&plan, n)), len_c, len_g, miss);
     *beats += n_cpu;
     free(yc);
     free(fc);
-    free(pc);
-    free(pg);
     ecg_plan_fini(&plan);
     return miss;
 }
