@@ -209,8 +209,10 @@ static int run_concurrent(struct ecg_model *model, bool batched, unsigned thread
                           const char *body, size_t len, double fs_hz, int reps)
 {
     struct ecg_error err = {0};
+    /* batches of up to threads (2 for one thread: a batch of one still takes the hand-offs) */
+    const unsigned max_batch = !batched ? 1 : threads > 1 ? threads : 2;
     struct ecg_engine_config cfg = {.backend = ECG_BACKEND_CPU, .model = model,
-                                    .workers = threads, .max_batch = batched ? threads : 1,
+                                    .workers = threads, .max_batch = max_batch,
                                     .batch_window_us = 200};
     struct concurrent_run runs[64];
     pthread_t tid[64];

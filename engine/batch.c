@@ -324,11 +324,13 @@ bool ecg_batcher_run(struct ecg_batcher *b, unsigned lane_index, struct ecg_batc
     lane->queued++;
     /* under the lock: a collector that sees the count drop sees this member queued too; the
      * thread is woken only when it has something new to decide (a batch to start, full, or
-     * nobody else on the way), not once per member */
-    if (__atomic_sub_fetch(&lane->inbound, 1, __ATOMIC_ACQ_REL) == 0 || first ||
-        lane->queued >= b->max_batch || b->wait_all)
-        pthread_cond_signal(&lane->arrived);
+     * nobody else on the way), not once per member, and after the unlock, so that it does
+     * not wake only to wait for the lock */
+    const bool wake = __atomic_sub_fetch(&lane->inbound, 1, __ATOMIC_ACQ_REL) == 0 || first ||
+                      lane->queued >= b->max_batch || b->wait_all;
     pthread_mutex_unlock(&lane->lock);
+    if (wake)
+        pthread_cond_signal(&lane->arrived);
     while (sem_wait(&finished) != 0 && errno == EINTR)
         ;
     sem_destroy(&finished);
