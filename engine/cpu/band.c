@@ -69,7 +69,9 @@ enum ecg_status cpu_noise_band(const struct ecg_plan *plan, const float *y, floa
     for (size_t j = 0; j < n_win; j++)
         noise_band_gains(lo, hi, peak, peak_hi, n_win, j, &keep[j], &take[j]);
     /* 3. the mix, in the chunks whose samples interpolate between gains of which one is not
-     * (1, 0) (elsewhere noise_band_mix gives f itself, so those are skipped) */
+     * (1, 0) (elsewhere noise_band_mix gives f itself, so those are skipped). The higher band
+     * is filtered again there: keeping it from step 1 would cost 4 bytes per sample for the
+     * whole recording, against one short convolution of the chunks that need it. */
     for (size_t j0 = 0; j0 < n_win && status == ECG_OK; j0 += BAND_CHUNK_WINDOWS) {
         const size_t j1 = j0 + BAND_CHUNK_WINDOWS < n_win ? j0 + BAND_CHUNK_WINDOWS : n_win;
         bool any = false;

@@ -93,7 +93,8 @@ static enum ecg_status grow_array(void **p, size_t *cap, size_t n, size_t elem,
     n += n / 4; /* strips of a similar length do not grow it every time */
     void *q = realloc(*p, n * elem);
     if (!q)
-        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "beat table for %zu beats", n);
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory",
+                        "cpu backend: %zu entries of %zu bytes", n, elem);
     *p = q;
     *cap = n;
     return ECG_OK;

@@ -16,6 +16,15 @@ lib_cleanup() {
 }
 trap lib_cleanup EXIT
 
+# require_ecgd: the script cannot run without $ECGD (a failure); require_data FILE: nor
+# meaningfully without the shared data (a skip, as on a machine that has none).
+require_ecgd() {
+    if [ ! -x "$ECGD" ]; then echo "not ok 1 - $ECGD is not built"; exit 1; fi
+}
+require_data() {
+    if [ ! -f "$DATA/$1" ]; then echo "skip 1 - shared data not found at $DATA"; exit 0; fi
+}
+
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); failures=$((failures + 1)); echo "not ok $n - $1"; }
 # check DESC CMD...: ok when CMD succeeds.

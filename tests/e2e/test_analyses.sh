@@ -18,8 +18,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 HELP="python3 $HERE/analyses_helpers.py"
 source "$HERE/lib.sh"
 
-if [ ! -x "$ECGD" ]; then echo "not ok 1 - $ECGD is not built"; exit 1; fi
-if [ ! -f "$DATA/mitdb/101.dat" ]; then echo "skip 1 - shared data not found at $DATA"; exit 0; fi
+require_ecgd
+require_data mitdb/101.dat
 MODEL=${ECGD_TEST_MODEL:-models/default.ecgm}
 if [ ! -f "$MODEL" ]; then echo "skip 1 - no model at $MODEL"; exit 0; fi
 mkdir -p "$tmp/models"

@@ -11,8 +11,8 @@ ECGD=${ECGD:-build/ecgd}
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lib.sh"
 
-if [ ! -x "$ECGD" ]; then echo "not ok 1 - $ECGD is not built"; exit 1; fi
-if [ ! -f "$DATA/mitdb/101.hea" ]; then echo "skip 1 - shared data not found at $DATA"; exit 0; fi
+require_ecgd
+require_data mitdb/101.hea
 B=(--backend "$BACKEND")
 
 "$ECGD" analyze "${B[@]}" "$DATA/mitdb/101" --annotations "$tmp/cli.atr" >"$tmp/cli.json"

@@ -8,7 +8,7 @@ ECGD=${ECGD:-build/ecgd}
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lib.sh"
 
-if [ ! -x "$ECGD" ]; then echo "not ok 1 - $ECGD is not built"; exit 1; fi
+require_ecgd
 if ! command -v taskset >/dev/null; then echo "not ok 1 - taskset (util-linux) is missing"; exit 1; fi
 
 # workers_with [ENV=VALUE...] [-- PREFIX...]: the default workers of --print-config

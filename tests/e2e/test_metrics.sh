@@ -8,7 +8,7 @@ ECGD=${ECGD:-build/ecgd}
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lib.sh"
 
-if [ ! -x "$ECGD" ]; then echo "not ok 1 - $ECGD is not built"; exit 1; fi
+require_ecgd
 if ! start_server "$tmp/server.log" --model-dir models --model default --workers 2; then
     echo "not ok 1 - the server starts"; sed 's/^/# /' "$tmp/server.log"; exit 1
 fi

@@ -18,7 +18,7 @@ ECGD=${ECGD:-build/ecgd}
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lib.sh"
 
-if [ ! -x "$ECGD" ]; then echo "not ok 1 - $ECGD is not built"; exit 1; fi
+require_ecgd
 if [ ! -x node_modules/.bin/redocly ] || [ ! -x node_modules/.bin/validate-api ]; then
     echo "not ok 1 - npm tools missing: run scripts/install-deps.sh (npm ci)"
     exit 1

@@ -12,8 +12,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 HELP="python3 $HERE/http_helpers.py"
 source "$HERE/lib.sh"
 
-if [ ! -x "$ECGD" ]; then echo "not ok 1 - $ECGD is not built"; exit 1; fi
-if [ ! -f "$DATA/mitdb/101.hea" ]; then echo "skip 1 - shared data not found at $DATA"; exit 0; fi
+require_ecgd
+require_data mitdb/101.hea
 
 mkdir -p "$tmp/models"
 cp models/default.ecgm "$tmp/models/default.ecgm"

@@ -17,8 +17,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 HELP="python3 $HERE/http_helpers.py"
 source "$HERE/lib.sh"
 
-if [ ! -x "$ECGD" ]; then echo "not ok 1 - $ECGD is not built"; exit 1; fi
-if [ ! -f "$DATA/mitdb/101.hea" ]; then echo "skip 1 - shared data not found at $DATA"; exit 0; fi
+require_ecgd
+require_data mitdb/101.hea
 
 # Fixtures from MIT-BIH 101: 120 s as WFDB 212 and 16, and lead MLII of the same as CSV.
 python3 - "$DATA/mitdb" "$tmp" <<'PY'
