@@ -37,6 +37,7 @@
 #   WORKERS         ecgd --workers (default: CPUs); the sink gets ecgd's --io-threads
 #   MODEL           .ecgm file or none (default models/default.ecgm)
 #   ECG_SHARED_DATA (default ../shared/data): the UCR ECG excerpt (250 Hz) tiled to each length
+#   ECG_CUDA_BATCH_TIMES  1: each CUDA batcher's time by step, printed after its server's cells
 #   ECG_CUDA_SYNC   spin, yield or block: how the CUDA server's threads wait for the device
 #                   (gpu/cuda_backend.cu; unset: CUDA's own choice), and ECG_CUDA_BATCH_SPIN_US
 #                   (the batchers poll that long, then sleep), passed through (sweeps)
@@ -127,6 +128,47 @@ proc_usage() {
     echo "${ticks:-0} ${csw:-0}"
 }
 
+# thread_ticks PID -> "http=T work=T lane=T other=T": user + system clock ticks of the threads
+# alive now, by pool (their names: libmicrohttpd's MHD-*, ecgd-worker, ecgd-lane; other is
+# the main thread, the reaper and the CUDA driver's threads)
+thread_ticks() {
+    python3 - "$1" <<'PYTHON'
+import glob, sys
+t = {"http": 0, "work": 0, "lane": 0, "other": 0}
+for task in glob.glob("/proc/%s/task/*/stat" % sys.argv[1]):
+    try:
+        raw = open(task).read()
+    except OSError:
+        continue
+    name, rest = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+    ticks = int(rest[11]) + int(rest[12])  # utime, stime (fields 14, 15)
+    pool = ("http" if name.startswith("MHD-") else "work" if name == "ecgd-worker" else
+            "lane" if name == "ecgd-lane" else "other")
+    t[pool] += ticks
+print(" ".join("%s=%d" % kv for kv in t.items()))
+PYTHON
+}
+
+# batch_sums BASE -> "count size_sum delay_sum_s": the server's batched analyses so far, the sum
+# of their batch sizes and of their waits for their batch to start (/metrics)
+batch_sums() {
+    curl -s "$1/metrics" | awk '
+        /^ecgd_batch_size_count / {n = $2} /^ecgd_batch_size_sum / {s = $2}
+        /^ecgd_batch_queue_delay_seconds_sum / {d = $2}
+        END {printf "%d %s %s\n", n + 0, s + 0, d + 0}'
+}
+
+# per_request BEFORE AFTER N -> "http=US work=US lane=US other=US": each pool's CPU
+# microseconds per request between two thread_ticks lines
+per_request() {
+    python3 - "$1" "$2" "$3" <<'PYTHON'
+import os, sys
+a, b = (dict(kv.split("=") for kv in line.split()) for line in sys.argv[1:3])
+n, hz = float(sys.argv[3]), os.sysconf("SC_CLK_TCK")
+print(" ".join("%s=%.1f" % (k, 1e6 * (int(b[k]) - int(a[k])) / hz / n if n else 0) for k in a))
+PYTHON
+}
+
 start_ecgd() { # start_ecgd cpu|cuda|cuda-unbatched|cuda-nographs: sets server_pid and base
     : >"$tmp/server.log"
     local args=(--workers "$WORKERS") env=()
@@ -182,19 +224,31 @@ for backend in $BACKENDS; do
             code=$(curl -s -o "$tmp/answer" -w '%{http_code}' -H 'Expect:' -H "Content-Type: $type" \
                    --data-binary @"$file" "$url")
             [ "$code" = 200 ] || { echo "bench_strips: $backend $size s $fmt answered $code: $(head -c 300 "$tmp/answer")" >&2; exit 1; }
+            s0_ticks=$(proc_usage "$sink_pid")
             read -r s_rps s_p50 s_p99 s_n s_bad s_err <<<"$(wrk_cell "$sink/v1/analyze?fs=250" "$file" "$type" "$conns")"
+            s1_ticks=$(proc_usage "$sink_pid")
+            sink_cpu_us=$(python3 -c "import os, sys; n = float(sys.argv[3]); print('%.1f' % (1e6 * (int(sys.argv[2]) - int(sys.argv[1])) / os.sysconf('SC_CLK_TCK') / n if n else 0))" "${s0_ticks%% *}" "${s1_ticks%% *}" "${s_n:-0}")
+            b0=$(batch_sums "$base")
+            t0_pools=$(thread_ticks "$server_pid")
             read -r u0_ticks u0_csw <<<"$(proc_usage "$server_pid")"
             u0_t=$(date +%s.%N)
             read -r e_rps e_p50 e_p99 e_n e_bad e_err <<<"$(wrk_cell "$url" "$file" "$type" "$conns")"
             u1_t=$(date +%s.%N)
             read -r u1_ticks u1_csw <<<"$(proc_usage "$server_pid")"
+            pools=$(per_request "$t0_pools" "$(thread_ticks "$server_pid")" "${e_n:-0}")
+            read -r batched batch_mean delay_us <<<"$(python3 -c "
+import sys
+n0, s0, d0, n1, s1, d1 = (float(v) for v in sys.argv[1:])
+n = n1 - n0
+print('%d %.1f %.0f' % (n, (s1 - s0) / n if n else 0, 1e6 * (d1 - d0) / n if n else 0))
+" $b0 $(batch_sums "$base"))"
             read -r cpu_us cores csw <<<"$(python3 -c "
 import os, sys
 ticks, csw, n, wall = (float(v) for v in sys.argv[1:])
 cpu_s = ticks / os.sysconf('SC_CLK_TCK')
 print('%.1f %.2f %.2f' % (1e6 * cpu_s / n if n else 0, cpu_s / wall if wall else 0, csw / n if n else 0))
 " "$((u1_ticks - u0_ticks))" "$((u1_csw - u0_csw))" "${e_n:-0}" "$(python3 -c "print($u1_t - $u0_t)")")"
-            line="backend=$backend size_s=$size format=$fmt conns=$conns bytes=$(stat -c %s "$file") rps=${e_rps:-0} p50_ms=${e_p50:-0} p99_ms=${e_p99:-0} requests=${e_n:-0} non2xx=${e_bad:-?} socket_errors=${e_err:-?} sink_rps=${s_rps:-0} sink_p50_ms=${s_p50:-0} sink_p99_ms=${s_p99:-0} cpu_us=$cpu_us cores=$cores csw=$csw"
+            line="backend=$backend size_s=$size format=$fmt conns=$conns bytes=$(stat -c %s "$file") rps=${e_rps:-0} p50_ms=${e_p50:-0} p99_ms=${e_p99:-0} requests=${e_n:-0} non2xx=${e_bad:-?} socket_errors=${e_err:-?} sink_rps=${s_rps:-0} sink_p50_ms=${s_p50:-0} sink_p99_ms=${s_p99:-0} cpu_us=$cpu_us cores=$cores csw=$csw sink_cpu_us=$sink_cpu_us batched=$batched batch_mean=$batch_mean batch_delay_us=$delay_us $(echo "$pools" | sed -E 's/(^| )/\1cpu_us_/g')"
             ratio=$(python3 -c "import sys; s=float(sys.argv[2]); print('%.3f' % (float(sys.argv[1]) / s if s > 0 else 0))" "${e_rps:-0}" "${s_rps:-0}")
             echo "RESULT name=strip $line ratio=$ratio"
             echo "$line ratio=$ratio" >>"$rows"
@@ -228,6 +282,8 @@ PYTHON
     fi
     kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
     server_pid=
+    # ECG_CUDA_BATCH_TIMES=1: where the CUDA batchers' time went, over all of this server's cells
+    grep '^cuda batch lane' "$tmp/server.log" | sed 's/^/# /'
 done
 
 python3 - "$rows" <<'PYTHON'
@@ -237,15 +293,19 @@ def length(s):
     s = float(s)
     return "%g h" % (s / 3600) if s >= 3600 else "%g min" % (s / 60) if s >= 600 else "%g s" % s
 print()
-print("| backend | recording | body | clients | req/s | p50 ms | p99 ms | sink req/s | ratio to sink | M samples/s | server CPU us/req | cores busy | context switches/req |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| backend | recording | body | clients | req/s | p50 ms | p99 ms | sink req/s | ratio to sink | M samples/s | server CPU us/req | cores busy | context switches/req | CPU us/req: HTTP / workers / lanes / other | sink CPU us/req | mean batch | batch wait us |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     rps = float(r["rps"])
-    print("| %s | %s | %s | %s | %.0f | %.2f | %.2f | %.0f | %.3f | %.2f | %.0f | %.1f | %.2f |%s" % (
+    print("| %s | %s | %s | %s | %.0f | %.2f | %.2f | %.0f | %.3f | %.2f | %.0f | %.1f | %.2f | %s | %s | %s | %s |%s" % (
         r["backend"], length(r["size_s"]), r["format"], r["conns"], rps, float(r["p50_ms"]),
         float(r["p99_ms"]), float(r["sink_rps"]), float(r["ratio"]),
         rps * float(r["size_s"]) * 250 / 1e6, float(r["cpu_us"]), float(r["cores"]),
         float(r["csw"]),
+        " / ".join("%.0f" % float(r.get("cpu_us_" + k, 0)) for k in ("http", "work", "lane", "other")),
+        "%.0f" % float(r.get("sink_cpu_us", 0)),
+        r.get("batch_mean", "0") if r.get("batched", "0") != "0" else "-",
+        r.get("batch_delay_us", "0") if r.get("batched", "0") != "0" else "-",
         "" if r["non2xx"] == "0" and r["socket_errors"] == "0" else
         " **%s non-2xx, %s socket errors**" % (r["non2xx"], r["socket_errors"])))
 PYTHON

@@ -422,6 +422,7 @@ struct ecg_batcher *ecg_batcher_create(const struct ecg_backend_ops *ops, void *
             ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "batcher thread");
             goto fail;
         }
+        (void)pthread_setname_np(lane->thread, "ecgd-lane");
         lane->started = true;
     }
     return b;

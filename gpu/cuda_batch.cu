@@ -26,8 +26,10 @@
  *
  * Threading: one batch object per lane, used by the lane's thread only.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_internal.h"
 #include "cuda_stats.h"
@@ -92,6 +94,26 @@ struct back_graph {
     bool last_clean;            /* ... and whether it moved nothing */
 };
 
+/*
+ * Where a lane's time goes (ECG_CUDA_BATCH_TIMES=1 prints it when the batch object is
+ * destroyed, at shutdown): seconds in each step of cuda_batch_run, and the part of steps 2
+ * and 3 spent waiting for the device. Kept by the lane's own thread: no atomics.
+ */
+struct batch_times {
+    double since;               /* when the batch object was made */
+    double front, back, fetch;  /* steps 1, 2, 3 (seconds, all batches) */
+    double wait_count, wait_table; /* ... of which waiting for counts / tables */
+    double done;                /* ... of step 3: handing members back */
+    unsigned long long batches, members;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 struct cuda_batch {
     struct cuda_state *state;
     struct cuda_device *dev;
@@ -104,6 +126,8 @@ struct cuda_batch {
     bool *live;                 /* per member of the batch running: no failure so far */
     float *h_pack;              /* pinned: every member's samples, one after the other */
     size_t h_pack_floats;
+    unsigned lane;
+    struct batch_times times;
 };
 
 extern "C" unsigned cuda_batch_lanes(void *state_ptr)
@@ -117,6 +141,17 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
     struct cuda_batch *b = (struct cuda_batch *)batch_ptr;
     if (!b)
         return;
+    const char *times = getenv("ECG_CUDA_BATCH_TIMES");
+    if (times && *times == '1' && b->times.batches) {
+        const struct batch_times *t = &b->times;
+        fprintf(stderr,
+                "cuda batch lane %u: %llu batches, %llu members over %.3f s; seconds in step 1 "
+                "(fronts) %.3f, step 2 (backs) %.3f of which waiting %.3f, step 3 (tables) "
+                "%.3f of which waiting %.3f and handing back %.3f; per member %.1f us\n",
+                b->lane, t->batches, t->members, now_s() - t->since, t->front, t->back,
+                t->wait_count, t->fetch, t->wait_table, t->done,
+                1e6 * (t->front + t->back + t->fetch) / (double)t->members);
+    }
     (void)cudaSetDevice(b->dev->ordinal);
     for (unsigned i = 0; b->graph && i < b->max_batch; i++)
         if (b->graph[i].exec)
@@ -156,6 +191,8 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->state = state;
     b->dev = &state->dev[lane % (unsigned)state->n_devices]; /* lanes go round the devices */
     b->max_batch = max_batch;
+    b->lane = lane;
+    b->times.since = now_s();
     b->member = (struct cuda_ctx **)calloc(max_batch, sizeof *b->member);
     b->live = (bool *)calloc(max_batch, sizeof *b->live);
     b->graph = (struct front_graph *)calloc(max_batch, sizeof *b->graph);
@@ -446,8 +483,12 @@ static enum ecg_status queue_back(struct cuda_batch *b, unsigned i, struct ecg_b
     enum ecg_status status = ECG_OK;
     struct cuda_ctx *ctx = b->member[i];
     size_t k = 0;
+    double t0;
     ECG_TRY(ctx_enter(ctx, err));
-    ECG_TRY(detect_collect(ctx, &k, err));
+    t0 = now_s();
+    status = detect_collect(ctx, &k, err);
+    b->times.wait_count += now_s() - t0;
+    ECG_TRY(status);
     ECG_TRY(run_back(b, i, m, err));
     if (!ecg_batch_result(m, k))
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "result for %zu beats", k);
@@ -475,6 +516,7 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
     size_t total = 0, off = 0;
     enum ecg_status status;
     struct ecg_error pack_err;
+    double t0 = now_s(), t1, t2, t3;
 
     memset(&pack_err, 0, sizeof pack_err);
     for (size_t i = 0; i < n; i++) {
@@ -513,6 +555,7 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
             ecg_batch_member_done(members[i]);
         }
     }
+    t1 = now_s();
     for (size_t i = 0; i < n; i++) {
         if (!b->live[i])
             continue;
@@ -522,14 +565,27 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
             ecg_batch_member_done(members[i]);
         }
     }
+    t2 = now_s();
     for (size_t i = 0; i < n; i++) {
         if (!b->live[i])
             continue;
-        status = fetch_copy(b->member[i], members[i]->result, &members[i]->err);
+        double w0 = now_s();
+        status = ctx_sync(b->member[i], "fetch", &members[i]->err);
+        b->times.wait_table += now_s() - w0;
+        if (status == ECG_OK)
+            status = fetch_split(b->member[i], members[i]->result, &members[i]->err);
         if (status != ECG_OK)
             member_fail(b, members[i], (unsigned)i, status);
+        w0 = now_s();
         ecg_batch_member_done(members[i]);
+        b->times.done += now_s() - w0;
     }
+    t3 = now_s();
+    b->times.front += t1 - t0;
+    b->times.back += t2 - t1;
+    b->times.fetch += t3 - t2;
+    b->times.batches++;
+    b->times.members += n;
     /* A failed member may have left copies from the pack queued: the next batch rewrites it. */
     for (size_t i = 0; i < n; i++) {
         if (b->live[i])

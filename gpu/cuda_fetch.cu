@@ -25,11 +25,17 @@ out:
 enum ecg_status fetch_copy(struct cuda_ctx *ctx, struct ecg_result *result,
                            struct ecg_error *err)
 {
+    enum ecg_status status = ctx_sync(ctx, "fetch", err);
+    return status == ECG_OK ? fetch_split(ctx, result, err) : status;
+}
+
+enum ecg_status fetch_split(struct cuda_ctx *ctx, struct ecg_result *result,
+                            struct ecg_error *err)
+{
     enum ecg_status status = ECG_OK;
     struct table_layout t;
     const size_t k = ctx->n_beats;
     const char *h;
-    ECG_TRY(ctx_sync(ctx, "fetch", err));
     if (result->n_beats != k) {
         status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
                           "cuda fetch: result has %zu beats, device has %zu", result->n_beats, k);

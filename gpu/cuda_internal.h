@@ -212,6 +212,9 @@ void ctx_reset_request(struct cuda_ctx *ctx);
 enum ecg_status fetch_queue(struct cuda_ctx *ctx, struct ecg_error *err);
 enum ecg_status fetch_copy(struct cuda_ctx *ctx, struct ecg_result *result,
                            struct ecg_error *err);
+/* fetch_copy's split alone, for a caller that has waited for the copy itself. */
+enum ecg_status fetch_split(struct cuda_ctx *ctx, struct ecg_result *result,
+                            struct ecg_error *err);
 /* The backend ops of the same names (backend.h), in cuda_fetch.cu. */
 enum ecg_status cuda_fetch(void *ctx, struct ecg_result *result, struct ecg_error *err);
 enum ecg_status cuda_read_buf(void *ctx, enum ecg_stage_buf which, void *host, size_t cap,

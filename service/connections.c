@@ -580,6 +580,7 @@ enum ecg_status svc_listeners_start(struct svc_server *srv, struct ecg_error *er
                  strerror(rc));
         goto fail;
     }
+    (void)pthread_setname_np(conns->reaper, "ecgd-reaper");
     conns->reaper_started = true;
     return ECG_OK;
 fail:

@@ -49,6 +49,8 @@ enum ecg_status svc_jobs_start(struct svc_jobs *jobs, unsigned n, struct ecg_err
             return ecg_fail(err, ECG_ERR_INTERNAL, "thread_create",
                             "starting analysis worker %u of %u: %s", i + 1, n, strerror(rc));
         }
+        /* named, so that top -H and bench_strips.sh tell the pools apart */
+        (void)pthread_setname_np(jobs->threads[i], "ecgd-worker");
         jobs->n_threads++;
     }
     return ECG_OK;

@@ -164,16 +164,24 @@ if [[ " $parts " == *" sanitize "* ]]; then
             fi
             [ "$rc" -eq 0 ] || status=1
         done
-        # the batcher: memcheck and racecheck over batches of 64 on contexts of their own
+        # the batcher: memcheck and racecheck over batches of 64 on contexts of their own;
+        # racecheck takes each test alone (it instruments every kernel of ~1,000 analyses), the
+        # graph test with one lane, so that its contexts capture and replay within the rounds
         if [ -x "$dir/test_gpu_batch" ]; then
-            for tool in memcheck racecheck; do
-                echo "== compute-sanitizer --tool $tool, dynamic batching"
-                ECG_GPU_QUICK=1 CMOCKA_MESSAGE_OUTPUT=stdout timeout 480 compute-sanitizer --tool "$tool" \
-                    --error-exitcode 42 --leak-check no "$dir/test_gpu_batch" \
-                    >"$out/sanitize-batch-$tool.log" 2>&1
+            for run in "memcheck all" "racecheck test_cuda_batches_match_lone_answers" \
+                       "racecheck test_cuda_batch_graphs_match_lone_answers"; do
+                read -r tool only <<<"$run"
+                lanes=
+                [ "$only" = test_cuda_batch_graphs_match_lone_answers ] && lanes=1
+                log=$out/sanitize-batch-$tool${only#all}.log
+                echo "== compute-sanitizer --tool $tool, dynamic batching ($only${lanes:+, $lanes lane})"
+                ECG_GPU_QUICK=1 ECG_GPU_ONLY=${only#all} ECG_CUDA_BATCH_LANES=$lanes \
+                    CMOCKA_MESSAGE_OUTPUT=stdout timeout "${SANITIZE_BATCH_S:-480}" \
+                    compute-sanitizer --tool "$tool" --error-exitcode 42 --leak-check no \
+                    "$dir/test_gpu_batch" >"$log" 2>&1
                 rc=$?
-                tail -n 12 "$out/sanitize-batch-$tool.log"
-                echo "sanitizer $tool (batch) exit $rc"
+                tail -n 12 "$log"
+                echo "sanitizer $tool (batch, $only) exit $rc"
                 [ "$rc" -eq 0 ] || status=1
             done
         fi

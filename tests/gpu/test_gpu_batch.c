@@ -12,7 +12,8 @@
  * visibly, where there is no device.
  *
  * ECG_BATCH_TEST_MODEL may name another model file. ECG_GPU_DATA overrides the records' place;
- * ECG_GPU_QUICK=1 (compute-sanitizer) runs fewer rounds.
+ * ECG_GPU_QUICK=1 (compute-sanitizer) runs fewer rounds; ECG_GPU_ONLY=PATTERN runs the
+ * matching tests alone (racecheck takes each test in a call of its own).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -130,5 +131,8 @@ int main(void)
         cmocka_unit_test(test_cuda_batches_match_lone_answers),
         cmocka_unit_test(test_cuda_batch_graphs_match_lone_answers),
     };
+    const char *only = getenv("ECG_GPU_ONLY");
+    if (only && *only)
+        cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
