@@ -21,12 +21,16 @@
 
 /*
  * Per-connection memory of libmicrohttpd: half of it is the read buffer, which bounds the recv()
- * calls and the upload chunks we see. Measured (2-core dev box, 80 MB upload): 256 KiB gives
- * ~1,600 chunks of ~75 KB, 1 MiB ~235 chunks of ~500 KB, with no difference in receive time
- * (the socket delivers less than the buffer holds); but 1 MiB halved GET /healthz throughput
- * (63k/45k -> 31k/30k req/s), as libmicrohttpd resets the larger pool on every request.
+ * calls and the upload chunks we see; and libmicrohttpd zeroes the whole pool on every request
+ * of a kept-alive connection. Measured (2-core dev box, 80 MB upload): 256 KiB gave ~1,600
+ * chunks of ~75 KB, 1 MiB ~235 chunks of ~500 KB, with no difference in receive time (the socket
+ * delivers less than the buffer holds), but 1 MiB halved GET /healthz throughput (63k/45k ->
+ * 31k/30k req/s). 64 KiB (bench/RESULTS.md, issue 13): the 80 MB float32 upload and analysis
+ * 0.59 s against 0.63 s at 256 KiB, and the HTTP threads' CPU per 10-s strip 37 us against 46
+ * (the 256-KiB memset was 14 % of it). Streaming uploads to a GPU copy every CUDA_UPLOAD_STEP
+ * bytes whatever the chunk size.
  */
-#define SVC_CONNECTION_MEMORY (256u << 10)
+#define SVC_CONNECTION_MEMORY (64u << 10)
 #define SVC_CONNECTION_LIMIT 4096u
 /* The admin listener: probes and scrapes only, a few at a time. */
 #define SVC_ADMIN_CONNECTION_MEMORY (32u << 10)
