@@ -166,16 +166,18 @@ if [[ " $parts " == *" sanitize "* ]]; then
         done
         # the batcher: memcheck and racecheck over batches of 64 on contexts of their own;
         # racecheck takes each test alone (it instruments every kernel of ~1,000 analyses), the
-        # graph test with one lane, so that its contexts capture and replay within the rounds
+        # graph test with one lane and 16 requests per round (ECG_PARITY_REQUESTS), so that its
+        # contexts capture and replay within the rounds and the call ends in time
         if [ -x "$dir/test_gpu_batch" ]; then
             for run in "memcheck all" "racecheck test_cuda_batches_match_lone_answers" \
                        "racecheck test_cuda_batch_graphs_match_lone_answers"; do
                 read -r tool only <<<"$run"
-                lanes=
-                [ "$only" = test_cuda_batch_graphs_match_lone_answers ] && lanes=1
+                lanes= requests=
+                [ "$only" = test_cuda_batch_graphs_match_lone_answers ] && lanes=1 requests=16
                 log=$out/sanitize-batch-$tool${only#all}.log
                 echo "== compute-sanitizer --tool $tool, dynamic batching ($only${lanes:+, $lanes lane})"
                 ECG_GPU_QUICK=1 ECG_GPU_ONLY=${only#all} ECG_CUDA_BATCH_LANES=$lanes \
+                    ECG_PARITY_REQUESTS=$requests \
                     CMOCKA_MESSAGE_OUTPUT=stdout timeout "${SANITIZE_BATCH_S:-480}" \
                     compute-sanitizer --tool "$tool" --error-exitcode 42 --leak-check no \
                     "$dir/test_gpu_batch" >"$log" 2>&1
