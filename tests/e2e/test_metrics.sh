@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_metrics.sh - metrics and access logs that add up: per-model analysis counters, stage
 # seconds that do not count the whole analysis twice, the process_* metrics, client aborts in
-# their own counter (not as code="0"), and access-log lines for 4xx that say so with their code.
+# their own counter (not as code="0"), access-log lines for 4xx that say so with their code, and
+# the server's threads named by pool.
 # Usage: ECGD=build/ecgd tests/e2e/test_metrics.sh   (run from the repository root)
 set -u
 ECGD=${ECGD:-build/ecgd}
@@ -60,6 +61,14 @@ good = (v.get("process_cpu_seconds_total", 0) > 0 and v.get("process_resident_me
 if not good:
     print("# %s" % v)
 sys.exit(0 if good else 1)
+PY
+check "threads named by pool (docs/SERVICE.md): 2 ecgd-worker, MHD-* for HTTP, ecgd-reaper" python3 - "$SERVER_PID" <<'PY'
+import collections, glob, sys
+names = collections.Counter(open(t).read().strip()
+                            for t in glob.glob("/proc/%s/task/*/comm" % sys.argv[1]))
+print("# %s" % dict(names))
+sys.exit(0 if names["ecgd-worker"] == 2 and names["ecgd-reaper"] == 1
+         and sum(v for k, v in names.items() if k.startswith("MHD-")) >= 2 else 1)
 PY
 check "the client that left: aborted_total{reason=\"client_abort\"}, not code=\"0\"" bash -c \
     "grep -q '^ecgd_http_requests_aborted_total{route=\"/v1/analyze\",reason=\"client_abort\"} 1$' '$tmp/metrics' && ! grep -q 'code=\"0\"' '$tmp/metrics'"
