@@ -251,13 +251,6 @@ out:
     return status;
 }
 
-static double wait_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
 /* Spin, then block: what ctx's stream has queued so far is done when this returns. The poll
  * keeps a short wait off the scheduler (no sleep, no wake-up); a long one sleeps instead of
  * holding a core that the HTTP and worker threads need. */
@@ -266,9 +259,9 @@ static cudaError_t wait_spin_then_block(struct cuda_ctx *ctx)
     cudaError_t code = cudaEventRecord(ctx->wait_event, ctx->stream);
     if (code != cudaSuccess)
         return code;
-    const double deadline = wait_now_us() + ctx->spin_us;
+    const double deadline = cuda_now_s() + ctx->spin_us * 1e-6;
     while ((code = cudaEventQuery(ctx->wait_event)) == cudaErrorNotReady) {
-        if (wait_now_us() >= deadline)
+        if (cuda_now_s() >= deadline)
             return cudaEventSynchronize(ctx->wait_event);
     }
     return code;

@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cuda_internal.h"
 #include "cuda_stats.h"
@@ -107,13 +106,6 @@ struct batch_times {
     unsigned long long batches, members;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 struct cuda_batch {
     struct cuda_state *state;
     struct cuda_device *dev;
@@ -148,7 +140,7 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
                 "cuda batch lane %u: %llu batches, %llu members over %.3f s; seconds in step 1 "
                 "(fronts) %.3f, step 2 (backs) %.3f of which waiting %.3f, step 3 (tables) "
                 "%.3f of which waiting %.3f and handing back %.3f; per member %.1f us\n",
-                b->lane, t->batches, t->members, now_s() - t->since, t->front, t->back,
+                b->lane, t->batches, t->members, cuda_now_s() - t->since, t->front, t->back,
                 t->wait_count, t->fetch, t->wait_table, t->done,
                 1e6 * (t->front + t->back + t->fetch) / (double)t->members);
     }
@@ -192,7 +184,7 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->dev = &state->dev[lane % (unsigned)state->n_devices]; /* lanes go round the devices */
     b->max_batch = max_batch;
     b->lane = lane;
-    b->times.since = now_s();
+    b->times.since = cuda_now_s();
     b->member = (struct cuda_ctx **)calloc(max_batch, sizeof *b->member);
     b->live = (bool *)calloc(max_batch, sizeof *b->live);
     b->graph = (struct front_graph *)calloc(max_batch, sizeof *b->graph);
@@ -485,9 +477,9 @@ static enum ecg_status queue_back(struct cuda_batch *b, unsigned i, struct ecg_b
     size_t k = 0;
     double t0;
     ECG_TRY(ctx_enter(ctx, err));
-    t0 = now_s();
+    t0 = cuda_now_s();
     status = detect_collect(ctx, &k, err);
-    b->times.wait_count += now_s() - t0;
+    b->times.wait_count += cuda_now_s() - t0;
     ECG_TRY(status);
     ECG_TRY(run_back(b, i, m, err));
     if (!ecg_batch_result(m, k))
@@ -516,7 +508,7 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
     size_t total = 0, off = 0;
     enum ecg_status status;
     struct ecg_error pack_err;
-    double t0 = now_s(), t1, t2, t3;
+    double t0 = cuda_now_s(), t1, t2, t3;
 
     memset(&pack_err, 0, sizeof pack_err);
     for (size_t i = 0; i < n; i++) {
@@ -555,7 +547,7 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
             ecg_batch_member_done(members[i]);
         }
     }
-    t1 = now_s();
+    t1 = cuda_now_s();
     for (size_t i = 0; i < n; i++) {
         if (!b->live[i])
             continue;
@@ -565,22 +557,22 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
             ecg_batch_member_done(members[i]);
         }
     }
-    t2 = now_s();
+    t2 = cuda_now_s();
     for (size_t i = 0; i < n; i++) {
         if (!b->live[i])
             continue;
-        double w0 = now_s();
+        double w0 = cuda_now_s();
         status = ctx_sync(b->member[i], "fetch", &members[i]->err);
-        b->times.wait_table += now_s() - w0;
+        b->times.wait_table += cuda_now_s() - w0;
         if (status == ECG_OK)
             status = fetch_split(b->member[i], members[i]->result, &members[i]->err);
         if (status != ECG_OK)
             member_fail(b, members[i], (unsigned)i, status);
-        w0 = now_s();
+        w0 = cuda_now_s();
         ecg_batch_member_done(members[i]);
-        b->times.done += now_s() - w0;
+        b->times.done += cuda_now_s() - w0;
     }
-    t3 = now_s();
+    t3 = cuda_now_s();
     b->times.front += t1 - t0;
     b->times.back += t2 - t1;
     b->times.fetch += t3 - t2;

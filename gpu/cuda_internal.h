@@ -43,6 +43,7 @@
 #define ECG_GPU_CUDA_INTERNAL_H
 
 #include <stdint.h>
+#include <time.h>
 
 #include <cuda_runtime.h>
 #include <cufft.h>
@@ -51,6 +52,14 @@
 #include "backend.h"
 #include "cuda_check.h"
 #include "model.h"
+
+/* Monotonic seconds, for the host's own waits and timings. */
+static inline double cuda_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 #define CUDA_MAX_DEVICES 16
 #define CUDA_FFT_CACHE 4                 /* cuFFT plans kept per ctx (by padded length) */

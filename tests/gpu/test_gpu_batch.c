@@ -105,8 +105,7 @@ static void test_cuda_batch_graphs_match_lone_answers(void **state)
         assert_true(parity_check(e.alone, e.batched, PARITY_UNIFORM) >= 2);
     for (int round = 0; round < rounds; round++)
         assert_true(parity_check(e.alone, e.batched, PARITY_REPEAT) >= 2);
-    const char *fewer = getenv("ECG_PARITY_REQUESTS");
-    if (!(fewer && *fewer)) /* mixed shapes after graphs exist (all 64) */
+    if (parity_requests() == PARITY_REQUESTS) /* mixed shapes after graphs exist (all 64) */
         (void)parity_check(e.alone, e.batched, PARITY_MIXED);
     cuda_batch_counts(&after);
     printf("# %llu batches of %llu analyses, %llu fronts captured, %llu replayed, %llu backs "
