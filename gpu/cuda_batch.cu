@@ -103,7 +103,10 @@ struct batch_times {
     double front, back, fetch;  /* steps 1, 2, 3 (seconds, all batches) */
     double wait_count, wait_table; /* ... of which waiting for counts / tables */
     double done;                /* ... of step 3: handing members back */
-    unsigned long long batches, members;
+    double front_launch;        /* ... of step 1: cudaGraphLaunch of replayed fronts */
+    double back_launch;         /* ... of step 2: cudaGraphLaunch of replayed backs */
+    unsigned long long batches, members, front_replays, back_replays;
+    size_t front_nodes, back_nodes; /* in the last front and back graph captured */
 };
 
 struct cuda_batch {
@@ -139,10 +142,15 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
         fprintf(stderr,
                 "cuda batch lane %u: %llu batches, %llu members over %.3f s; seconds in step 1 "
                 "(fronts) %.3f, step 2 (backs) %.3f of which waiting %.3f, step 3 (tables) "
-                "%.3f of which waiting %.3f and handing back %.3f; per member %.1f us\n",
+                "%.3f of which waiting %.3f and handing back %.3f; per member %.1f us; a front "
+                "graph's launch %.2f us (%zu nodes), a back graph's %.2f us (%zu nodes)\n",
                 b->lane, t->batches, t->members, cuda_now_s() - t->since, t->front, t->back,
                 t->wait_count, t->fetch, t->wait_table, t->done,
-                1e6 * (t->front + t->back + t->fetch) / (double)t->members);
+                1e6 * (t->front + t->back + t->fetch) / (double)t->members,
+                t->front_replays ? 1e6 * t->front_launch / (double)t->front_replays : 0.0,
+                t->front_nodes,
+                t->back_replays ? 1e6 * t->back_launch / (double)t->back_replays : 0.0,
+                t->back_nodes);
     }
     (void)cudaSetDevice(b->dev->ordinal);
     for (unsigned i = 0; b->graph && i < b->max_batch; i++)
@@ -275,7 +283,7 @@ static enum ecg_status front_capture_fn(struct cuda_ctx *ctx, const void *arg,
  * for are forgotten, so that the next run uploads them again.
  */
 static enum ecg_status capture_graph(struct cuda_ctx *ctx, capture_fn stages, const void *arg,
-                                     cudaGraphExec_t *exec_out)
+                                     cudaGraphExec_t *exec_out, size_t *nodes_out)
 {
     enum ecg_status status;
     struct ecg_error ignored;
@@ -310,6 +318,10 @@ static enum ecg_status capture_graph(struct cuda_ctx *ctx, capture_fn stages, co
         ctx->generation = generation + 1; /* whatever the context caches is suspect */
         return ECG_ERR_UNSUPPORTED;
     }
+    if (cudaGraphGetNodes(graph, NULL, nodes_out) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *nodes_out = 0;
+    }
     (void)cudaGraphDestroy(graph);
     *exec_out = exec;
     return ECG_OK;
@@ -318,12 +330,13 @@ static enum ecg_status capture_graph(struct cuda_ctx *ctx, capture_fn stages, co
 /* Captures the front into g and launches it (capture_graph's ECG_ERR_UNSUPPORTED: nothing was
  * queued; another status is a failed launch). */
 static enum ecg_status capture_front(struct cuda_ctx *ctx, struct front_graph *g,
-                                     const struct ecg_plan *plan, struct ecg_error *err)
+                                     const struct ecg_plan *plan, size_t *nodes,
+                                     struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     const uint64_t generation = ctx->generation;
     cudaGraphExec_t exec = NULL;
-    if (capture_graph(ctx, front_capture_fn, plan, &exec) != ECG_OK)
+    if (capture_graph(ctx, front_capture_fn, plan, &exec, nodes) != ECG_OK)
         return ECG_ERR_UNSUPPORTED;
     if (g->exec)
         (void)cudaGraphExecDestroy(g->exec);
@@ -348,6 +361,7 @@ static enum ecg_status queue_front(struct cuda_batch *b, unsigned i, const float
     struct cuda_ctx *ctx = b->member[i];
     struct front_graph *g = &b->graph[i];
     uint64_t before;
+    double t0;
     ECG_TRY(ctx_enter(ctx, err));
     before = ctx->generation;
     ctx_reset_request(ctx);
@@ -364,12 +378,15 @@ static enum ecg_status queue_front(struct cuda_batch *b, unsigned i, const float
         ctx->encoded = false;
         ctx->detect_queued = g->queued;
         __atomic_fetch_add(&counts.replays, 1ull, __ATOMIC_RELAXED);
+        t0 = cuda_now_s();
         CUDA_TRY(cudaGraphLaunch(g->exec, ctx->stream));
+        b->times.front_launch += cuda_now_s() - t0;
+        b->times.front_replays++;
         goto out;
     }
     if (b->use_graphs && g->last_clean && g->last_n_in == n &&
         g->last_fs_in_hz == plan->fs_in_hz && g->last_generation == ctx->generation) {
-        status = capture_front(ctx, g, plan, err);
+        status = capture_front(ctx, g, plan, &b->times.front_nodes, err);
         if (status != ECG_ERR_UNSUPPORTED)
             goto out;
         status = ECG_OK;
@@ -430,12 +447,15 @@ static enum ecg_status run_back(struct cuda_batch *b, unsigned i, struct ecg_bat
         ctx->encoded = key.encode;
         g->last_use[slot] = ++g->clock;
         __atomic_fetch_add(&counts.back_replays, 1ull, __ATOMIC_RELAXED);
+        const double t0 = cuda_now_s();
         CUDA_TRY(cudaGraphLaunch(g->exec[slot], ctx->stream));
+        b->times.back_launch += cuda_now_s() - t0;
+        b->times.back_replays++;
         goto out;
     }
     if (g->last_clean && back_key_equal(&g->last, &key)) {
         cudaGraphExec_t exec = NULL;
-        if (capture_graph(ctx, back_stages, m, &exec) == ECG_OK) {
+        if (capture_graph(ctx, back_stages, m, &exec, &b->times.back_nodes) == ECG_OK) {
             slot = 0; /* an empty slot, else the least recently used */
             for (unsigned j = 0; j < BACK_GRAPHS; j++) {
                 if (!g->exec[j]) {

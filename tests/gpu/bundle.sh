@@ -40,12 +40,12 @@ fi
 make -j2 all build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory \
     build/tests/gpu/test_gpu_upload build/tests/gpu/test_gpu_leads \
     build/tests/gpu/test_gpu_quality build/tests/gpu/test_gpu_trace build/tests/gpu/test_gpu_batch \
-    build/bench/bench_gpu build/bench/http_sink
+    build/bench/bench_gpu build/bench/bench_batch build/bench/http_sink
 mkdir -p "$dir"
 for bin in build/ecgd build/tests/gpu/test_gpu_parity build/tests/gpu/test_gpu_host_memory \
            build/tests/gpu/test_gpu_upload build/tests/gpu/test_gpu_leads \
            build/tests/gpu/test_gpu_quality build/tests/gpu/test_gpu_trace build/tests/gpu/test_gpu_batch \
-           build/bench/bench_gpu build/bench/http_sink; do
+           build/bench/bench_gpu build/bench/bench_batch build/bench/http_sink; do
     "$bundle" "$bin" "$dir" >/dev/null
 done
 bundle_fuzz "$dir"
