@@ -6,8 +6,9 @@
 # Usage (on the device, from the repository root, after copying a bundle made here):
 #   LD_LIBRARY_PATH=.gpu-run/lib bash tests/gpu/run-device.sh [DIR] [parts]
 # DIR (default .gpu-run) holds the binaries (test_gpu_parity, bench_gpu, ecgd) and data/ (a
-# copy of the shared mitdb records). parts: any of "tests http uploads hostile sanitize bench strips"
-# (default all): "uploads" runs issue 12's HTTP suites (uploads, reload, metrics, annotations)
+# copy of the shared mitdb records). parts: any of "tests http uploads hostile sanitize bench batch strips"
+# (default all): "batch" runs bench/bench_batch.c (the batched CUDA path's ceiling on 10-s strips
+# without HTTP, lanes 1/2/4/8); "uploads" runs issue 12's HTTP suites (uploads, reload, metrics, annotations)
 # against a CUDA-backed server; "hostile" runs the hostile-client suite (tests/hostile/hostile.py, quick mode) against a
 # CUDA-backed server; "http" runs the service's HTTP suite (tests/e2e/test_http.sh) against a CUDA-backed
 # server; "strips" runs bench/bench_strips.sh (wrk and http_sink bundled in DIR): for 2 s (the
@@ -27,7 +28,7 @@
 # Logs and tables go to $OUT when it is set, else to DIR/out.
 set -u
 dir=${1:-.gpu-run}
-parts=${2:-"tests http uploads hostile sanitize bench strips"}
+parts=${2:-"tests http uploads hostile sanitize bench batch strips"}
 out=${OUT:-$dir/out}
 mkdir -p "$out"
 export ECG_GPU_DATA=$dir/data
@@ -210,6 +211,17 @@ if [[ " $parts " == *" bench "* ]] && [ -x "$dir/bench_gpu" ]; then
     bash bench/gpu.sh "$dir" 2>&1 | tee "$out/bench.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
+if [[ " $parts " == *" batch "* ]] && [ -x "$dir/bench_batch" ]; then
+    # the batched path's ceiling with no HTTP in front of it: 64 threads, lanes 1/2/4/8, each
+    # lane's time by step (bench/bench_batch.c)
+    echo "== the CUDA batcher without HTTP (bench_batch)"
+    ECG_SHARED_DATA=$dir/data ECG_CUDA_BATCH_TIMES=1 timeout 120 "$dir/bench_batch" \
+        >"$out/bench_batch.log" 2>&1
+    rc=$?
+    grep -E "^10-s|lane 0:" "$out/bench_batch.log"
+    [ "$rc" -eq 0 ] || status=1
+fi
+
 if [[ " $parts " == *" strips "* ]] && [ -x "$dir/ecgd" ] && [ -x "$dir/wrk" ] &&
     [ -x "$dir/http_sink" ]; then
     # One run, one table: each length and format against the HTTP sink, then the CUDA and the
