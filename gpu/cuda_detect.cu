@@ -19,6 +19,11 @@
  *   7. the CPU's ordering filter (each kept beat at least 2 samples after the last kept one,
  *      in both grids): checked in parallel; when no beat could be dropped (the normal case)
  *      all are copied in parallel, otherwise one thread applies it in sequence.
+ * One lead of at most SMALL_MAX samples (short strips: a 10-s strip at 250 Hz is 2,500) takes
+ * steps 1-3 in one block (front_small_kernel) and step 7 in another (order_small_kernel), with
+ * the same per-sample functions: a short strip's front is launched as a CUDA graph per analysis
+ * (cuda_batch.cu), whose launch costs the host about 0.2-0.35 us per node (bench/RESULTS.md):
+ * with these two a 10-s strip's front graph holds 21 nodes instead of 31.
  * cuda_detect() lays out the arguments (cuda_detect_common.cuh) and the scratch they point
  * into for all the steps, cuda_decide()'s included.
  *
@@ -42,83 +47,112 @@
 
 /* ---------------------------------------------------------------- 1-2: envelope and NMS */
 
-/* Thread i: |f[i]|, or |response to y extended by its end values| near either end. */
-static __global__ void abs_kernel(struct detect_args a)
+/* |f[i]|, or |response to y extended by its end values| near either end. */
+static __device__ float abs_value(const struct detect_args *a, size_t i)
 {
-    const size_t half = a.ricker_len / 2;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.n_a;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float v;
-        if (i >= half && i + half < a.n_a) {
-            v = a.f[i];
-        } else {
-            double acc = 0.0;
-            for (size_t k = 0; k < a.ricker_len; k++) {
-                int64_t j = (int64_t)i + (int64_t)half - (int64_t)k;
-                if (j < 0)
-                    j = 0;
-                if (j > (int64_t)a.n_a - 1)
-                    j = (int64_t)a.n_a - 1;
-                acc = DADD(acc, DMUL((double)a.ricker[k], (double)a.y[j]));
-            }
-            v = (float)acc;
+    const size_t half = a->ricker_len / 2;
+    float v;
+    if (i >= half && i + half < a->n_a) {
+        v = a->f[i];
+    } else {
+        double acc = 0.0;
+        for (size_t k = 0; k < a->ricker_len; k++) {
+            int64_t j = (int64_t)i + (int64_t)half - (int64_t)k;
+            if (j < 0)
+                j = 0;
+            if (j > (int64_t)a->n_a - 1)
+                j = (int64_t)a->n_a - 1;
+            acc = DADD(acc, DMUL((double)a->ricker[k], (double)a->y[j]));
         }
-        a.absf[i] = fabsf(v);
+        v = (float)acc;
     }
+    return fabsf(v);
 }
 
-/* Thread i: env[i] = (sum of quantised |f| over the window) * unit, as detect.c's envelope. */
-static __global__ void envelope_kernel(struct detect_args a)
+/* Thread i: absf[i] = abs_value(i). */
+static __global__ void abs_kernel(struct detect_args a)
 {
-    const float peak = *a.peak; /* the largest |response|, edges recomputed */
-    const bool flat = !(peak > 0.0f) || !isfinite(peak);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.n_a;
+         i += (size_t)gridDim.x * blockDim.x)
+        a.absf[i] = abs_value(&a, i);
+}
+
+/* The envelope's quantisation for the largest |response| peak: flat (all zero), or the scale
+ * to integers and the unit back. */
+struct envelope_scale {
+    bool flat;
+    float scale;
+    double unit;
+};
+
+static __device__ struct envelope_scale envelope_scale_of(const struct detect_args *a,
+                                                          float peak)
+{
+    struct envelope_scale e;
     int exponent = 0;
-    float scale = 1.0f;
-    double unit = 0.0;
-    if (!flat) {
+    e.flat = !(peak > 0.0f) || !isfinite(peak);
+    e.scale = 1.0f;
+    e.unit = 0.0;
+    if (!e.flat) {
         /* a whole window of the largest |f| stays below 2^30 */
-        const size_t width = 2 * a.half_env + 1;
+        const size_t width = 2 * a->half_env + 1;
         int width_bits = 0;
         while (((size_t)1 << width_bits) < width)
             width_bits++;
         frexpf(peak, &exponent);
-        scale = ldexpf(1.0f, 30 - exponent - width_bits);
-        unit = __ddiv_rn(1.0, DMUL((double)scale, (double)width));
+        e.scale = ldexpf(1.0f, 30 - exponent - width_bits);
+        e.unit = __ddiv_rn(1.0, DMUL((double)e.scale, (double)width));
     }
+    return e;
+}
+
+/* env[i] = (sum of quantised |f| over the window) * unit, as detect.c's envelope. */
+static __device__ float envelope_value(const struct detect_args *a,
+                                       const struct envelope_scale *e, size_t i)
+{
+    if (e->flat)
+        return 0.0f;
+    size_t lo = i > a->half_env ? i - a->half_env : 0;
+    size_t hi = i + a->half_env < a->n_a - 1 ? i + a->half_env : a->n_a - 1;
+    int32_t sum = 0;
+    for (size_t j = lo; j <= hi; j++)
+        sum += (int32_t)__fadd_rn(__fmul_rn(a->absf[j], e->scale), 0.5f);
+    return (float)DMUL((double)sum, e->unit);
+}
+
+/* Thread i: env[i] = envelope_value(i), for the largest |response| *peak. */
+static __global__ void envelope_kernel(struct detect_args a)
+{
+    const struct envelope_scale e = envelope_scale_of(&a, *a.peak);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.n_a;
-         i += (size_t)gridDim.x * blockDim.x) {
-        if (flat) {
-            a.env[i] = 0.0f;
-            continue;
+         i += (size_t)gridDim.x * blockDim.x)
+        a.env[i] = envelope_value(&a, &e, i);
+}
+
+/* Whether i is a candidate: env[i] > 0 and the leftmost maximum of its window. */
+static __device__ bool nms_flag(const struct detect_args *a, size_t i)
+{
+    const float v = a->env[i];
+    bool peak = v > 0.0f;
+    if (peak) {
+        size_t lo = i > a->half_nms ? i - a->half_nms : 0;
+        size_t hi = i + a->half_nms < a->n_a - 1 ? i + a->half_nms : a->n_a - 1;
+        /* nearest neighbours first: most samples are ruled out at once */
+        for (size_t d = 1; peak && (d <= i - lo || i + d <= hi); d++) {
+            if (d <= i - lo && a->env[i - d] >= v)
+                peak = false;
+            if (i + d <= hi && a->env[i + d] > v)
+                peak = false;
         }
-        size_t lo = i > a.half_env ? i - a.half_env : 0;
-        size_t hi = i + a.half_env < a.n_a - 1 ? i + a.half_env : a.n_a - 1;
-        int32_t sum = 0;
-        for (size_t j = lo; j <= hi; j++)
-            sum += (int32_t)__fadd_rn(__fmul_rn(a.absf[j], scale), 0.5f);
-        a.env[i] = (float)DMUL((double)sum, unit);
     }
+    return peak;
 }
 
 static __global__ void nms_kernel(struct detect_args a)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.n_a;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float v = a.env[i];
-        bool peak = v > 0.0f;
-        if (peak) {
-            size_t lo = i > a.half_nms ? i - a.half_nms : 0;
-            size_t hi = i + a.half_nms < a.n_a - 1 ? i + a.half_nms : a.n_a - 1;
-            /* nearest neighbours first: most samples are ruled out at once */
-            for (size_t d = 1; peak && (d <= i - lo || i + d <= hi); d++) {
-                if (d <= i - lo && a.env[i - d] >= v)
-                    peak = false;
-                if (i + d <= hi && a.env[i + d] > v)
-                    peak = false;
-            }
-        }
-        a.flag[i] = peak;
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        a.flag[i] = nms_flag(&a, i);
 }
 
 /* ---------------------------------------------------------------- 4: candidate features */
@@ -255,19 +289,46 @@ static __global__ void refine_kernel(struct detect_args a)
     }
 }
 
+/* Whether refined beat b could be dropped by the ordering test (refine_all's): it was dropped
+ * itself, or it is not at least 2 samples after the one before it in both grids. */
+static __device__ bool order_suspect(const struct detect_args *a, size_t b)
+{
+    bool bad = a->ref_in[b] < 0;
+    if (b > 0 && !bad)
+        bad = a->ref_in[b] < a->ref_in[b - 1] + 2 || a->ref_a[b] < a->ref_a[b - 1] + 2;
+    return bad;
+}
+
+/* The ordering test in sequence, writing the final peaks and their count (one thread). */
+static __device__ void order_sequential(const struct detect_args *a, size_t n_acc)
+{
+    size_t n = 0;
+    int64_t last_in = 0, last_a = 0;
+    for (size_t b = 0; b < n_acc; b++) {
+        const int64_t r_in = a->ref_in[b];
+        if (r_in < 0)
+            continue;
+        const int64_t r_a = a->ref_a[b];
+        if (n > 0 && (r_in < last_in + 2 || r_a < last_a + 2))
+            continue;
+        a->peaks_in[n] = r_in;
+        a->peaks_a[n] = r_a;
+        last_in = r_in;
+        last_a = r_a;
+        n++;
+    }
+    *a->n_beats = (int64_t)n;
+}
+
 /* Thread b: flags (in *a.order_bad) a refined beat that the ordering test could drop: none
- * is, in practice, since refinement windows stop at the midpoints between beats. */
+ * in the normal case, and then all are kept as they are. */
 static __global__ void order_check_kernel(struct detect_args a)
 {
     const size_t n_acc = (size_t)*a.n_acc;
     for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b < n_acc;
-         b += (size_t)gridDim.x * blockDim.x) {
-        bool bad = a.ref_in[b] < 0;
-        if (b > 0 && !bad)
-            bad = a.ref_in[b] < a.ref_in[b - 1] + 2 || a.ref_a[b] < a.ref_a[b - 1] + 2;
-        if (bad)
+         b += (size_t)gridDim.x * blockDim.x)
+        if (order_suspect(&a, b))
             atomicOr(a.order_bad, 1);
-    }
 }
 
 /* Thread b: when no beat is flagged, every refined beat is kept: copy them all. */
@@ -291,23 +352,7 @@ static __global__ void order_kernel(struct detect_args a)
 {
     if (blockIdx.x != 0 || threadIdx.x != 0 || !*a.order_bad)
         return;
-    const size_t n_acc = (size_t)*a.n_acc;
-    size_t n = 0;
-    int64_t last_in = 0, last_a = 0;
-    for (size_t b = 0; b < n_acc; b++) {
-        const int64_t r_in = a.ref_in[b];
-        if (r_in < 0)
-            continue;
-        const int64_t r_a = a.ref_a[b];
-        if (n > 0 && (r_in < last_in + 2 || r_a < last_a + 2))
-            continue;
-        a.peaks_in[n] = r_in;
-        a.peaks_a[n] = r_a;
-        last_in = r_in;
-        last_a = r_a;
-        n++;
-    }
-    *a.n_beats = (int64_t)n;
+    order_sequential(&a, (size_t)*a.n_acc);
 }
 
 /* Thread j: window j's envelope peak and mean (fuse_window_stats). */
@@ -327,6 +372,111 @@ static __global__ void crest_kernel(struct detect_args a, size_t n_win)
     for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n_win;
          j += (size_t)gridDim.x * blockDim.x)
         a.crest[j] = noise_crest(a.crest_peak, a.crest_mean, n_win, j);
+}
+
+/* ---------------------------------------------------------------- 1-3 in one block */
+
+/*
+ * Steps 1-3 for one lead of at most SMALL_MAX samples (a 10-s strip at 250 Hz is 2,500), in
+ * one block of SMALL_THREADS instead of about nine launches (abs, max, envelope, the crest
+ * windows' statistics and factors, NMS, the compaction's two): the same per-sample functions
+ * between block barriers, the maximum by a block reduction (exact: the same value as
+ * cub::DeviceReduce::Max), the compaction by a block scan over contiguous runs (the same
+ * indices in the same ascending order as cub::DeviceSelect::Flagged). Writes what the
+ * separate kernels write: absf, *peak, env, crest_peak/mean, crest, flag, cpos, *n_cand.
+ */
+#define SMALL_THREADS 1024
+#define SMALL_ITEMS 8
+#define SMALL_MAX ((size_t)SMALL_THREADS * SMALL_ITEMS)
+
+/* The larger of two values, as the device-wide maximum takes it ((x < y) ? y : x). */
+struct max_of {
+    __device__ float operator()(float x, float y) const { return x < y ? y : x; }
+};
+
+static __global__ void __launch_bounds__(SMALL_THREADS)
+    front_small_kernel(struct detect_args a, size_t n_win)
+{
+    typedef cub::BlockReduce<float, SMALL_THREADS> block_max;
+    typedef cub::BlockScan<int, SMALL_THREADS> block_scan;
+    __shared__ union {
+        typename block_max::TempStorage max;
+        typename block_scan::TempStorage scan;
+    } temp;
+    __shared__ float peak;
+    const size_t n = a.n_a;
+    float local = -INFINITY;
+    for (size_t i = threadIdx.x; i < n; i += SMALL_THREADS) {
+        const float v = abs_value(&a, i);
+        a.absf[i] = v;
+        local = max_of()(local, v);
+    }
+    const float top = block_max(temp.max).Reduce(local, max_of());
+    if (threadIdx.x == 0) {
+        peak = top;
+        *a.peak = top;
+    }
+    __syncthreads(); /* absf and peak; temp is reused below */
+    const struct envelope_scale e = envelope_scale_of(&a, peak);
+    for (size_t i = threadIdx.x; i < n; i += SMALL_THREADS)
+        a.env[i] = envelope_value(&a, &e, i);
+    __syncthreads();
+    for (size_t j = threadIdx.x; j < n_win; j += SMALL_THREADS) {
+        float p;
+        fuse_window_stats(a.env, a.n_a, a.crest_win, j, &p, &a.crest_mean[j]);
+        a.crest_peak[j] = p;
+    }
+    __syncthreads();
+    for (size_t j = threadIdx.x; j < n_win; j += SMALL_THREADS)
+        a.crest[j] = noise_crest(a.crest_peak, a.crest_mean, n_win, j);
+    __syncthreads();
+    for (size_t i = threadIdx.x; i < n; i += SMALL_THREADS)
+        a.flag[i] = nms_flag(&a, i);
+    __syncthreads();
+    /* thread t compacts samples [t * per, (t + 1) * per) */
+    const size_t per = (n + SMALL_THREADS - 1) / SMALL_THREADS;
+    const size_t first = (size_t)threadIdx.x * per;
+    const size_t last = first + per < n ? first + per : n;
+    int count = 0, offset = 0, total = 0;
+    for (size_t i = first; i < last; i++)
+        count += a.flag[i] != 0;
+    block_scan(temp.scan).ExclusiveSum(count, offset, total);
+    for (size_t i = first; i < last; i++)
+        if (a.flag[i])
+            a.cpos[offset++] = (int64_t)i;
+    if (threadIdx.x == 0)
+        *a.n_cand = total;
+}
+
+/* Step 7 in one block (with step 1-3's front_small_kernel): the check, then the copy or the
+ * sequential test, in place of the flag's memset and three launches. Same functions, same
+ * peaks. */
+static __global__ void __launch_bounds__(SMALL_THREADS) order_small_kernel(struct detect_args a)
+{
+    __shared__ int bad;
+    const size_t n_acc = (size_t)*a.n_acc;
+    if (threadIdx.x == 0)
+        bad = 0;
+    __syncthreads();
+    for (size_t b = threadIdx.x; b < n_acc; b += SMALL_THREADS)
+        if (order_suspect(&a, b))
+            atomicOr(&bad, 1);
+    __syncthreads();
+    if (bad) {
+        if (threadIdx.x == 0) {
+            *a.order_bad = 1;
+            order_sequential(&a, n_acc);
+        }
+        return;
+    }
+    for (size_t b = threadIdx.x; b < n_acc; b += SMALL_THREADS) {
+        a.peaks_in[b] = a.ref_in[b];
+        a.peaks_a[b] = a.ref_a[b];
+    }
+    if (threadIdx.x == 0) {
+        *a.order_bad = 0;
+        *a.n_beats = (int64_t)n_acc;
+    }
 }
 
 /* ---------------------------------------------------------------- entry point */
@@ -394,6 +544,7 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     thrust::counting_iterator<int64_t> counter(0);
     struct fuse_args fz;
     size_t n_leads = 1;
+    bool small = false;
 
     memset(&fz, 0, sizeof fz);
     *queued = false;
@@ -493,7 +644,9 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
         }
         fz.gain = (float *)(base + off); off += ALIGN256(n_leads * fz.n_win * sizeof(float));
     }
-    CUDA_TRY(cudaMemsetAsync(a.order_bad, 0, sizeof(int), ctx->stream));
+    small = n_leads == 1 && n_a <= SMALL_MAX; /* steps 1-3 and 7 in one block each */
+    if (!small)
+        CUDA_TRY(cudaMemsetAsync(a.order_bad, 0, sizeof(int), ctx->stream));
 
     ECG_TRY(ricker_on_device(ctx, plan, err));
     a.ricker = (const float *)ctx->ricker.ptr;
@@ -512,6 +665,12 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     ECG_TRY(dbuf_reserve(ctx, &ctx->cub_temp, temp_bytes, err));
 
     profile_mark(prof, ctx->stream, "start");
+    if (small) {
+        front_small_kernel<<<1, SMALL_THREADS, 0, ctx->stream>>>(a, fz.n_win);
+        CUDA_LAUNCH_CHECK();
+        profile_mark(prof, ctx->stream, "select");
+        goto candidates;
+    }
     /* each lead's envelope (the first lead's straight into env when it is the only one) */
     for (size_t l = 0; l < n_leads; l++) {
         struct detect_args al = a;
@@ -541,6 +700,7 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     CUDA_TRY(cub::DeviceSelect::Flagged(ctx->cub_temp.ptr, temp_bytes, counter, a.flag, a.cpos,
                                         a.n_cand, (int64_t)n_a, ctx->stream));
     profile_mark(prof, ctx->stream, "select");
+candidates:
     candidate_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a, max_cand);
     CUDA_LAUNCH_CHECK();
     if (n_leads > 1)
@@ -564,12 +724,17 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     refine_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
     profile_mark(prof, ctx->stream, "refine");
-    order_check_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
-    CUDA_LAUNCH_CHECK();
-    order_copy_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
-    CUDA_LAUNCH_CHECK();
-    order_kernel<<<1, 1, 0, ctx->stream>>>(a);
-    CUDA_LAUNCH_CHECK();
+    if (small) {
+        order_small_kernel<<<1, SMALL_THREADS, 0, ctx->stream>>>(a);
+        CUDA_LAUNCH_CHECK();
+    } else {
+        order_check_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
+        CUDA_LAUNCH_CHECK();
+        order_copy_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
+        CUDA_LAUNCH_CHECK();
+        order_kernel<<<1, 1, 0, ctx->stream>>>(a);
+        CUDA_LAUNCH_CHECK();
+    }
     profile_mark(prof, ctx->stream, "order");
     CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, a.n_cand, 3 * sizeof(int64_t), cudaMemcpyDeviceToHost,
                              ctx->stream));
