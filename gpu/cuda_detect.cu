@@ -20,10 +20,11 @@
  *      in both grids): checked in parallel; when no beat could be dropped (the normal case)
  *      all are copied in parallel, otherwise one thread applies it in sequence.
  * One lead of at most SMALL_MAX samples (short strips: a 10-s strip at 250 Hz is 2,500) takes
- * steps 1-3 in one block (front_small_kernel) and step 7 in another (order_small_kernel), with
- * the same per-sample functions: a short strip's front is launched as a CUDA graph per analysis
- * (cuda_batch.cu), whose launch costs the host about 0.2-0.35 us per node (bench/RESULTS.md):
- * with these two a 10-s strip's front graph holds 21 nodes instead of 31.
+ * steps 1-3 in one block (front_small_kernel), the rhythm check in another
+ * (cuda_insert.cu's insert_small_kernel) and steps 6-7 in a third (settle_small_kernel), with
+ * the same per-sample functions and block-wide compactions that give what the device-wide ones
+ * give: a short strip's front is launched as a CUDA graph per analysis (cuda_batch.cu), whose
+ * launch costs the host about 0.2-0.35 us per node (bench/RESULTS.md).
  * cuda_detect() lays out the arguments (cuda_detect_common.cuh) and the scratch they point
  * into for all the steps, cuda_decide()'s included.
  *
@@ -214,79 +215,85 @@ static __device__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
 
 /* Thread b: accepted candidate b refined to the input grid (detect.c's refine_all body and
  * refine_peak); ref_in[b] = -1 when the CPU would skip it before the ordering test. */
+/* Accepted candidate b of n_acc refined to the input grid: ref_in[b] and ref_a[b], or
+ * ref_in[b] = -1 when it is dropped (detect.c's refine_all, one beat). */
+static __device__ void refine_beat(const struct detect_args *a, size_t b, size_t n_acc)
+{
+    const int64_t n_in = (int64_t)a->n_in, n_a = (int64_t)a->n_a;
+    const int64_t c = a->beats_c[b];
+    const int64_t ci = clamp64(to_input(c, a->up, a->down), 0, n_in - 1);
+    int64_t lo = ci - a->reach_in, hi = ci + a->reach_in;
+    if (b > 0) {
+        int64_t mid = (to_input(a->beats_c[b - 1], a->up, a->down) + ci) / 2 + 1;
+        if (lo < mid)
+            lo = mid;
+    }
+    if (b + 1 < n_acc) {
+        int64_t mid = (ci + to_input(a->beats_c[b + 1], a->up, a->down)) / 2;
+        if (hi > mid)
+            hi = mid;
+    }
+    lo = clamp64(lo, 0, n_in - 1);
+    hi = clamp64(hi, 0, n_in - 1);
+    a->ref_in[b] = -1;
+    if (lo > hi)
+        return;
+    /* polarity of the larger lobe of f */
+    float f_max = 0.0f, f_min = 0.0f;
+    for (int64_t i = clamp64(c - a->lobe_reach, 0, n_a - 1);
+         i <= clamp64(c + a->lobe_reach, 0, n_a - 1); i++) {
+        if (a->f[i] > f_max)
+            f_max = a->f[i];
+        if (a->f[i] < f_min)
+            f_min = a->f[i];
+    }
+    int sign = f_max >= -f_min ? 1 : -1;
+    /* baseline: median of every stride-th sample around ci */
+    int64_t b_lo = clamp64(ci - a->base_reach, 0, n_in - 1);
+    int64_t b_hi = clamp64(ci + a->base_reach, 0, n_in - 1);
+    const int64_t stride = (b_hi - b_lo) / DETECT_BASELINE_POINTS + 1;
+    float pts[DETECT_BASELINE_POINTS + 2];
+    size_t nb = 0;
+    for (int64_t i = b_lo; i <= b_hi; i += stride)
+        pts[nb++] = a->x[i];
+    const float base = median_small(pts, nb);
+    float up = 0.0f, down = 0.0f;
+    for (int64_t i = lo; i <= hi; i++) {
+        float dev = __fsub_rn(a->x[i], base);
+        if (dev > up)
+            up = dev;
+        if (-dev > down)
+            down = -dev;
+    }
+    if (sign > 0 && (double)down > DMUL(DETECT_POLARITY_SWITCH, (double)up))
+        sign = -1;
+    else if (sign < 0 && (double)up > DMUL(DETECT_POLARITY_SWITCH, (double)down))
+        sign = 1;
+    int64_t best = lo;
+    float best_dev = -INFINITY;
+    for (int64_t i = lo; i <= hi; i++) {
+        float dev = __fmul_rn((float)sign, __fsub_rn(a->x[i], base));
+        if (dev > best_dev) {
+            best_dev = dev;
+            best = i;
+        }
+    }
+    /* to_analysis(): round(i * up / down), halves up */
+    int64_t r_a = (2 * best * (int64_t)a->up + (int64_t)a->down) / (2 * (int64_t)a->down);
+    if (r_a > n_a - 1)
+        r_a = n_a - 1;
+    if (best < 1 || r_a < 1)
+        return;
+    a->ref_in[b] = best;
+    a->ref_a[b] = r_a;
+}
+
 static __global__ void refine_kernel(struct detect_args a)
 {
     const size_t n_acc = (size_t)*a.n_acc;
-    const int64_t n_in = (int64_t)a.n_in, n_a = (int64_t)a.n_a;
     for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b < n_acc;
-         b += (size_t)gridDim.x * blockDim.x) {
-        const int64_t c = a.beats_c[b];
-        const int64_t ci = clamp64(to_input(c, a.up, a.down), 0, n_in - 1);
-        int64_t lo = ci - a.reach_in, hi = ci + a.reach_in;
-        if (b > 0) {
-            int64_t mid = (to_input(a.beats_c[b - 1], a.up, a.down) + ci) / 2 + 1;
-            if (lo < mid)
-                lo = mid;
-        }
-        if (b + 1 < n_acc) {
-            int64_t mid = (ci + to_input(a.beats_c[b + 1], a.up, a.down)) / 2;
-            if (hi > mid)
-                hi = mid;
-        }
-        lo = clamp64(lo, 0, n_in - 1);
-        hi = clamp64(hi, 0, n_in - 1);
-        a.ref_in[b] = -1;
-        if (lo > hi)
-            continue;
-        /* polarity of the larger lobe of f */
-        float f_max = 0.0f, f_min = 0.0f;
-        for (int64_t i = clamp64(c - a.lobe_reach, 0, n_a - 1);
-             i <= clamp64(c + a.lobe_reach, 0, n_a - 1); i++) {
-            if (a.f[i] > f_max)
-                f_max = a.f[i];
-            if (a.f[i] < f_min)
-                f_min = a.f[i];
-        }
-        int sign = f_max >= -f_min ? 1 : -1;
-        /* baseline: median of every stride-th sample around ci */
-        int64_t b_lo = clamp64(ci - a.base_reach, 0, n_in - 1);
-        int64_t b_hi = clamp64(ci + a.base_reach, 0, n_in - 1);
-        const int64_t stride = (b_hi - b_lo) / DETECT_BASELINE_POINTS + 1;
-        float pts[DETECT_BASELINE_POINTS + 2];
-        size_t nb = 0;
-        for (int64_t i = b_lo; i <= b_hi; i += stride)
-            pts[nb++] = a.x[i];
-        const float base = median_small(pts, nb);
-        float up = 0.0f, down = 0.0f;
-        for (int64_t i = lo; i <= hi; i++) {
-            float dev = __fsub_rn(a.x[i], base);
-            if (dev > up)
-                up = dev;
-            if (-dev > down)
-                down = -dev;
-        }
-        if (sign > 0 && (double)down > DMUL(DETECT_POLARITY_SWITCH, (double)up))
-            sign = -1;
-        else if (sign < 0 && (double)up > DMUL(DETECT_POLARITY_SWITCH, (double)down))
-            sign = 1;
-        int64_t best = lo;
-        float best_dev = -INFINITY;
-        for (int64_t i = lo; i <= hi; i++) {
-            float dev = __fmul_rn((float)sign, __fsub_rn(a.x[i], base));
-            if (dev > best_dev) {
-                best_dev = dev;
-                best = i;
-            }
-        }
-        /* to_analysis(): round(i * up / down), halves up */
-        int64_t r_a = (2 * best * (int64_t)a.up + (int64_t)a.down) / (2 * (int64_t)a.down);
-        if (r_a > n_a - 1)
-            r_a = n_a - 1;
-        if (best < 1 || r_a < 1)
-            continue;
-        a.ref_in[b] = best;
-        a.ref_a[b] = r_a;
-    }
+         b += (size_t)gridDim.x * blockDim.x)
+        refine_beat(&a, b, n_acc);
 }
 
 /* Whether refined beat b could be dropped by the ordering test (refine_all's): it was dropped
@@ -385,9 +392,15 @@ static __global__ void crest_kernel(struct detect_args a, size_t n_win)
  * indices in the same ascending order as cub::DeviceSelect::Flagged). Writes what the
  * separate kernels write: absf, *peak, env, crest_peak/mean, crest, flag, cpos, *n_cand.
  */
-#define SMALL_THREADS 1024
+#define SMALL_THREADS DETECT_SMALL_THREADS
 #define SMALL_ITEMS 8
 #define SMALL_MAX ((size_t)SMALL_THREADS * SMALL_ITEMS)
+
+/* The candidate's position, as the accepted ones are compacted (values cpos). */
+struct cpos_of {
+    const int64_t *cpos;
+    __device__ int64_t operator()(size_t i) const { return cpos[i]; }
+};
 
 /* The larger of two values, as the device-wide maximum takes it ((x < y) ? y : x). */
 struct max_of {
@@ -398,10 +411,9 @@ static __global__ void __launch_bounds__(SMALL_THREADS)
     front_small_kernel(struct detect_args a, size_t n_win)
 {
     typedef cub::BlockReduce<float, SMALL_THREADS> block_max;
-    typedef cub::BlockScan<int, SMALL_THREADS> block_scan;
     __shared__ union {
         typename block_max::TempStorage max;
-        typename block_scan::TempStorage scan;
+        detect_small_scan::TempStorage scan;
     } temp;
     __shared__ float peak;
     const size_t n = a.n_a;
@@ -433,30 +445,27 @@ static __global__ void __launch_bounds__(SMALL_THREADS)
     for (size_t i = threadIdx.x; i < n; i += SMALL_THREADS)
         a.flag[i] = nms_flag(&a, i);
     __syncthreads();
-    /* thread t compacts samples [t * per, (t + 1) * per) */
-    const size_t per = (n + SMALL_THREADS - 1) / SMALL_THREADS;
-    const size_t first = (size_t)threadIdx.x * per;
-    const size_t last = first + per < n ? first + per : n;
-    int count = 0, offset = 0, total = 0;
-    for (size_t i = first; i < last; i++)
-        count += a.flag[i] != 0;
-    block_scan(temp.scan).ExclusiveSum(count, offset, total);
-    for (size_t i = first; i < last; i++)
-        if (a.flag[i])
-            a.cpos[offset++] = (int64_t)i;
-    if (threadIdx.x == 0)
-        *a.n_cand = total;
+    block_compact(a.flag, n, index_of(), a.cpos, a.n_cand, temp.scan);
 }
 
-/* Step 7 in one block (with step 1-3's front_small_kernel): the check, then the copy or the
- * sequential test, in place of the flag's memset and three launches. Same functions, same
- * peaks. */
-static __global__ void __launch_bounds__(SMALL_THREADS) order_small_kernel(struct detect_args a)
+/* Steps 6 and 7 in one block (a short lead, with front_small_kernel): the accepted
+ * candidates compacted (block_compact: the same positions in the same order), each refined,
+ * then the ordering check and the copy or the sequential test, in place of the order flag's
+ * memset and six launches. Same functions, same peaks. */
+static __global__ void __launch_bounds__(SMALL_THREADS)
+    settle_small_kernel(struct detect_args a, size_t max_cand)
 {
+    __shared__ detect_small_scan::TempStorage temp;
     __shared__ int bad;
-    const size_t n_acc = (size_t)*a.n_acc;
+    cpos_of positions;
+    positions.cpos = a.cpos;
+    block_compact(a.flag, max_cand, positions, a.beats_c, a.n_acc, temp);
     if (threadIdx.x == 0)
         bad = 0;
+    __syncthreads();
+    const size_t n_acc = (size_t)*a.n_acc;
+    for (size_t b = threadIdx.x; b < n_acc; b += SMALL_THREADS)
+        refine_beat(&a, b, n_acc);
     __syncthreads();
     for (size_t b = threadIdx.x; b < n_acc; b += SMALL_THREADS)
         if (order_suspect(&a, b))
@@ -707,12 +716,8 @@ candidates:
         ECG_TRY(cuda_fuse_slopes(ctx, &fz, &a, max_cand, err));
     profile_mark(prof, ctx->stream, "candidates");
     ECG_TRY(cuda_decide(ctx, &a, n_blocks, prof, err)); /* flags the beats among them */
-    ECG_TRY(cuda_reject_insertions(ctx, &a, max_cand, err));
+    ECG_TRY(cuda_reject_insertions(ctx, &a, max_cand, small, err));
     profile_mark(prof, ctx->stream, "insertions");
-    /* accepted candidates' positions, ascending (flags past n_cand are clear) */
-    CUDA_TRY(cub::DeviceSelect::Flagged(ctx->cub_temp.ptr, temp_bytes, (const int64_t *)a.cpos,
-                                        a.flag, a.beats_c, a.n_acc, (int64_t)max_cand,
-                                        ctx->stream));
     /* the final peaks go to the table and peaks_a, both sized for every candidate */
     k_max = max_cand;
     table_layout(k_max, ctx->latent_dim, &t);
@@ -720,14 +725,19 @@ candidates:
     ECG_TRY(dbuf_reserve(ctx, &ctx->peaks_a, k_max * sizeof(int64_t), err));
     a.peaks_in = (int64_t *)ctx->table.ptr; /* moved to the r_peak column below */
     a.peaks_a = (int64_t *)ctx->peaks_a.ptr;
-    profile_mark(prof, ctx->stream, "select2");
-    refine_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
-    CUDA_LAUNCH_CHECK();
-    profile_mark(prof, ctx->stream, "refine");
     if (small) {
-        order_small_kernel<<<1, SMALL_THREADS, 0, ctx->stream>>>(a);
+        /* steps 6 and 7 in one block (settle_small_kernel) */
+        settle_small_kernel<<<1, SMALL_THREADS, 0, ctx->stream>>>(a, max_cand);
         CUDA_LAUNCH_CHECK();
     } else {
+        /* accepted candidates' positions, ascending (flags past n_cand are clear) */
+        CUDA_TRY(cub::DeviceSelect::Flagged(ctx->cub_temp.ptr, temp_bytes,
+                                            (const int64_t *)a.cpos, a.flag, a.beats_c,
+                                            a.n_acc, (int64_t)max_cand, ctx->stream));
+        profile_mark(prof, ctx->stream, "select2");
+        refine_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
+        CUDA_LAUNCH_CHECK();
+        profile_mark(prof, ctx->stream, "refine");
         order_check_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
         CUDA_LAUNCH_CHECK();
         order_copy_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);

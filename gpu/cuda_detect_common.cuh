@@ -14,6 +14,8 @@
 
 #include <stdint.h>
 
+#include <cub/cub.cuh>
+
 #include "cuda_internal.h"
 
 /* Double operations rounded to nearest, never contracted into an FMA: the CPU's arithmetic. */
@@ -88,9 +90,44 @@ enum ecg_status cuda_fuse_slopes(struct cuda_ctx *ctx, const struct fuse_args *f
                                  const struct detect_args *a, size_t max_cand,
                                  struct ecg_error *err);
 /* The rhythm check (cuda_insert.cu): clears the flags (a->flag, max_cand candidates) of the
- * beats the decision flagged that are insertions; uses a->ins_* as scratch. Queued. */
+ * beats the decision flagged that are insertions; uses a->ins_* as scratch. Queued; small: in
+ * one block (a short lead, DETECT_SMALL_THREADS). */
 enum ecg_status cuda_reject_insertions(struct cuda_ctx *ctx, const struct detect_args *a,
-                                       size_t max_cand, struct ecg_error *err);
+                                       size_t max_cand, bool small, struct ecg_error *err);
+
+/*
+ * Short leads (cuda_detect.cu's SMALL_MAX analysis samples) run several of the detector's steps
+ * in one block of DETECT_SMALL_THREADS each (front_small_kernel, insert_small_kernel,
+ * settle_small_kernel), in place of a launch per step.
+ */
+#define DETECT_SMALL_THREADS 1024
+
+/* The index itself, as the counting iterator gives it to cub::DeviceSelect::Flagged. */
+struct index_of {
+    __device__ int64_t operator()(size_t i) const { return (int64_t)i; }
+};
+
+/* One block's ordered compaction, what cub::DeviceSelect::Flagged writes: out[] = value(i) for
+ * every i < n with flag[i], ascending, and *count their number (every thread of the block
+ * calls it; thread t takes a contiguous run of the indices, a block scan gives its offset). */
+typedef cub::BlockScan<int, DETECT_SMALL_THREADS> detect_small_scan;
+template <typename Value>
+static __device__ void block_compact(const uint8_t *flag, size_t n, Value value, int64_t *out,
+                                     int64_t *count, detect_small_scan::TempStorage &temp)
+{
+    const size_t per = (n + DETECT_SMALL_THREADS - 1) / DETECT_SMALL_THREADS;
+    const size_t first = (size_t)threadIdx.x * per;
+    const size_t last = first + per < n ? first + per : n;
+    int here = 0, offset = 0, total = 0;
+    for (size_t i = first; i < last; i++)
+        here += flag[i] != 0;
+    detect_small_scan(temp).ExclusiveSum(here, offset, total);
+    for (size_t i = first; i < last; i++)
+        if (flag[i])
+            out[offset++] = value(i);
+    if (threadIdx.x == 0)
+        *count = total;
+}
 
 /* cpu_median_inplace() of n <= 64 values: sorted in place, middle or mean of the two middle. */
 static __device__ inline float median_small(float *v, size_t n)

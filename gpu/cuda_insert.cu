@@ -6,6 +6,7 @@
  *   2. their positions and heights                             one thread per beat
  *   3. each beat's verdict, from the decision's beats alone    one thread per beat
  *   4. the flags of the insertions cleared                     one thread per beat
+ * A short lead takes the four steps in one block (insert_small_kernel).
  */
 #include <cub/cub.cuh>
 #include <thrust/iterator/counting_iterator.h>
@@ -13,15 +14,19 @@
 #include "cpu/insert_core.h"
 #include "cuda_detect_common.cuh"
 
+static __device__ void gather_beat(const struct detect_args *a, size_t b)
+{
+    const size_t k = (size_t)a->ins_k[b];
+    a->ins_pos[b] = a->cpos[k];
+    a->ins_h[b] = a->height[k];
+}
+
 static __global__ void gather_kernel(struct detect_args a, size_t max_cand)
 {
     const size_t n = (size_t)*a.n_ins;
     for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b < max_cand && b < n;
-         b += (size_t)gridDim.x * blockDim.x) {
-        const size_t k = (size_t)a.ins_k[b];
-        a.ins_pos[b] = a.cpos[k];
-        a.ins_h[b] = a.height[k];
-    }
+         b += (size_t)gridDim.x * blockDim.x)
+        gather_beat(&a, b);
 }
 
 static __global__ void verdict_kernel(struct detect_args a, size_t max_cand)
@@ -41,13 +46,38 @@ static __global__ void clear_kernel(struct detect_args a, size_t max_cand)
             a.flag[a.ins_k[b]] = 0;
 }
 
+/* Steps 1-4 in one block (a short lead): the same functions between block barriers, the
+ * compaction by block_compact (the same indices in the same order). */
+static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
+    insert_small_kernel(struct detect_args a, size_t max_cand)
+{
+    __shared__ detect_small_scan::TempStorage temp;
+    block_compact(a.flag, max_cand, index_of(), a.ins_k, a.n_ins, temp);
+    __syncthreads();
+    const size_t n = (size_t)*a.n_ins;
+    for (size_t b = threadIdx.x; b < max_cand && b < n; b += DETECT_SMALL_THREADS)
+        gather_beat(&a, b);
+    __syncthreads();
+    for (size_t b = threadIdx.x; b < max_cand && b < n; b += DETECT_SMALL_THREADS)
+        a.ins_mark[b] = insert_is_artefact(a.ins_pos, a.ins_h, n, b);
+    __syncthreads();
+    for (size_t b = threadIdx.x; b < max_cand && b < n; b += DETECT_SMALL_THREADS)
+        if (a.ins_mark[b])
+            a.flag[a.ins_k[b]] = 0;
+}
+
 /* Contract in cuda_detect_common.cuh. */
 enum ecg_status cuda_reject_insertions(struct cuda_ctx *ctx, const struct detect_args *a,
-                                       size_t max_cand, struct ecg_error *err)
+                                       size_t max_cand, bool small, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     thrust::counting_iterator<int64_t> counter(0);
     size_t temp_bytes = 0;
+    if (small) {
+        insert_small_kernel<<<1, DETECT_SMALL_THREADS, 0, ctx->stream>>>(*a, max_cand);
+        CUDA_LAUNCH_CHECK();
+        goto out;
+    }
     CUDA_TRY(cub::DeviceSelect::Flagged(NULL, temp_bytes, counter, a->flag, a->ins_k, a->n_ins,
                                         (int64_t)max_cand, ctx->stream));
     ECG_TRY(dbuf_reserve(ctx, &ctx->cub_temp, temp_bytes, err));
