@@ -21,6 +21,8 @@
  *   recently used evicted); their work areas come from the ctx's pool buffer, so a failure to
  *   get memory is ECG_ERR_DEVICE_OOM for this request. Agrees with the CPU within float FFT
  *   rounding (tests: relative to max |f|).
+ * A short lead on the direct path (at most FILTER_SMALL_MAX samples) takes the filter and the
+ * band step in one block (filter_small_kernel): the same values, one launch instead of six.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +43,23 @@ struct direct_taps {
 
 /* ---------------------------------------------------------------- direct path */
 
+/* f[i] from the reversed kernel g (taps of them), as filter.c's tile code would: the taps in
+ * its order with its rounding; in[k] = y[i - half + k], 0 outside [0, n). */
+template <typename Input>
+static __device__ float direct_value(Input in, size_t n, size_t taps, size_t i, bool fma_path,
+                                     const struct direct_taps *g)
+{
+    size_t i0 = i / FILTER_TILE * FILTER_TILE;
+    size_t count = n - i0 < FILTER_TILE ? n - i0 : FILTER_TILE;
+    bool vector_part = fma_path && (i - i0) < count / 8 * 8;
+    float acc = 0.0f;
+    for (size_t k = 0; k < taps; k++) {
+        const float v = in(k);
+        acc = vector_part ? __fmaf_rn(g->g[k], v, acc) : __fadd_rn(acc, __fmul_rn(g->g[k], v));
+    }
+    return acc;
+}
+
 /* Thread i computes f[i] from the reversed kernel, as filter.c's tile code would. The block's
  * inputs (its outputs' span plus the kernel's reach) are staged in shared memory first, so each
  * input is read from global memory once per block instead of once per tap. */
@@ -57,16 +76,8 @@ static __global__ void filter_direct_kernel(const float *y, size_t n, size_t tap
         __syncthreads();
         const size_t i = base + threadIdx.x;
         if (i < n) {
-            size_t i0 = i / FILTER_TILE * FILTER_TILE;
-            size_t count = n - i0 < FILTER_TILE ? n - i0 : FILTER_TILE;
-            bool vector_part = fma_path && (i - i0) < count / 8 * 8;
-            float acc = 0.0f;
-            for (size_t k = 0; k < taps; k++) {
-                const float v = stage[threadIdx.x + k]; /* y[i - half + k] */
-                acc = vector_part ? __fmaf_rn(g.g[k], v, acc)
-                                  : __fadd_rn(acc, __fmul_rn(g.g[k], v));
-            }
-            f[i] = acc;
+            const float *row = stage + threadIdx.x; /* row[k] = y[i - half + k] */
+            f[i] = direct_value([row](size_t k) { return row[k]; }, n, taps, i, fma_path, &g);
         }
         __syncthreads();
     }
@@ -303,17 +314,25 @@ static __global__ void band_mix_kernel(float *f, const float *f_hi, size_t n, co
         f[i] = noise_band_mix(keep, take, n_win, win, i, f[i], f_hi[i]);
 }
 
-/* The band step on one lead: y its resampled signal, f its filter response (in place). */
-static enum ecg_status noise_band(struct cuda_ctx *ctx, const struct ecg_plan *plan,
-                                  const float *d_y, float *d_f, struct ecg_error *err)
+/* The band step's windows and its scratch (the ctx's stage scratch): the higher and lower
+ * responses, then per window the indices, peaks and gains. */
+struct band_layout {
+    size_t n, win, n_win;
+    float *f_hi, *f_lo;
+    double *lo, *hi, *peak, *peak_hi;
+    float *keep, *take;
+};
+
+static enum ecg_status band_reserve(struct cuda_ctx *ctx, const struct ecg_plan *plan,
+                                    struct band_layout *b, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    const size_t n = ctx->n_a;
-    const size_t win = detect_samples_of(NOISE_WINDOW_S, plan->fs_a_hz);
-    const size_t n_win = n / win + (n % win ? 1 : 0);
-    const size_t f_bytes = (n * sizeof(float) + 255) & ~(size_t)255;
-    const size_t w_bytes = (n_win * sizeof(double) + 255) & ~(size_t)255;
-    const bool fma_path = cuda_host_has_avx2_fma();
+    memset(b, 0, sizeof *b);
+    b->n = ctx->n_a;
+    b->win = detect_samples_of(NOISE_WINDOW_S, plan->fs_a_hz);
+    b->n_win = b->n / b->win + (b->n % b->win ? 1 : 0);
+    const size_t f_bytes = (b->n * sizeof(float) + 255) & ~(size_t)255;
+    const size_t w_bytes = (b->n_win * sizeof(double) + 255) & ~(size_t)255;
     if (plan->ricker_hi_len > FILTER_DIRECT_MAX_TAPS ||
         plan->ricker_lo_len > FILTER_DIRECT_MAX_TAPS) {
         status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
@@ -324,28 +343,116 @@ static enum ecg_status noise_band(struct cuda_ctx *ctx, const struct ecg_plan *p
     ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, 2 * f_bytes + 6 * w_bytes, err));
     {
         char *base = (char *)ctx->scratch.ptr;
-        float *f_hi = (float *)base, *f_lo = (float *)(base + f_bytes);
-        double *lo = (double *)(base + 2 * f_bytes);
-        double *hi = (double *)(base + 2 * f_bytes + w_bytes);
-        double *peak = (double *)(base + 2 * f_bytes + 2 * w_bytes);
-        double *peak_hi = (double *)(base + 2 * f_bytes + 3 * w_bytes);
-        float *keep = (float *)(base + 2 * f_bytes + 4 * w_bytes);
-        float *take = (float *)(base + 2 * f_bytes + 5 * w_bytes);
-        ECG_TRY(launch_filter_direct(ctx->stream, d_y, n, plan->ricker_hi, plan->ricker_hi_len,
-                                     f_hi, fma_path, err));
-        ECG_TRY(launch_filter_direct(ctx->stream, d_y, n, plan->ricker_lo, plan->ricker_lo_len,
-                                     f_lo, fma_path, err));
-        const size_t blocks = (n_win + 32 * BAND_WARPS - 1) / (32 * BAND_WARPS);
-        band_window_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 32 * BAND_WARPS, 0,
-                             ctx->stream>>>(d_f, f_hi, f_lo, n, win, n_win, lo, hi, peak, peak_hi);
-        CUDA_LAUNCH_CHECK();
-        band_gain_kernel<<<grid_for(n_win), CUDA_THREADS, 0, ctx->stream>>>(
-            lo, hi, peak, peak_hi, n_win, keep, take);
-        CUDA_LAUNCH_CHECK();
-        band_mix_kernel<<<grid_for(n), CUDA_THREADS, 0, ctx->stream>>>(d_f, f_hi, n, keep, take,
-                                                                       n_win, win);
-        CUDA_LAUNCH_CHECK();
+        b->f_hi = (float *)base;
+        b->f_lo = (float *)(base + f_bytes);
+        b->lo = (double *)(base + 2 * f_bytes);
+        b->hi = (double *)(base + 2 * f_bytes + w_bytes);
+        b->peak = (double *)(base + 2 * f_bytes + 2 * w_bytes);
+        b->peak_hi = (double *)(base + 2 * f_bytes + 3 * w_bytes);
+        b->keep = (float *)(base + 2 * f_bytes + 4 * w_bytes);
+        b->take = (float *)(base + 2 * f_bytes + 5 * w_bytes);
     }
+out:
+    return status;
+}
+
+/* The band step on one lead: y its resampled signal, f its filter response (in place). */
+static enum ecg_status noise_band(struct cuda_ctx *ctx, const struct ecg_plan *plan,
+                                  const float *d_y, float *d_f, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    const bool fma_path = cuda_host_has_avx2_fma();
+    struct band_layout b;
+    ECG_TRY(band_reserve(ctx, plan, &b, err));
+    ECG_TRY(launch_filter_direct(ctx->stream, d_y, b.n, plan->ricker_hi, plan->ricker_hi_len,
+                                 b.f_hi, fma_path, err));
+    ECG_TRY(launch_filter_direct(ctx->stream, d_y, b.n, plan->ricker_lo, plan->ricker_lo_len,
+                                 b.f_lo, fma_path, err));
+    {
+        const size_t blocks = (b.n_win + 32 * BAND_WARPS - 1) / (32 * BAND_WARPS);
+        band_window_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 32 * BAND_WARPS, 0,
+                             ctx->stream>>>(d_f, b.f_hi, b.f_lo, b.n, b.win, b.n_win, b.lo,
+                                            b.hi, b.peak, b.peak_hi);
+    }
+    CUDA_LAUNCH_CHECK();
+    band_gain_kernel<<<grid_for(b.n_win), CUDA_THREADS, 0, ctx->stream>>>(
+        b.lo, b.hi, b.peak, b.peak_hi, b.n_win, b.keep, b.take);
+    CUDA_LAUNCH_CHECK();
+    band_mix_kernel<<<grid_for(b.n), CUDA_THREADS, 0, ctx->stream>>>(d_f, b.f_hi, b.n, b.keep,
+                                                                     b.take, b.n_win, b.win);
+    CUDA_LAUNCH_CHECK();
+out:
+    return status;
+}
+
+/*
+ * A short lead (at most FILTER_SMALL_MAX samples, the direct path): the filter and the band
+ * step in one block instead of six launches: the three direct responses with direct_value
+ * (reading y itself where the tiled kernel reads its staged copy of the same values), then
+ * noise_band_window, noise_band_gains and noise_band_mix between block barriers. The same
+ * values as the six kernels, which are the CPU's: a short strip's front is one CUDA graph per
+ * analysis, and each node costs its launch (bench/RESULTS.md).
+ */
+#define FILTER_SMALL_THREADS 1024
+#define FILTER_SMALL_MAX ((size_t)8192)
+
+static __device__ float direct_at(const float *y, size_t n, size_t taps, size_t i,
+                                  bool fma_path, const struct direct_taps *g)
+{
+    const size_t half = (taps - 1) / 2;
+    return direct_value(
+        [y, n, half, i](size_t k) {
+            const size_t t = i + k; /* y[t - half], 0 outside [0, n) */
+            return t >= half && t - half < n ? y[t - half] : 0.0f;
+        },
+        n, taps, i, fma_path, g);
+}
+
+static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
+    filter_small_kernel(const float *y, float *f, struct band_layout b, size_t taps,
+                        size_t taps_hi, size_t taps_lo, bool fma_path,
+                        const struct direct_taps g, const struct direct_taps g_hi,
+                        const struct direct_taps g_lo)
+{
+    for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS) {
+        f[i] = direct_at(y, b.n, taps, i, fma_path, &g);
+        b.f_hi[i] = direct_at(y, b.n, taps_hi, i, fma_path, &g_hi);
+        b.f_lo[i] = direct_at(y, b.n, taps_lo, i, fma_path, &g_lo);
+    }
+    __syncthreads();
+    for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
+        noise_band_window(f, b.f_hi, b.f_lo, b.n, b.win, j, &b.lo[j], &b.hi[j], &b.peak[j],
+                          &b.peak_hi[j]);
+    __syncthreads();
+    for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
+        noise_band_gains(b.lo, b.hi, b.peak, b.peak_hi, b.n_win, j, &b.keep[j], &b.take[j]);
+    __syncthreads();
+    for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS)
+        f[i] = noise_band_mix(b.keep, b.take, b.n_win, b.win, i, f[i], b.f_hi[i]);
+}
+
+/* The reversed kernel of taps (filter.c's order). */
+static void reverse_taps(const float *ricker, size_t taps, struct direct_taps *g)
+{
+    memset(g, 0, sizeof *g);
+    for (size_t k = 0; k < taps; k++)
+        g->g[k] = ricker[taps - 1 - k];
+}
+
+static enum ecg_status filter_small(struct cuda_ctx *ctx, const struct ecg_plan *plan,
+                                    struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct band_layout b;
+    struct direct_taps g, g_hi, g_lo;
+    ECG_TRY(band_reserve(ctx, plan, &b, err));
+    reverse_taps(plan->ricker, plan->ricker_len, &g);
+    reverse_taps(plan->ricker_hi, plan->ricker_hi_len, &g_hi);
+    reverse_taps(plan->ricker_lo, plan->ricker_lo_len, &g_lo);
+    filter_small_kernel<<<1, FILTER_SMALL_THREADS, 0, ctx->stream>>>(
+        (const float *)ctx->resampled.ptr, (float *)ctx->filtered.ptr, b, plan->ricker_len,
+        plan->ricker_hi_len, plan->ricker_lo_len, cuda_host_has_avx2_fma(), g, g_hi, g_lo);
+    CUDA_LAUNCH_CHECK();
 out:
     return status;
 }
@@ -383,6 +490,10 @@ extern "C" enum ecg_status cuda_filter(void *ctx_ptr, const struct ecg_plan *pla
         method = taps <= FILTER_DIRECT_MAX_TAPS ? 1 : 2;
     if (taps > FILTER_DIRECT_MAX_TAPS + 1)
         method = 2;
+    if (method == 1 && ctx->n_extra == 0 && ctx->n_a <= FILTER_SMALL_MAX) {
+        ECG_TRY(filter_small(ctx, plan, err));
+        goto done;
+    }
     /* the first lead, then the further ones */
     for (size_t l = 0; l <= ctx->n_extra; l++) {
         const float *d_in = l == 0 ? (const float *)ctx->resampled.ptr
@@ -397,6 +508,7 @@ extern "C" enum ecg_status cuda_filter(void *ctx_ptr, const struct ecg_plan *pla
         }
         ECG_TRY(noise_band(ctx, plan, d_in, d_out, err));
     }
+done:
     ECG_TRY(ctx_stage_done(ctx, "filter", err));
 out:
     return status;
