@@ -83,15 +83,21 @@ static __global__ void filter_direct_kernel(const float *y, size_t n, size_t tap
     }
 }
 
+/* The reversed kernel of taps (filter.c's order). */
+static void reverse_taps(const float *ricker, size_t taps, struct direct_taps *g)
+{
+    memset(g, 0, sizeof *g);
+    for (size_t k = 0; k < taps; k++)
+        g->g[k] = ricker[taps - 1 - k];
+}
+
 static enum ecg_status launch_filter_direct(cudaStream_t stream, const float *d_y, size_t n,
                                             const float *ricker, size_t taps, float *d_f,
                                             bool fma_path, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     struct direct_taps g;
-    memset(&g, 0, sizeof g);
-    for (size_t k = 0; k < taps; k++)
-        g.g[k] = ricker[taps - 1 - k];
+    reverse_taps(ricker, taps, &g);
     filter_direct_kernel<<<grid_for(n), CUDA_THREADS, (CUDA_THREADS + taps - 1) * sizeof(float),
                            stream>>>(d_y, n, taps, d_f, fma_path, g);
     CUDA_LAUNCH_CHECK();
@@ -429,14 +435,6 @@ static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
     __syncthreads();
     for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS)
         f[i] = noise_band_mix(b.keep, b.take, b.n_win, b.win, i, f[i], b.f_hi[i]);
-}
-
-/* The reversed kernel of taps (filter.c's order). */
-static void reverse_taps(const float *ricker, size_t taps, struct direct_taps *g)
-{
-    memset(g, 0, sizeof *g);
-    for (size_t k = 0; k < taps; k++)
-        g->g[k] = ricker[taps - 1 - k];
 }
 
 static enum ecg_status filter_small(struct cuda_ctx *ctx, const struct ecg_plan *plan,
