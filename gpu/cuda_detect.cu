@@ -385,16 +385,15 @@ static __global__ void crest_kernel(struct detect_args a, size_t n_win)
 
 /*
  * Steps 1-3 for one lead of at most SMALL_MAX samples (a 10-s strip at 250 Hz is 2,500), in
- * one block of SMALL_THREADS instead of about nine launches (abs, max, envelope, the crest
+ * one block of DETECT_SMALL_THREADS instead of about nine launches (abs, max, envelope, the crest
  * windows' statistics and factors, NMS, the compaction's two): the same per-sample functions
  * between block barriers, the maximum by a block reduction (exact: the same value as
  * cub::DeviceReduce::Max), the compaction by a block scan over contiguous runs (the same
  * indices in the same ascending order as cub::DeviceSelect::Flagged). Writes what the
  * separate kernels write: absf, *peak, env, crest_peak/mean, crest, flag, cpos, *n_cand.
  */
-#define SMALL_THREADS DETECT_SMALL_THREADS
 #define SMALL_ITEMS 8
-#define SMALL_MAX ((size_t)SMALL_THREADS * SMALL_ITEMS)
+#define SMALL_MAX ((size_t)DETECT_SMALL_THREADS * SMALL_ITEMS)
 
 /* The candidate's position, as the accepted ones are compacted (values cpos). */
 struct cpos_of {
@@ -407,10 +406,10 @@ struct max_of {
     __device__ float operator()(float x, float y) const { return x < y ? y : x; }
 };
 
-static __global__ void __launch_bounds__(SMALL_THREADS)
+static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
     front_small_kernel(struct detect_args a, size_t n_win)
 {
-    typedef cub::BlockReduce<float, SMALL_THREADS> block_max;
+    typedef cub::BlockReduce<float, DETECT_SMALL_THREADS> block_max;
     __shared__ union {
         typename block_max::TempStorage max;
         detect_small_scan::TempStorage scan;
@@ -418,7 +417,7 @@ static __global__ void __launch_bounds__(SMALL_THREADS)
     __shared__ float peak;
     const size_t n = a.n_a;
     float local = -INFINITY;
-    for (size_t i = threadIdx.x; i < n; i += SMALL_THREADS) {
+    for (size_t i = threadIdx.x; i < n; i += DETECT_SMALL_THREADS) {
         const float v = abs_value(&a, i);
         a.absf[i] = v;
         local = max_of()(local, v);
@@ -430,19 +429,19 @@ static __global__ void __launch_bounds__(SMALL_THREADS)
     }
     __syncthreads(); /* absf and peak; temp is reused below */
     const struct envelope_scale e = envelope_scale_of(&a, peak);
-    for (size_t i = threadIdx.x; i < n; i += SMALL_THREADS)
+    for (size_t i = threadIdx.x; i < n; i += DETECT_SMALL_THREADS)
         a.env[i] = envelope_value(&a, &e, i);
     __syncthreads();
-    for (size_t j = threadIdx.x; j < n_win; j += SMALL_THREADS) {
+    for (size_t j = threadIdx.x; j < n_win; j += DETECT_SMALL_THREADS) {
         float p;
         fuse_window_stats(a.env, a.n_a, a.crest_win, j, &p, &a.crest_mean[j]);
         a.crest_peak[j] = p;
     }
     __syncthreads();
-    for (size_t j = threadIdx.x; j < n_win; j += SMALL_THREADS)
+    for (size_t j = threadIdx.x; j < n_win; j += DETECT_SMALL_THREADS)
         a.crest[j] = noise_crest(a.crest_peak, a.crest_mean, n_win, j);
     __syncthreads();
-    for (size_t i = threadIdx.x; i < n; i += SMALL_THREADS)
+    for (size_t i = threadIdx.x; i < n; i += DETECT_SMALL_THREADS)
         a.flag[i] = nms_flag(&a, i);
     __syncthreads();
     block_compact(a.flag, n, index_of(), a.cpos, a.n_cand, temp.scan);
@@ -452,7 +451,7 @@ static __global__ void __launch_bounds__(SMALL_THREADS)
  * candidates compacted (block_compact: the same positions in the same order), each refined,
  * then the ordering check and the copy or the sequential test, in place of the order flag's
  * memset and six launches. Same functions, same peaks. */
-static __global__ void __launch_bounds__(SMALL_THREADS)
+static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
     settle_small_kernel(struct detect_args a, size_t max_cand)
 {
     __shared__ detect_small_scan::TempStorage temp;
@@ -464,10 +463,10 @@ static __global__ void __launch_bounds__(SMALL_THREADS)
         bad = 0;
     __syncthreads();
     const size_t n_acc = (size_t)*a.n_acc;
-    for (size_t b = threadIdx.x; b < n_acc; b += SMALL_THREADS)
+    for (size_t b = threadIdx.x; b < n_acc; b += DETECT_SMALL_THREADS)
         refine_beat(&a, b, n_acc);
     __syncthreads();
-    for (size_t b = threadIdx.x; b < n_acc; b += SMALL_THREADS)
+    for (size_t b = threadIdx.x; b < n_acc; b += DETECT_SMALL_THREADS)
         if (order_suspect(&a, b))
             atomicOr(&bad, 1);
     __syncthreads();
@@ -478,7 +477,7 @@ static __global__ void __launch_bounds__(SMALL_THREADS)
         }
         return;
     }
-    for (size_t b = threadIdx.x; b < n_acc; b += SMALL_THREADS) {
+    for (size_t b = threadIdx.x; b < n_acc; b += DETECT_SMALL_THREADS) {
         a.peaks_in[b] = a.ref_in[b];
         a.peaks_a[b] = a.ref_a[b];
     }
@@ -675,7 +674,7 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
 
     profile_mark(prof, ctx->stream, "start");
     if (small) {
-        front_small_kernel<<<1, SMALL_THREADS, 0, ctx->stream>>>(a, fz.n_win);
+        front_small_kernel<<<1, DETECT_SMALL_THREADS, 0, ctx->stream>>>(a, fz.n_win);
         CUDA_LAUNCH_CHECK();
         profile_mark(prof, ctx->stream, "select");
         goto candidates;
@@ -727,7 +726,7 @@ candidates:
     a.peaks_a = (int64_t *)ctx->peaks_a.ptr;
     if (small) {
         /* steps 6 and 7 in one block (settle_small_kernel) */
-        settle_small_kernel<<<1, SMALL_THREADS, 0, ctx->stream>>>(a, max_cand);
+        settle_small_kernel<<<1, DETECT_SMALL_THREADS, 0, ctx->stream>>>(a, max_cand);
         CUDA_LAUNCH_CHECK();
     } else {
         /* accepted candidates' positions, ascending (flags past n_cand are clear) */
