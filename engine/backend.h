@@ -53,7 +53,9 @@ struct ecg_batch_member {
     struct ecg_batch_member *next;
     double enqueued_ms, queue_ms;
     unsigned batch_size;
-    void *finished;              /* what ecg_batch_member_done posts (the waiting thread's) */
+    void (*done)(void *arg);     /* what ecg_batch_member_done calls: the waiting thread's
+                                  * semaphore, or an asynchronous caller's callback */
+    void *done_arg;
 };
 
 /* A result sized for k beats for member m (NULL when out of memory), stored in m->result. */

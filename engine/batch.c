@@ -7,6 +7,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,6 @@
 #include "quality.h"
 
 #define BATCH_PLANS 8 /* rates whose plans are kept */
-/* Quality windows of a batched analysis kept on the stack (80 s at 1 s each). */
-#define BATCH_STACK_WINDOWS 96
 
 struct batch_lane {
     struct ecg_batcher *owner;
@@ -75,9 +74,9 @@ struct ecg_result *ecg_batch_result(struct ecg_batch_member *m, size_t k)
 
 void ecg_batch_member_done(struct ecg_batch_member *m)
 {
-    /* m->finished is the waiting thread's semaphore (ecg_batcher_run): posting it is the last
-     * touch, as m lives in that thread's frame */
-    sem_post((sem_t *)m->finished);
+    /* the last touch: m may be gone once done has run (it lives in the waiting thread's frame,
+     * or in an asynchronous caller's object that the callback lets go) */
+    m->done(m->done_arg);
 }
 
 /* ---------------------------------------------------------------- plans */
@@ -294,24 +293,22 @@ void ecg_batcher_withdraw(struct ecg_batcher *b, unsigned lane_index)
     pthread_mutex_unlock(&lane->lock);
 }
 
-bool ecg_batcher_run(struct ecg_batcher *b, unsigned lane_index, struct ecg_batch_member *m)
+bool ecg_batcher_queue(struct ecg_batcher *b, struct ecg_batch_job *job, void (*done)(void *),
+                       void *arg)
 {
-    struct batch_lane *lane = &b->lanes[lane_index];
-    sem_t finished;
-    if (sem_init(&finished, 0, 0) != 0) {
-        ecg_batcher_withdraw(b, lane_index);
-        return false;
-    }
+    struct batch_lane *lane = &b->lanes[job->lane];
+    struct ecg_batch_member *m = &job->m;
     m->next = NULL;
-    m->finished = &finished;
+    m->done = done;
+    m->done_arg = arg;
     m->result = NULL;
     m->status = ECG_OK;
     m->retry_alone = false;
+    job->queued = true; /* the announce is the batcher's to withdraw from here */
     pthread_mutex_lock(&lane->lock);
     if (lane->stopping) {
         lane_arrived(lane);
         pthread_mutex_unlock(&lane->lock);
-        sem_destroy(&finished);
         return false;
     }
     m->enqueued_ms = batch_now_ms();
@@ -331,6 +328,25 @@ bool ecg_batcher_run(struct ecg_batcher *b, unsigned lane_index, struct ecg_batc
     pthread_mutex_unlock(&lane->lock);
     if (wake)
         pthread_cond_signal(&lane->arrived);
+    return true;
+}
+
+static void post_finished(void *arg)
+{
+    sem_post((sem_t *)arg);
+}
+
+/* Queues the job and sleeps until its batch hands it back; false when the batcher is stopping
+ * (nothing queued). */
+static bool run_and_wait(struct ecg_batcher *b, struct ecg_batch_job *job)
+{
+    sem_t finished;
+    if (sem_init(&finished, 0, 0) != 0)
+        return false; /* the announce is withdrawn by ecg_batcher_job_fini */
+    if (!ecg_batcher_queue(b, job, post_finished, &finished)) {
+        sem_destroy(&finished);
+        return false;
+    }
     while (sem_wait(&finished) != 0 && errno == EINTR)
         ;
     sem_destroy(&finished);
@@ -440,89 +456,107 @@ static bool batchable(const struct ecg_signal *sig)
            sig->fs_hz > 0 && (double)sig->n / sig->fs_hz >= ECG_MIN_DURATION_S;
 }
 
-enum ecg_status ecg_batcher_analyze(struct ecg_batcher *b, const struct ecg_batch_input *in,
-                                    struct ecg_signal *own, const struct ecg_signal **decoded,
-                                    struct ecg_result **out, struct ecg_error *err)
+enum ecg_status ecg_batcher_begin(struct ecg_batcher *b, const struct ecg_batch_input *in,
+                                  struct ecg_signal *own, const struct ecg_signal **decoded,
+                                  struct ecg_batch_job *job, struct ecg_error *err)
 {
-    struct ecg_batch_member m;
-    struct ecg_quality_window stack_windows[BATCH_STACK_WINDOWS];
-    struct ecg_quality_window *windows = stack_windows;
-    struct ecg_quality_geometry geom;
-    struct ecg_timing timing = {0};
     struct ecg_error ignored = {0};
     const struct ecg_signal *sig = in->signal;
-    enum ecg_status status = ECG_ERR_UNSUPPORTED;
-    const double t0 = batch_now_ms();
-    bool announced = false, queued = false;
-    unsigned lane = 0;
     double t;
 
-    memset(&m, 0, sizeof m);
+    memset(job, 0, offsetof(struct ecg_batch_job, stack_windows));
+    job->windows = job->stack_windows;
+    job->t0 = batch_now_ms();
     *decoded = NULL;
     if (in->opts && ecg_lead_is_list(in->opts->lead))
-        goto out;
-    lane = ecg_batcher_announce(b);
-    announced = true;
+        return ECG_ERR_UNSUPPORTED;
+    job->lane = ecg_batcher_announce(b);
+    job->announced = true;
     if (!sig) {
         if (ecg_read_memory(in->bytes, in->len, in->opts, own, &ignored) != ECG_OK)
-            goto out;
+            return ECG_ERR_UNSUPPORTED;
         sig = own;
     }
     *decoded = sig;
+    job->sig = sig;
     /* An fs given that the recording contradicts goes its own pass, which says conflicting_fs. */
     bool fs_conflicts = in->opts && in->opts->fs_hz > 0 &&
                         fabs(in->opts->fs_hz - sig->fs_hz) > 1e-9 * sig->fs_hz;
     if (!batchable(sig) || fs_conflicts ||
-        ecg_batcher_plan_get(b, sig->fs_hz, &m.plan, &ignored) != ECG_OK)
-        goto out;
-    timing.read_ms = batch_now_ms() - t0;
-    geom = ecg_quality_geometry_of(sig->n, sig->fs_hz);
-    if (geom.n_win > BATCH_STACK_WINDOWS) {
-        windows = malloc(geom.n_win * sizeof *windows);
-        if (!windows) {
-            status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows",
-                              geom.n_win);
-            goto out;
-        }
+        ecg_batcher_plan_get(b, sig->fs_hz, &job->m.plan, &ignored) != ECG_OK)
+        return ECG_ERR_UNSUPPORTED;
+    job->timing.read_ms = batch_now_ms() - job->t0;
+    job->geom = ecg_quality_geometry_of(sig->n, sig->fs_hz);
+    if (job->geom.n_win > ECG_BATCH_JOB_WINDOWS) {
+        job->windows = malloc(job->geom.n_win * sizeof *job->windows);
+        if (!job->windows)
+            return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows",
+                            job->geom.n_win);
     }
     t = batch_now_ms();
-    cpu_quality_features(sig->samples, sig->n, sig->fs_hz, windows);
-    timing.quality_ms = batch_now_ms() - t;
-    m.samples = sig->samples;
-    m.n = sig->n;
-    m.latent_dim = in->latent_dim;
-    m.with_model = in->with_model;
-    queued = true; /* the announce is the batcher's to withdraw from here */
-    if (!ecg_batcher_run(b, lane, &m) || (m.status != ECG_OK && m.retry_alone))
-        goto out; /* stopping, or the batch could not take it: its own pass */
-    status = m.status;
+    cpu_quality_features(sig->samples, sig->n, sig->fs_hz, job->windows);
+    job->timing.quality_ms = batch_now_ms() - t;
+    job->m.samples = sig->samples;
+    job->m.n = sig->n;
+    job->m.latent_dim = in->latent_dim;
+    job->m.with_model = in->with_model;
+    return ECG_OK;
+}
+
+enum ecg_status ecg_batcher_finish(struct ecg_batch_job *job, struct ecg_result **out,
+                                   struct ecg_error *err)
+{
+    struct ecg_batch_member *m = &job->m;
+    const struct ecg_signal *sig = job->sig;
+    enum ecg_status status = m->status;
     if (status != ECG_OK) {
+        if (m->retry_alone)
+            return ECG_ERR_UNSUPPORTED; /* the batch could not take it: its own pass */
         if (err)
-            *err = m.err;
-        goto out;
+            *err = m->err;
+        return status;
     }
-    m.result->n_samples = sig->n;
-    m.result->fs_hz = sig->fs_hz;
-    snprintf(m.result->lead, sizeof m.result->lead, "%s", sig->lead);
-    m.result->n_leads = 1;
-    snprintf(m.result->leads[0], sizeof m.result->leads[0], "%s", sig->lead);
-    snprintf(m.result->time_column, sizeof m.result->time_column, "%s", sig->time_column);
-    m.result->fs_from_time = sig->fs_from_time;
-    status = ecg_result_assess(m.result, windows, geom.n_win, &timing, err);
+    m->result->n_samples = sig->n;
+    m->result->fs_hz = sig->fs_hz;
+    snprintf(m->result->lead, sizeof m->result->lead, "%s", sig->lead);
+    m->result->n_leads = 1;
+    snprintf(m->result->leads[0], sizeof m->result->leads[0], "%s", sig->lead);
+    snprintf(m->result->time_column, sizeof m->result->time_column, "%s", sig->time_column);
+    m->result->fs_from_time = sig->fs_from_time;
+    status = ecg_result_assess(m->result, job->windows, job->geom.n_win, &job->timing, err);
     if (status != ECG_OK)
-        goto out;
-    timing.queue_ms = m.queue_ms;
-    timing.batch_size = m.batch_size;
-    timing.total_ms = batch_now_ms() - t0;
-    m.result->timing = timing;
-    *out = m.result;
-    m.result = NULL;
-out:
-    if (announced && !queued)
-        ecg_batcher_withdraw(b, lane);
-    ecg_result_free(m.result);
-    ecg_batcher_plan_put(b, m.plan);
-    if (windows != stack_windows)
-        free(windows);
+        return status;
+    job->timing.queue_ms = m->queue_ms;
+    job->timing.batch_size = m->batch_size;
+    job->timing.total_ms = batch_now_ms() - job->t0;
+    m->result->timing = job->timing;
+    *out = m->result;
+    m->result = NULL;
+    return ECG_OK;
+}
+
+void ecg_batcher_job_fini(struct ecg_batcher *b, struct ecg_batch_job *job)
+{
+    if (job->announced && !job->queued)
+        ecg_batcher_withdraw(b, job->lane);
+    ecg_result_free(job->m.result);
+    job->m.result = NULL;
+    ecg_batcher_plan_put(b, job->m.plan);
+    job->m.plan = NULL;
+    if (job->windows != job->stack_windows)
+        free(job->windows);
+    job->windows = job->stack_windows;
+}
+
+enum ecg_status ecg_batcher_analyze(struct ecg_batcher *b, const struct ecg_batch_input *in,
+                                    struct ecg_signal *own, const struct ecg_signal **decoded,
+                                    struct ecg_result **out, struct ecg_error *err)
+{
+    struct ecg_batch_job job;
+    enum ecg_status status = ecg_batcher_begin(b, in, own, decoded, &job, err);
+    if (status == ECG_OK)
+        status = run_and_wait(b, &job) ? ecg_batcher_finish(&job, out, err)
+                                       : ECG_ERR_UNSUPPORTED; /* stopping: its own pass */
+    ecg_batcher_job_fini(b, &job);
     return status;
 }

@@ -22,6 +22,7 @@
 #define ECG_BATCH_H
 
 #include "backend.h"
+#include "quality.h"
 
 struct ecg_batcher;
 
@@ -41,7 +42,7 @@ void ecg_batcher_plan_put(struct ecg_batcher *b, const struct ecg_plan *plan);
 
 /* An analysis on its way to the batcher (reading its body): announce picks its lane (in turn)
  * and returns it; that lane's batch waits for it within its window, and stops waiting at once
- * when none is on its way to it. Every announce is followed by one ecg_batcher_run or one
+ * when none is on its way to it. Every announce is followed by one ecg_batcher_queue or one
  * ecg_batcher_withdraw with the lane it returned. */
 unsigned ecg_batcher_announce(struct ecg_batcher *b);
 void ecg_batcher_withdraw(struct ecg_batcher *b, unsigned lane);
@@ -56,6 +57,26 @@ struct ecg_batch_input {
     bool with_model;
 };
 
+/* Quality windows of a batched analysis kept in its job (80 s at 1 s each; more are allocated). */
+#define ECG_BATCH_JOB_WINDOWS 96
+
+/*
+ * An analysis on its way through the batcher: what ecg_batcher_begin read and prepared, the
+ * member it queues, and what ecg_batcher_finish needs for the verdict. Owned by the caller (a
+ * stack frame for ecg_batcher_analyze, the engine's ecg_pending for an asynchronous analysis).
+ */
+struct ecg_batch_job {
+    struct ecg_batch_member m;
+    const struct ecg_signal *sig;     /* the recording read (in->signal, or the caller's own) */
+    struct ecg_quality_geometry geom;
+    struct ecg_quality_window *windows; /* stack_windows, or allocated for a longer recording */
+    struct ecg_timing timing;
+    double t0;
+    unsigned lane;
+    bool announced, queued;
+    struct ecg_quality_window stack_windows[ECG_BATCH_JOB_WINDOWS]; /* last: not cleared */
+};
+
 /*
  * An analysis through the batcher: read on the host (in the calling thread), the features of
  * signal quality on the host (cpu_quality_features: bit-identical to the CUDA twin by
@@ -65,15 +86,33 @@ struct ecg_batch_input {
  * memory): *decoded then points at the signal read (when it was: in->signal, or own, which the
  * caller frees), which that pass reuses. A recording the host reader refuses, or whose rate or
  * length the engine refuses, goes that way too, so that its error is the engine's own.
+ * It is the three steps below in a row, the caller's thread asleep while the batch runs.
  */
 enum ecg_status ecg_batcher_analyze(struct ecg_batcher *b, const struct ecg_batch_input *in,
                                     struct ecg_signal *own, const struct ecg_signal **decoded,
                                     struct ecg_result **out, struct ecg_error *err);
 
-/* Queues m (its inputs filled; announced to lane) and waits, asleep, until the batch hands it
- * back (ecg_batch_member_done): m's outputs, queue_ms and batch_size are then set. Returns
- * false, m's outputs unset, when the batcher is stopping (the announce is withdrawn either
- * way). */
-bool ecg_batcher_run(struct ecg_batcher *b, unsigned lane, struct ecg_batch_member *m);
+/*
+ * The steps of ecg_batcher_analyze, for a caller that does not wait (ecg_engine_analyze_async):
+ *   begin   reads in (unless given decoded), checks that it can be batched, takes its plan and
+ *           its quality features, in the calling thread. ECG_OK: ready to queue; otherwise
+ *           ECG_ERR_UNSUPPORTED (*decoded as above) or ECG_ERR_NOMEM.
+ *   queue   queues a begun job on its lane and returns at once; done(arg) is called once, from
+ *           the lane's thread, when the batch hands the job back (it must not block: it should
+ *           only wake whoever calls finish). False when the batcher is stopping: nothing queued,
+ *           done never called.
+ *   finish  after done: the result, as ecg_batcher_analyze gives it (ECG_ERR_UNSUPPORTED: the
+ *           batch could not take it, run it alone).
+ *   fini    after any of them: the plan, the windows and an announce not queued go back.
+ * The job and own must stay put from begin to fini.
+ */
+enum ecg_status ecg_batcher_begin(struct ecg_batcher *b, const struct ecg_batch_input *in,
+                                  struct ecg_signal *own, const struct ecg_signal **decoded,
+                                  struct ecg_batch_job *job, struct ecg_error *err);
+bool ecg_batcher_queue(struct ecg_batcher *b, struct ecg_batch_job *job, void (*done)(void *),
+                       void *arg);
+enum ecg_status ecg_batcher_finish(struct ecg_batch_job *job, struct ecg_result **out,
+                                   struct ecg_error *err);
+void ecg_batcher_job_fini(struct ecg_batcher *b, struct ecg_batch_job *job);
 
 #endif /* ECG_BATCH_H */

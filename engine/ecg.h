@@ -433,6 +433,34 @@ enum ecg_status ecg_engine_analyze_bytes(struct ecg_engine *engine, const void *
                                          struct ecg_result **out, struct ecg_error *err) ECG_WUR;
 
 /*
+ * Asynchronous analysis of a short recording on an engine that batches (the CUDA backend with
+ * dynamic batching): the calling thread reads the bytes as ecg_engine_analyze_bytes() would and
+ * queues the analysis on a batch without waiting for it. ECG_OK: queued, *out set (before done
+ * can run); done(arg) is then called exactly once, from one of the engine's threads, when the
+ * result can be collected with ecg_engine_analyze_collect(). done must be quick and must not
+ * block (wake whoever collects, nothing more). ECG_ERR_UNSUPPORTED: not taken, *out NULL, done
+ * never called: no batching on this engine, a recording the batches do not take (several leads,
+ * longer than ECG_BATCH_MAX_SAMPLES), one the reader refuses, or the engine stopping; analyse it
+ * with ecg_engine_analyze_bytes(), which gives its answer or its error. buf and opts are not
+ * kept. The engine must outlive what it queued: collect every pending analysis before
+ * ecg_engine_destroy() (the service holds the engine's model until the request ends).
+ */
+struct ecg_pending;
+enum ecg_status ecg_engine_analyze_async(struct ecg_engine *engine, const void *buf, size_t len,
+                                         const struct ecg_read_opts *opts,
+                                         void (*done)(void *arg), void *arg,
+                                         struct ecg_pending **out) ECG_WUR;
+
+/*
+ * Once done has been called: the result, or the error, exactly as ecg_engine_analyze_bytes()
+ * would have given them for the same bytes, and frees p. ECG_ERR_UNSUPPORTED, err untouched:
+ * the batch could not take it after all (short of device memory): analyse the bytes with
+ * ecg_engine_analyze_bytes(). Thread-safe (any thread, once per pending analysis).
+ */
+enum ecg_status ecg_engine_analyze_collect(struct ecg_pending *p, struct ecg_result **out,
+                                           struct ecg_error *err) ECG_WUR;
+
+/*
  * Host memory for the bytes later given to ecg_engine_analyze_bytes(): memory the engine's
  * backend reads fastest (CUDA: pinned host memory, uploaded by DMA straight from the buffer
  * instead of through a staging copy; CPU: plain malloc). Any other memory works as well, only

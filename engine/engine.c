@@ -628,6 +628,55 @@ enum ecg_status ecg_engine_analyze_bytes(struct ecg_engine *engine, const void *
     return analyze(engine, &in, out, NULL, err);
 }
 
+/* An analysis queued on a batch by ecg_engine_analyze_async: its job, and the signal read. */
+struct ecg_pending {
+    struct ecg_engine *engine;
+    struct ecg_signal own;
+    struct ecg_batch_job job;
+};
+
+enum ecg_status ecg_engine_analyze_async(struct ecg_engine *engine, const void *buf, size_t len,
+                                         const struct ecg_read_opts *opts,
+                                         void (*done)(void *arg), void *arg,
+                                         struct ecg_pending **out)
+{
+    struct ecg_read_opts defaults = {0};
+    struct ecg_error ignored = {0};
+    const struct ecg_signal *decoded = NULL;
+    *out = NULL;
+    if (!engine->batcher)
+        return ECG_ERR_UNSUPPORTED;
+    struct ecg_pending *p = malloc(sizeof *p);
+    if (!p)
+        return ECG_ERR_UNSUPPORTED;
+    p->engine = engine;
+    memset(&p->own, 0, sizeof p->own);
+    const struct ecg_batch_input in = {.bytes = buf, .len = len, .opts = opts ? opts : &defaults,
+                                       .latent_dim = engine->latent_dim,
+                                       .with_model = engine->model != NULL};
+    if (ecg_batcher_begin(engine->batcher, &in, &p->own, &decoded, &p->job, &ignored) == ECG_OK) {
+        *out = p; /* before the queue: done may run at once, and whoever it wakes reads *out */
+        if (ecg_batcher_queue(engine->batcher, &p->job, done, arg))
+            return ECG_OK;
+        *out = NULL;
+    }
+    ecg_batcher_job_fini(engine->batcher, &p->job);
+    ecg_signal_free(&p->own);
+    free(p);
+    return ECG_ERR_UNSUPPORTED;
+}
+
+enum ecg_status ecg_engine_analyze_collect(struct ecg_pending *p, struct ecg_result **out,
+                                           struct ecg_error *err)
+{
+    *out = NULL;
+    enum ecg_status status = ecg_batcher_finish(&p->job, out, err);
+    ecg_batcher_job_fini(p->engine->batcher, &p->job);
+    ecg_signal_free(&p->own);
+    free(p);
+    return status;
+}
+
 struct ecg_upload *ecg_engine_upload_begin(struct ecg_engine *engine, const void *buf, size_t cap,
                                            enum ecg_format format)
 {

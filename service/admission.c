@@ -369,12 +369,32 @@ static enum MHD_Result answer_unavailable(struct svc_request *req, const char *c
     return svc_answer_send(req);
 }
 
+/* Hands the request to the worker pool, its connection suspended (already, when suspended). */
+static enum MHD_Result start_job(struct svc_request *req, bool suspended)
+{
+    req->phase = SVC_PHASE_WORKING;
+    req->job_done = false;
+    req->job.run = request_job;
+    if (!suspended)
+        MHD_suspend_connection(req->conn);
+    if (!svc_jobs_submit(&req->srv->jobs, &req->job)) {
+        MHD_resume_connection(req->conn);
+        req->phase = SVC_PHASE_RECEIVING;
+        return answer_unavailable(req, "shutting_down",
+                                  "the server is shutting down; retry on another instance");
+    }
+    return MHD_YES;
+}
+
 enum MHD_Result svc_admission_complete(struct svc_request *req)
 {
     struct svc_server *srv = req->srv;
     if (req->phase == SVC_PHASE_WORKING) {
         if (!req->job_done)
             return MHD_YES; /* not ours to answer yet */
+        /* a batched analysis the batch could not take after all: a worker runs it alone */
+        if (req->pending && !svc_analyze_finish(req))
+            return start_job(req, true);
         return svc_answer_send(req);
     }
     if (req->answer_pending)
@@ -413,14 +433,12 @@ enum MHD_Result svc_admission_complete(struct svc_request *req)
                                   "later");
     if (req->route == SVC_ROUTE_ANALYSES && svc_analyses_async(req))
         return svc_answer_send(req); /* 202: the analysis goes on without this request */
+    /* A short body on an engine that batches: read here and queued on a batch, no worker
+     * (svc_analyze_start); the connection is suspended first, as the batch may resume it at
+     * once. */
     req->phase = SVC_PHASE_WORKING;
-    req->job.run = request_job;
     MHD_suspend_connection(req->conn);
-    if (!svc_jobs_submit(&srv->jobs, &req->job)) {
-        MHD_resume_connection(req->conn);
-        req->phase = SVC_PHASE_RECEIVING;
-        return answer_unavailable(req, "shutting_down",
-                                  "the server is shutting down; retry on another instance");
-    }
-    return MHD_YES;
+    if (req->route == SVC_ROUTE_ANALYZE && svc_analyze_start(req))
+        return MHD_YES;
+    return start_job(req, true);
 }

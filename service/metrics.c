@@ -160,6 +160,13 @@ void svc_metrics_upload_streamed(struct svc_metrics *metrics)
     pthread_mutex_unlock(&metrics->mutex);
 }
 
+void svc_metrics_inline_batched(struct svc_metrics *metrics)
+{
+    pthread_mutex_lock(&metrics->mutex);
+    metrics->c.inline_batched++;
+    pthread_mutex_unlock(&metrics->mutex);
+}
+
 /* Appends a label value with the escapes the exposition format requires. */
 static void put_label(struct ecg_buf *out, const char *value)
 {
@@ -325,9 +332,13 @@ void svc_metrics_render(struct svc_metrics *metrics, const struct svc_metrics_ga
                    "# HELP ecgd_uploads_streamed_total Analyses that parsed a request body copied "
                    "to the device while it arrived.\n"
                    "# TYPE ecgd_uploads_streamed_total counter\n"
-                   "ecgd_uploads_streamed_total %llu\n",
+                   "ecgd_uploads_streamed_total %llu\n"
+                   "# HELP ecgd_analyses_inline_total Analyses whose body the HTTP thread read "
+                   "and queued on a batch itself, without a worker.\n"
+                   "# TYPE ecgd_analyses_inline_total counter\n"
+                   "ecgd_analyses_inline_total %llu\n",
                    (unsigned long long)m.bytes_received, (unsigned long long)m.bytes_sent,
-                   (unsigned long long)m.uploads_streamed);
+                   (unsigned long long)m.uploads_streamed, (unsigned long long)m.inline_batched);
     ecg_buf_printf(out,
                    "# HELP ecgd_http_requests_in_flight HTTP requests being received, processed "
                    "or answered.\n"

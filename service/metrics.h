@@ -79,6 +79,7 @@ struct svc_counters {
     uint64_t bytes_received;
     uint64_t bytes_sent;
     uint64_t uploads_streamed; /* analyses that read a body streamed to the device */
+    uint64_t inline_batched;   /* analyses read and batched by an HTTP thread, no worker */
     /* batched analyses (ecg_timing.batch_size > 0): the size of the batch each ran in, and
      * how long it waited for its batch to start */
     uint64_t batch_size_buckets[SVC_N_BATCH_SIZE_BUCKETS];
@@ -139,6 +140,10 @@ void svc_metrics_render_process(double start_time_s, struct ecg_buf *out);
 /* Records one analysis that parsed its body from the copy streamed to the device while the body
  * arrived (ecg_upload_used_device). */
 void svc_metrics_upload_streamed(struct svc_metrics *metrics);
+
+/* Records one analysis read and queued on a batch by an HTTP thread, without a worker
+ * (svc_analyze_start), once collected. */
+void svc_metrics_inline_batched(struct svc_metrics *metrics);
 
 /* Counts one connection-level event. */
 void svc_metrics_conn_event(struct svc_metrics *metrics, enum svc_conn_event event);

@@ -155,6 +155,7 @@ void svc_request_free(struct svc_request *req)
     if (req->admitted)
         atomic_fetch_sub(&srv->admitted, 1);
     atomic_fetch_sub(&srv->in_flight, 1);
+    svc_analyze_drop(req);
     svc_request_release_body(req);
     svc_model_release(req->model);
     svc_memory_release(&srv->memory, req->reserved_bytes);

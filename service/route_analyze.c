@@ -392,6 +392,18 @@ static bool multipart_input(struct svc_request *req, const struct svc_multipart 
     return true;
 }
 
+/* Records the analysis metrics of a result. */
+static void count_analysis(struct svc_server *srv, const struct svc_request *req,
+                           const struct ecg_result *result)
+{
+    uint64_t outliers = 0;
+    if (result->outlier)
+        for (size_t i = 0; i < result->n_beats; i++)
+            outliers += result->outlier[i] != 0;
+    svc_metrics_analysis(&srv->metrics, req->model->name, &result->timing, result->n_samples,
+                         result->n_beats, outliers);
+}
+
 struct ecg_result *svc_analyze_body(struct svc_request *req, struct ecg_engine **engine_out,
                                     struct ecg_trace **trace, float **embedding)
 {
@@ -474,12 +486,7 @@ struct ecg_result *svc_analyze_body(struct svc_request *req, struct ecg_engine *
         svc_answer_ecg_error(req, &err);
         goto out;
     }
-    uint64_t outliers = 0;
-    if (result->outlier)
-        for (size_t i = 0; i < result->n_beats; i++)
-            outliers += result->outlier[i] != 0;
-    svc_metrics_analysis(&srv->metrics, req->model->name, &result->timing, result->n_samples,
-                         result->n_beats, outliers);
+    count_analysis(srv, req, result);
     *engine_out = engine;
 out:
     /* The recording is no longer needed: its buffers go back before the answer is rendered. */
@@ -490,26 +497,103 @@ out:
     return result;
 }
 
-void svc_analyze_run(struct svc_request *req)
+/* Renders the answer for result (JSON, or the WFDB annotations asked for) and frees result. */
+static void answer_result(struct svc_request *req, struct ecg_engine *engine,
+                          struct ecg_result *result)
 {
-    struct ecg_engine *engine = NULL;
     struct ecg_buf body = {0};
-    struct ecg_result *result = svc_analyze_body(req, &engine, NULL, NULL);
-    if (!result)
-        return;
     if (req->want_annotations)
         ecg_result_write_wfdb_annotations(result, &body);
     else
         ecg_result_write_json(result, engine, req->include, &body);
-    if (body.failed) {
+    if (body.failed)
         svc_answer_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out_of_memory",
                          "the answer for %zu beats could not be built: out of memory",
                          result->n_beats);
-        goto out;
-    }
-    svc_answer_body(req, MHD_HTTP_OK, &body,
-                    req->want_annotations ? WFDB_ANNOTATION_TYPE : "application/json");
-out:
+    else
+        svc_answer_body(req, MHD_HTTP_OK, &body,
+                        req->want_annotations ? WFDB_ANNOTATION_TYPE : "application/json");
     ecg_buf_fini(&body);
     ecg_result_free(result);
+}
+
+void svc_analyze_run(struct svc_request *req)
+{
+    struct ecg_engine *engine = NULL;
+    struct ecg_result *result = svc_analyze_body(req, &engine, NULL, NULL);
+    if (result)
+        answer_result(req, engine, result);
+}
+
+/*
+ * Bodies the HTTP thread reads itself for a batch (svc_analyze_start): up to an 80-s strip at
+ * 250 Hz as CSV (116 KB). Reading one costs the HTTP thread ~0.2 ms (a 10-s strip ~30 us, about
+ * what handing it to a worker and back costs), during which its other connections wait; larger
+ * bodies go to a worker.
+ */
+#define SVC_INLINE_BODY_MAX ((size_t)128 << 10)
+
+/* The batch's thread: the analysis can be collected. The request is not touched after the
+ * resume (its HTTP thread may be collecting it already). */
+static void batched_done(void *arg)
+{
+    struct svc_request *req = arg;
+    req->job_done = true;
+    MHD_resume_connection(req->conn);
+}
+
+bool svc_analyze_start(struct svc_request *req)
+{
+    struct svc_server *srv = req->srv;
+    if (req->coding != SVC_CODING_IDENTITY || req->multipart || !req->body_len ||
+        req->body_len > SVC_INLINE_BODY_MAX || req->upload)
+        return false;
+    /* an engine not made yet is made by the job, off the HTTP thread */
+    struct ecg_engine *engine = svc_registry_engine_if_created(&srv->registry, req->model);
+    if (!engine)
+        return false;
+    req->job_done = false;
+    req->pending_engine = engine;
+    atomic_fetch_add(&srv->batched, 1);
+    if (ecg_engine_analyze_async(engine, req->body, req->body_len, &req->opts, batched_done, req,
+                                 &req->pending) != ECG_OK) {
+        atomic_fetch_sub(&srv->batched, 1);
+        req->pending_engine = NULL;
+        return false;
+    }
+    return true;
+}
+
+bool svc_analyze_finish(struct svc_request *req)
+{
+    struct svc_server *srv = req->srv;
+    struct ecg_result *result = NULL;
+    struct ecg_error err = {0};
+    enum ecg_status status = ecg_engine_analyze_collect(req->pending, &result, &err);
+    req->pending = NULL;
+    atomic_fetch_sub(&srv->batched, 1);
+    if (status == ECG_ERR_UNSUPPORTED)
+        return false; /* the body is still held: the job reads it again */
+    svc_metrics_inline_batched(&srv->metrics);
+    svc_request_release_body(req);
+    if (status != ECG_OK) {
+        svc_answer_ecg_error(req, &err);
+        return true;
+    }
+    count_analysis(srv, req, result);
+    answer_result(req, req->pending_engine, result);
+    return true;
+}
+
+void svc_analyze_drop(struct svc_request *req)
+{
+    struct ecg_result *result = NULL;
+    struct ecg_error err = {0};
+    if (!req->pending)
+        return;
+    /* job_done: a request ends only once its connection was resumed, by the batch */
+    if (ecg_engine_analyze_collect(req->pending, &result, &err) == ECG_OK)
+        ecg_result_free(result);
+    req->pending = NULL;
+    atomic_fetch_sub(&req->srv->batched, 1);
 }

@@ -141,6 +141,7 @@ struct svc_server *svc_server_create(int argc, char **argv, int *exit_code)
     atomic_init(&srv->closing, false);
     atomic_init(&srv->in_flight, 0);
     atomic_init(&srv->admitted, 0);
+    atomic_init(&srv->batched, 0);
     atomic_init(&srv->next_id, 1);
     id_prefix_init(srv);
     return srv;
@@ -238,6 +239,10 @@ out:
         svc_jobs_stop(&srv->jobs, !drained);
     /* Every answer computed or decided (503s included) goes out before the sockets close. */
     bool sent = !listening || wait_idle(srv, SVC_SEND_GRACE_S);
+    /* A batch resumes the connections of its analyses when it ends (it always does, within
+     * milliseconds): none may be left to resume on a stopped listener. */
+    while (atomic_load(&srv->batched) > 0)
+        nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 1000 * 1000}, NULL);
     if (listening)
         svc_listeners_stop(srv);
     svc_server_destroy(srv);

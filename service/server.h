@@ -78,6 +78,8 @@ struct svc_server {
     atomic_bool closing;          /* drain over: bodies still arriving are refused */
     atomic_long in_flight;        /* requests between headers and completion */
     atomic_long admitted;         /* POST work requests holding an admission slot */
+    atomic_long batched;          /* analyses queued on a batch by an HTTP thread, not yet
+                                   * collected (svc_analyze_start / svc_analyze_finish) */
     atomic_uint_fast64_t next_id;
     char id_prefix[12];           /* random per process, so ids differ across replicas */
     /* written once before `ready` is set, read only after */
@@ -124,7 +126,11 @@ struct svc_request {
     bool body_no_memory;      /* the buffer could not grow: stored bytes freed */
     uint64_t discarded;       /* bytes received after the limit was crossed */
     bool refused_on_socket;   /* the 413 went out on the socket mid-stream; draining briefly */
-    bool job_done;            /* set by the worker before it resumes the connection */
+    bool job_done;            /* set by the worker (or the batch) before it resumes the
+                               * connection */
+    struct ecg_pending *pending; /* its analysis queued on a batch (svc_analyze_start), until
+                                  * collected */
+    struct ecg_engine *pending_engine; /* ... on this engine (the model's, held) */
     /* the body streamed to the device as it arrives (analyze, when the model's engine exists
      * and its backend streams this body); freed before the body buffer goes back or is grown */
     struct ecg_upload *upload;
@@ -256,6 +262,17 @@ void svc_route_get(struct svc_request *req);
 bool svc_analyze_prepare(struct svc_request *req);
 /* The job: reads and analyses the body, sets the answer (on a worker thread). */
 void svc_analyze_run(struct svc_request *req);
+/*
+ * The way without a worker for a short body on an engine that batches (CUDA): on the HTTP
+ * thread, with the connection suspended, svc_analyze_start reads the body and queues its
+ * analysis on a batch (false: not taken, run the job instead); the batch's thread sets job_done
+ * and resumes the connection; svc_analyze_finish, back on the HTTP thread, collects the result
+ * and sets the answer (false: the batch could not take it after all, run the job).
+ */
+bool svc_analyze_start(struct svc_request *req);
+bool svc_analyze_finish(struct svc_request *req);
+/* Collects and drops a batched analysis whose request ends unanswered (the client left). */
+void svc_analyze_drop(struct svc_request *req);
 /* Prints the query options, content types and codings a route takes, for --list-routes
  * (svc_route_details_fn). */
 void svc_route_details(enum svc_route route, FILE *file);

@@ -92,10 +92,86 @@ one = int(re.search(r'^ecgd_batch_size_bucket\{le=\"1\"\} (\d+)$', t, re.M).grou
 sys.exit(0 if one < 23 else 1)"
 check "/metrics: ecgd_batch_queue_delay_seconds has as many observations" \
     grep -q '^ecgd_batch_queue_delay_seconds_count 23$' "$tmp/body"
+# bodies up to 128 KiB are read by the HTTP thread and queued on a batch without a worker
+# (svc_analyze_start); the larger ones, and the 1-s strip the batches do not take, by a worker
+inline=$(python3 -c "
+import glob, os
+n = 0
+for p in glob.glob('$tmp/strip*.csv'):
+    lines = sum(1 for _ in open(p))
+    n += os.path.getsize(p) <= 131072 and lines >= 2 * 360
+print(n)")
+check "/metrics: ecgd_analyses_inline_total counts the $inline strips of at most 128 KiB" \
+    grep -q "^ecgd_analyses_inline_total $inline\$" "$tmp/body"
+check "some strips went through a worker instead (larger than 128 KiB)" [ "$inline" -lt 23 ]
 PORT=$plain
 req GET /metrics >/dev/null
 check "/metrics of the unbatched server: no batched analysis" \
     grep -q '^ecgd_batch_size_count 0$' "$tmp/body"
+check "/metrics of the unbatched server: none read by the HTTP thread" \
+    grep -q '^ecgd_analyses_inline_total 0$' "$tmp/body"
+
+# Clients that leave while their analysis waits in a batch (a 50-ms window, clients giving up
+# after 10 ms): the server lets the batch finish, drops the answers, and goes on
+PORT=$batch
+gone=()
+for k in 1 2 3 4 5 6 7 8; do
+    curl -s --max-time 0.01 -o /dev/null -H 'Content-Type: text/csv' \
+        --data-binary @"$tmp/strip03.csv" "http://127.0.0.1:$batch/v1/analyze?fs=360" &
+    gone+=($!)
+done
+wait "${gone[@]}"
+sleep 0.3
+req GET /metrics >/dev/null
+check "clients gone mid-batch: no request left in flight but this one" \
+    grep -q '^ecgd_http_requests_in_flight 1$' "$tmp/body"
+code=$(curl -s -o "$tmp/after" -w '%{http_code}' -H 'Content-Type: text/csv' \
+       --data-binary @"$tmp/strip03.csv" "http://127.0.0.1:$batch/v1/analyze?fs=360&include=all")
+check "... and the next analysis is answered as before" \
+    python3 -c "
+import json, sys
+a, b = json.load(open('$tmp/after')), json.load(open('$tmp/ans-plain.03'))
+a.pop('timing_ms'); b.pop('timing_ms')
+sys.exit(0 if '$code' == '200' and a == b else 1)"
+
+# SIGTERM while analyses wait in batches: every request that reached the server is answered
+# (200, or 503 shutting_down when it came after the drain began), then the server exits 0;
+# connections made after the listener closed are refused (curl exit 7), nothing is cut
+drainers=()
+for f in "$tmp"/strip*.csv; do
+    k=${f##*strip}; k=${k%.csv}
+    (curl -s --max-time 60 -o "$tmp/ans-drain.$k" -H 'Content-Type: text/csv' \
+         --data-binary @"$f" "http://127.0.0.1:$batch/v1/analyze?fs=360"
+     echo $? >"$tmp/rc-drain.$k") &
+    drainers+=($!)
+done
+sleep 0.02
+kill -TERM "$SERVER_PID"
+wait "${drainers[@]}"
+wait "$SERVER_PID"
+drain_rc=$?
+check "SIGTERM with analyses in batches: the server exits 0" [ "$drain_rc" = 0 ]
+check "... and every request it took was answered (200, or 503 shutting_down)" \
+    python3 -c "
+import glob, json, sys
+bad = answered = 0
+for r in sorted(glob.glob('$tmp/rc-drain.*')):
+    k = r.rsplit('.', 1)[1]
+    rc = open(r).read().strip()
+    if rc == '7':
+        continue  # connection refused: the listener had closed
+    try:
+        d = json.load(open('$tmp/ans-drain.' + k))
+    except Exception:
+        print('# strip %s: curl exit %s, no JSON answer' % (k, rc))
+        bad += 1
+        continue
+    answered += 1
+    if 'error' in d and d['error'].get('code') not in ('too_short', 'shutting_down'):
+        print('# strip %s: %s' % (k, d['error']))
+        bad += 1
+print('# %d answered' % answered)
+sys.exit(0 if bad == 0 and answered > 0 else 1)"
 
 # fewer workers than --max-batch (64 by default) bound every batch: the log says so at start
 start_server "$tmp/capped.log" --workers 2 --model none ||
