@@ -492,6 +492,7 @@ void cuda_ctx_free(struct cuda_ctx *ctx)
         (void)cudaEventDestroy(ctx->wait_event);
     free(ctx->h_rs_table);
     free(ctx->h_ricker);
+    free(ctx->small);
     if (ctx->cudnn)
         (void)cudnnDestroy(ctx->cudnn);
     if (ctx->stream)

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_small.cuh"
 #include "cuda_stats.h"
 
 /* process-wide counters for tests and benchmarks (cuda_stats.h), updated atomically */
@@ -44,6 +45,8 @@ extern "C" void cuda_batch_counts(struct cuda_batch_counts *out)
     out->replays = __atomic_load_n(&counts.replays, __ATOMIC_RELAXED);
     out->back_captures = __atomic_load_n(&counts.back_captures, __ATOMIC_RELAXED);
     out->back_replays = __atomic_load_n(&counts.back_replays, __ATOMIC_RELAXED);
+    out->small_fronts = __atomic_load_n(&counts.small_fronts, __ATOMIC_RELAXED);
+    out->small_members = __atomic_load_n(&counts.small_members, __ATOMIC_RELAXED);
 }
 
 /*
@@ -106,6 +109,7 @@ struct batch_times {
     double front_launch;        /* ... of step 1: cudaGraphLaunch of replayed fronts */
     double back_launch;         /* ... of step 2: cudaGraphLaunch of replayed backs */
     unsigned long long batches, members, front_replays, back_replays;
+    unsigned long long small_rows;  /* members whose front ran in a batched short front */
     size_t front_nodes, back_nodes; /* in the last front and back graph captured */
 };
 
@@ -121,6 +125,16 @@ struct cuda_batch {
     bool *live;                 /* per member of the batch running: no failure so far */
     float *h_pack;              /* pinned: every member's samples, one after the other */
     size_t h_pack_floats;
+    size_t *off;                /* per member: its first sample in the pack */
+    /* the batched short front (cuda_small.cuh), unless ECG_CUDA_BATCH_SMALL=0 */
+    bool small_fronts;
+    int *small_row;             /* per member: its row of the table, -1: its front runs alone */
+    struct small_front *h_small, *d_small; /* the table: pinned, and on the device */
+    int64_t *h_counts, *d_counts; /* 3 per row: candidates, accepted, beats */
+    float *d_pack;              /* the pack on the device */
+    size_t d_pack_floats;
+    cudaStream_t small_stream;  /* where the batch's batched front runs (a member's stream) */
+    size_t n_small;             /* rows in the batch being run */
     unsigned lane;
     struct batch_times times;
 };
@@ -143,14 +157,15 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
                 "cuda batch lane %u: %llu batches, %llu members over %.3f s; seconds in step 1 "
                 "(fronts) %.3f, step 2 (backs) %.3f of which waiting %.3f, step 3 (tables) "
                 "%.3f of which waiting %.3f and handing back %.3f; per member %.1f us; a front "
-                "graph's launch %.2f us (%zu nodes), a back graph's %.2f us (%zu nodes)\n",
+                "graph's launch %.2f us (%zu nodes), a back graph's %.2f us (%zu nodes); %llu fronts in "
+                "batched short fronts\n",
                 b->lane, t->batches, t->members, cuda_now_s() - t->since, t->front, t->back,
                 t->wait_count, t->fetch, t->wait_table, t->done,
                 1e6 * (t->front + t->back + t->fetch) / (double)t->members,
                 t->front_replays ? 1e6 * t->front_launch / (double)t->front_replays : 0.0,
                 t->front_nodes,
                 t->back_replays ? 1e6 * t->back_launch / (double)t->back_replays : 0.0,
-                t->back_nodes);
+                t->back_nodes, t->small_rows);
     }
     (void)cudaSetDevice(b->dev->ordinal);
     for (unsigned i = 0; b->graph && i < b->max_batch; i++)
@@ -163,10 +178,21 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
     if (b->member)
         for (unsigned i = 0; i < b->max_batch; i++)
             cuda_ctx_free(b->member[i]);
-    if (b->h_pack) {
-        (void)cudaSetDevice(b->dev->ordinal);
+    (void)cudaSetDevice(b->dev->ordinal);
+    if (b->h_pack)
         (void)cudaFreeHost(b->h_pack);
-    }
+    if (b->h_small)
+        (void)cudaFreeHost(b->h_small);
+    if (b->h_counts)
+        (void)cudaFreeHost(b->h_counts);
+    if (b->d_small)
+        (void)cudaFree(b->d_small);
+    if (b->d_counts)
+        (void)cudaFree(b->d_counts);
+    if (b->d_pack)
+        (void)cudaFree(b->d_pack);
+    free(b->off);
+    free(b->small_row);
     free(b->member);
     free(b->live);
     free(b->graph);
@@ -181,6 +207,7 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     struct cuda_state *state = (struct cuda_state *)state_ptr;
     struct cuda_batch *b = NULL;
     const char *graphs_env = getenv("ECG_CUDA_BATCH_GRAPHS");
+    const char *small_env = getenv("ECG_CUDA_BATCH_SMALL");
     *batch_out = NULL;
     if (lane >= cuda_batch_lanes(state) || max_batch == 0)
         return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cuda batch: lane %u of %u", lane,
@@ -197,11 +224,22 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->live = (bool *)calloc(max_batch, sizeof *b->live);
     b->graph = (struct front_graph *)calloc(max_batch, sizeof *b->graph);
     b->back = (struct back_graph *)calloc(max_batch, sizeof *b->back);
+    b->off = (size_t *)calloc(max_batch, sizeof *b->off);
+    b->small_row = (int *)calloc(max_batch, sizeof *b->small_row);
     b->use_graphs = !graphs_env || strcmp(graphs_env, "0") != 0;
     b->back_graphs = b->use_graphs && cuda_encode_capturable(state->model);
-    if (!b->member || !b->live || !b->graph || !b->back) {
+    b->small_fronts = !small_env || strcmp(small_env, "0") != 0;
+    if (!b->member || !b->live || !b->graph || !b->back || !b->off || !b->small_row) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
         goto out;
+    }
+    if (b->small_fronts) {
+        const size_t rows = max_batch * sizeof *b->h_small, c = 3 * max_batch * sizeof(int64_t);
+        CUDA_TRY(cudaSetDevice(b->dev->ordinal));
+        CUDA_TRY(cudaMallocHost((void **)&b->h_small, rows));
+        CUDA_TRY(cudaMallocHost((void **)&b->h_counts, c));
+        CUDA_TRY(cudaMalloc((void **)&b->d_small, rows));
+        CUDA_TRY(cudaMalloc((void **)&b->d_counts, c));
     }
     for (unsigned i = 0; i < max_batch; i++)
         ECG_TRY(cuda_ctx_create_on(state, b->dev, true, &b->member[i], err));
@@ -521,6 +559,150 @@ static void fail_all(struct ecg_batch_member *const *members, size_t n, enum ecg
     }
 }
 
+/* Grows the pack's device copy to floats samples. Called between batches only. */
+static enum ecg_status dpack_reserve(struct cuda_batch *b, size_t floats, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    if (b->d_pack && floats <= b->d_pack_floats)
+        return ECG_OK;
+    if (b->d_pack) {
+        CUDA_TRY(cudaFree(b->d_pack));
+        b->d_pack = NULL;
+        b->d_pack_floats = 0;
+    }
+    floats += floats / 4 + 1024;
+    CUDA_TRY(cudaMalloc((void **)&b->d_pack, floats * sizeof(float)));
+    b->d_pack_floats = floats;
+out:
+    return status;
+}
+
+/*
+ * Step 1 for the members whose front can run batched (cuda_small.cuh): those whose context's
+ * record is whole for their recording, at the rate of the first of them, when there are at
+ * least two (a lone one replays its own graph). Each gets its row of the table (small_row; -1
+ * for the others), and the pack's copy, the batched kernels and the copy of the counts are
+ * queued on the first one's stream. A failure fails those members (handed back at once).
+ */
+static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *members,
+                              size_t n, size_t total)
+{
+    enum ecg_status status = ECG_OK;
+    struct ecg_error local;
+    struct ecg_error *err = &local;
+    const struct ecg_plan *plan = NULL;
+    size_t rows = 0, max_n_in = 0, max_n_a = 0, max_cand = 0, max_blocks = 0;
+    cudaStream_t stream = NULL;
+    memset(&local, 0, sizeof local);
+    b->n_small = 0;
+    for (size_t i = 0; i < n; i++)
+        b->small_row[i] = -1;
+    if (!b->small_fronts || n < 2)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        struct cuda_ctx *ctx = b->member[i];
+        const struct ecg_batch_member *m = members[i];
+        if (plan && m->plan->fs_in_hz != plan->fs_in_hz)
+            continue;
+        /* what queue_front does first; a failure here is left to it */
+        if (ctx_enter(ctx, &local) != ECG_OK)
+            continue;
+        ctx_reset_request(ctx);
+        if (dbuf_reserve(ctx, &ctx->input, m->n * sizeof(float), &local) != ECG_OK)
+            continue;
+        ctx->n_in = m->n;
+        if (!small_record_whole(ctx, m->n, m->plan->fs_in_hz))
+            continue;
+        const struct small_front *rec = ctx->small;
+        if (!plan) {
+            plan = m->plan;
+            stream = ctx->stream;
+        }
+        b->h_small[rows] = *rec;
+        b->h_small[rows].off = b->off[i];
+        b->small_row[i] = (int)rows++;
+        max_n_in = m->n > max_n_in ? m->n : max_n_in;
+        max_n_a = rec->a.n_a > max_n_a ? rec->a.n_a : max_n_a;
+        max_cand = rec->max_cand > max_cand ? rec->max_cand : max_cand;
+        max_blocks = rec->n_blocks > max_blocks ? rec->n_blocks : max_blocks;
+    }
+    memset(&local, 0, sizeof local);
+    if (rows < 2) {
+        for (size_t i = 0; i < n; i++)
+            b->small_row[i] = -1;
+        return;
+    }
+    ECG_TRY(dpack_reserve(b, total, err));
+    CUDA_TRY(cudaMemcpyAsync(b->d_pack, b->h_pack, total * sizeof(float), cudaMemcpyHostToDevice,
+                             stream));
+    CUDA_TRY(cudaMemcpyAsync(b->d_small, b->h_small, rows * sizeof *b->h_small,
+                             cudaMemcpyHostToDevice, stream));
+    ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, rows, &b->h_small[0], max_n_in,
+                             max_n_a, err));
+    ECG_TRY(small_batch_filter(stream, b->d_small, rows, plan, err));
+    ECG_TRY(small_batch_detect(stream, b->d_small, rows, max_cand, max_blocks, b->d_counts, err));
+    CUDA_TRY(cudaMemcpyAsync(b->h_counts, b->d_counts, 3 * rows * sizeof(int64_t),
+                             cudaMemcpyDeviceToHost, stream));
+    for (size_t i = 0; i < n; i++) {
+        if (b->small_row[i] < 0)
+            continue;
+        /* the host state the front's stages leave; the beat count comes with the counts */
+        struct cuda_ctx *ctx = b->member[i];
+        ctx->n_a = ctx->small->a.n_a;
+        ctx->n_beats = 0;
+        ctx->emb_len = 0;
+        ctx->encoded = false;
+        ctx->detect_queued = false;
+    }
+    b->small_stream = stream;
+    b->n_small = rows;
+    __atomic_fetch_add(&counts.small_fronts, 1ull, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&counts.small_members, (unsigned long long)rows, __ATOMIC_RELAXED);
+    b->times.small_rows += rows;
+out:
+    if (status != ECG_OK) {
+        (void)cudaGetLastError();
+        for (size_t i = 0; i < n; i++) {
+            if (b->small_row[i] < 0)
+                continue;
+            members[i]->err = local;
+            member_fail(b, members[i], (unsigned)i, status);
+            ecg_batch_member_done(members[i]);
+        }
+    }
+}
+
+/* The batched front's end (step 2's start): waits for it and gives its members their beat
+ * counts; a failure fails them. */
+static void small_front_collect(struct cuda_batch *b, struct ecg_batch_member *const *members,
+                                size_t n)
+{
+    enum ecg_status status = ECG_OK;
+    struct ecg_error local;
+    struct ecg_error *err = &local;
+    double t0;
+    memset(&local, 0, sizeof local);
+    if (!b->n_small)
+        return;
+    t0 = cuda_now_s();
+    CUDA_TRY(cudaStreamSynchronize(b->small_stream));
+out:
+    b->times.wait_count += cuda_now_s() - t0;
+    if (status != ECG_OK)
+        (void)cudaGetLastError();
+    for (size_t i = 0; i < n; i++) {
+        if (!b->live[i] || b->small_row[i] < 0)
+            continue;
+        if (status != ECG_OK) {
+            members[i]->err = local;
+            member_fail(b, members[i], (unsigned)i, status);
+            ecg_batch_member_done(members[i]);
+            continue;
+        }
+        b->member[i]->n_beats = (size_t)b->h_counts[3 * (size_t)b->small_row[i] + 2];
+    }
+}
+
 extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *members,
                                size_t n)
 {
@@ -556,18 +738,24 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
     /* A member is handed back right after its last touch: at its failure, or once its table
      * is split (its thread then renders its answer while the others' tables come). */
     for (size_t i = 0; i < n; i++) {
-        const size_t n_i = members[i]->n;
-        memcpy(b->h_pack + off, members[i]->samples, n_i * sizeof(float));
+        b->off[i] = off;
+        memcpy(b->h_pack + off, members[i]->samples, members[i]->n * sizeof(float));
+        off += members[i]->n;
         b->live[i] = true;
-        status = queue_front(b, (unsigned)i, b->h_pack + off, n_i, members[i]->plan,
-                             &members[i]->err);
-        off += n_i;
+    }
+    small_front_queue(b, members, n, total);
+    for (size_t i = 0; i < n; i++) {
+        if (!b->live[i] || b->small_row[i] >= 0)
+            continue;
+        status = queue_front(b, (unsigned)i, b->h_pack + b->off[i], members[i]->n,
+                             members[i]->plan, &members[i]->err);
         if (status != ECG_OK) {
             member_fail(b, members[i], (unsigned)i, status);
             ecg_batch_member_done(members[i]);
         }
     }
     t1 = cuda_now_s();
+    small_front_collect(b, members, n);
     for (size_t i = 0; i < n; i++) {
         if (!b->live[i])
             continue;

@@ -23,6 +23,7 @@
 #include "cpu/detect_params.h" /* the detector's constants, shared with decide.c */
 #include "cpu/noise_core.h"    /* noise_threshold */
 #include "cuda_detect_common.cuh"
+#include "cuda_small.cuh"
 
 /* ---------------------------------------------------------------- 1: the pass by blocks */
 
@@ -56,7 +57,7 @@ static __device__ size_t first_candidate_from(const int64_t *cpos, size_t n_cand
  * whole numbers of samples, so every partial sum is an exact integer in double and both give
  * the same sum, hence the same mean.
  */
-static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
+static __device__ __forceinline__ void block_body(struct detect_args a, size_t n_blocks)
 {
     const size_t b = blockIdx.x;
     if (b >= n_blocks || threadIdx.x != 0)
@@ -238,6 +239,17 @@ done:
     a.block_last[b] = ends[1];
 }
 
+static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
+{
+    block_body(a, n_blocks);
+}
+
+/* The batched front's (cuda_small.cuh): member blockIdx.y's decision blocks. */
+static __global__ void block_batch_kernel(const struct small_front *ms)
+{
+    block_body(ms[blockIdx.y].a, ms[blockIdx.y].n_blocks);
+}
+
 /* ---------------------------------------------------------------- 2: boundary merge */
 
 #define MERGE_THREADS 256
@@ -251,7 +263,7 @@ done:
  * is dropped only with its first (when they are the same beat), so the last kept beat is
  * tracked in registers (the CPU reads its flag back).
  */
-static __global__ void merge_kernel(struct detect_args a, size_t n_blocks)
+static __device__ __forceinline__ void merge_body(struct detect_args a, size_t n_blocks)
 {
     __shared__ struct block_end s_first[MERGE_THREADS], s_last[MERGE_THREADS];
     struct block_end prev;
@@ -298,6 +310,17 @@ static __global__ void merge_kernel(struct detect_args a, size_t n_blocks)
     }
 }
 
+static __global__ void merge_kernel(struct detect_args a, size_t n_blocks)
+{
+    merge_body(a, n_blocks);
+}
+
+/* The batched front's (cuda_small.cuh): member blockIdx.y's merge. */
+static __global__ void merge_batch_kernel(const struct small_front *ms)
+{
+    merge_body(ms[blockIdx.y].a, ms[blockIdx.y].n_blocks);
+}
+
 /* ---------------------------------------------------------------- entry point */
 
 /* Contract in cuda_internal.h. The caller, cuda_detect(), has entered ctx and laid out a and the
@@ -314,6 +337,19 @@ extern "C" enum ecg_status cuda_decide(struct cuda_ctx *ctx, const struct detect
     merge_kernel<<<1, MERGE_THREADS, 0, ctx->stream>>>(*a, n_blocks);
     CUDA_LAUNCH_CHECK();
     profile_mark(prof, ctx->stream, "merge");
+out:
+    return status;
+}
+
+/* Contract in cuda_small.cuh. */
+enum ecg_status small_batch_decide(cudaStream_t stream, const struct small_front *members,
+                                   size_t k, size_t max_blocks, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    block_batch_kernel<<<dim3((unsigned)max_blocks, (unsigned)k), 1, 0, stream>>>(members);
+    CUDA_LAUNCH_CHECK();
+    merge_batch_kernel<<<dim3(1, (unsigned)k), MERGE_THREADS, 0, stream>>>(members);
+    CUDA_LAUNCH_CHECK();
 out:
     return status;
 }

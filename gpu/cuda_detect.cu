@@ -45,6 +45,7 @@
 #include "cpu/fuse_core.h"     /* FUSE_WINDOW_S */
 #include "cpu/noise_core.h"    /* the crest factor that sets the threshold */
 #include "cuda_detect_common.cuh"
+#include "cuda_small.cuh"
 
 /* ---------------------------------------------------------------- 1-2: envelope and NMS */
 
@@ -162,7 +163,7 @@ static __global__ void nms_kernel(struct detect_args a)
  * describe_candidates), and flag[k] cleared so that the flags can mark accepted candidates
  * next (the NMS flags were consumed by the compaction). The valley between two candidates is
  * the minimum of env over [pos[k], pos[k + 1]]; thread k scans its two valleys itself. */
-static __global__ void candidate_kernel(struct detect_args a, size_t max_cand)
+static __device__ __forceinline__ void candidate_body(struct detect_args a, size_t max_cand)
 {
     const size_t n_cand = (size_t)*a.n_cand;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < max_cand;
@@ -193,6 +194,17 @@ static __global__ void candidate_kernel(struct detect_args a, size_t max_cand)
         a.height[k] = prominence;
         a.slope[k] = s;
     }
+}
+
+static __global__ void candidate_kernel(struct detect_args a, size_t max_cand)
+{
+    candidate_body(a, max_cand);
+}
+
+/* The batched front's (cuda_small.cuh): member blockIdx.y's candidates. */
+static __global__ void candidate_batch_kernel(const struct small_front *ms)
+{
+    candidate_body(ms[blockIdx.y].a, ms[blockIdx.y].max_cand);
 }
 
 /* ---------------------------------------------------------------- 6-7: refinement */
@@ -406,8 +418,7 @@ struct max_of {
     __device__ float operator()(float x, float y) const { return x < y ? y : x; }
 };
 
-static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
-    front_small_kernel(struct detect_args a, size_t n_win)
+static __device__ __forceinline__ void front_small_body(struct detect_args a, size_t n_win)
 {
     typedef cub::BlockReduce<float, DETECT_SMALL_THREADS> block_max;
     __shared__ union {
@@ -447,12 +458,24 @@ static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
     block_compact(a.flag, n, index_of(), a.cpos, a.n_cand, temp.scan);
 }
 
+static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
+    front_small_kernel(struct detect_args a, size_t n_win)
+{
+    front_small_body(a, n_win);
+}
+
+/* The batched front's (cuda_small.cuh): member blockIdx.y's steps 1-3. */
+static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
+    front_small_batch_kernel(const struct small_front *ms)
+{
+    front_small_body(ms[blockIdx.y].a, ms[blockIdx.y].n_win);
+}
+
 /* Steps 6 and 7 in one block (a short lead, with front_small_kernel): the accepted
  * candidates compacted (block_compact: the same positions in the same order), each refined,
  * then the ordering check and the copy or the sequential test, in place of the order flag's
  * memset and six launches. Same functions, same peaks. */
-static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
-    settle_small_kernel(struct detect_args a, size_t max_cand)
+static __device__ __forceinline__ void settle_small_body(struct detect_args a, size_t max_cand)
 {
     __shared__ detect_small_scan::TempStorage temp;
     __shared__ int bad;
@@ -485,6 +508,25 @@ static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
         *a.order_bad = 0;
         *a.n_beats = (int64_t)n_acc;
     }
+}
+
+static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
+    settle_small_kernel(struct detect_args a, size_t max_cand)
+{
+    settle_small_body(a, max_cand);
+}
+
+/* The batched front's (cuda_small.cuh): member blockIdx.y's steps 6-7, then its counts
+ * (candidates, accepted, beats) into counts[3 * member], as its own front copies them. */
+static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
+    settle_small_batch_kernel(const struct small_front *ms, int64_t *counts)
+{
+    const struct small_front *m = &ms[blockIdx.y];
+    settle_small_body(m->a, m->max_cand);
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int c = 0; c < 3; c++)
+            counts[3 * (size_t)blockIdx.y + c] = m->a.n_cand[c];
 }
 
 /* ---------------------------------------------------------------- entry point */
@@ -750,6 +792,57 @@ candidates:
     /* The table was laid out for k_max beats with r_peak first (offset 0), where the peaks
      * now are; the other columns of the final layout start earlier, and are written later. */
     *queued = true;
+    if (small) { /* the detector's part of the short front's record (cuda_small.cuh) */
+        struct small_front *rec = small_record(ctx);
+        if (rec) {
+            rec->a = a;
+            rec->n_win = fz.n_win;
+            rec->max_cand = max_cand;
+            rec->n_blocks = n_blocks;
+            rec->detect_n_in = ctx->n_in;
+            rec->detect_generation = ctx->generation;
+        }
+    } else if (ctx->small) {
+        ctx->small->detect_n_in = 0; /* no short front: no batched front may reuse the record */
+    }
+out:
+    return status;
+}
+
+/* ---------------------------------------------------------------- batched short fronts */
+
+/* Contract in cuda_small.cuh. */
+struct small_front *small_record(struct cuda_ctx *ctx)
+{
+    if (!ctx->small)
+        ctx->small = (struct small_front *)calloc(1, sizeof *ctx->small);
+    return ctx->small;
+}
+
+bool small_record_whole(const struct cuda_ctx *ctx, size_t n_in, double fs_in_hz)
+{
+    const struct small_front *s = ctx->small;
+    return s && n_in > 0 && s->rs_n_in == n_in && s->filter_n_in == n_in &&
+           s->detect_n_in == n_in && s->fs_in_hz == fs_in_hz &&
+           s->rs_generation == ctx->generation && s->filter_generation == ctx->generation &&
+           s->detect_generation == ctx->generation;
+}
+
+enum ecg_status small_batch_detect(cudaStream_t stream, const struct small_front *members,
+                                   size_t k, size_t max_cand, size_t max_blocks, int64_t *counts,
+                                   struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    front_small_batch_kernel<<<dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream>>>(members);
+    CUDA_LAUNCH_CHECK();
+    candidate_batch_kernel<<<dim3(grid_for(max_cand), (unsigned)k), CUDA_THREADS, 0, stream>>>(
+        members);
+    CUDA_LAUNCH_CHECK();
+    ECG_TRY(small_batch_decide(stream, members, k, max_blocks, err));
+    ECG_TRY(small_batch_insert(stream, members, k, err));
+    settle_small_batch_kernel<<<dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream>>>(
+        members, counts);
+    CUDA_LAUNCH_CHECK();
 out:
     return status;
 }

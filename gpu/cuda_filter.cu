@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_small.cuh"
 #include "cpu/detect_params.h" /* detect_samples_of */
 #include "cpu/noise_core.h"
 
@@ -320,14 +321,6 @@ static __global__ void band_mix_kernel(float *f, const float *f_hi, size_t n, co
         f[i] = noise_band_mix(keep, take, n_win, win, i, f[i], f_hi[i]);
 }
 
-/* The band step's windows and its scratch (the ctx's stage scratch): the higher and lower
- * responses, then per window the indices, peaks and gains. */
-struct band_layout {
-    size_t n, win, n_win;
-    float *f_hi, *f_lo;
-    double *lo, *hi, *peak, *peak_hi;
-    float *keep, *take;
-};
 
 static enum ecg_status band_reserve(struct cuda_ctx *ctx, const struct ecg_plan *plan,
                                     struct band_layout *b, struct ecg_error *err)
@@ -414,16 +407,18 @@ static __device__ float direct_at(const float *y, size_t n, size_t taps, size_t 
         n, taps, i, fma_path, g);
 }
 
-static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
-    filter_small_kernel(const float *y, float *f, struct band_layout b, size_t taps,
-                        size_t taps_hi, size_t taps_lo, bool fma_path,
-                        const struct direct_taps g, const struct direct_taps g_hi,
-                        const struct direct_taps g_lo)
+static __device__ __forceinline__ void filter_small_body(const float *y, float *f,
+                                                         const struct band_layout &b, size_t taps,
+                                                         size_t taps_hi, size_t taps_lo,
+                                                         bool fma_path,
+                                                         const struct direct_taps *g,
+                                                         const struct direct_taps *g_hi,
+                                                         const struct direct_taps *g_lo)
 {
     for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS) {
-        f[i] = direct_at(y, b.n, taps, i, fma_path, &g);
-        b.f_hi[i] = direct_at(y, b.n, taps_hi, i, fma_path, &g_hi);
-        b.f_lo[i] = direct_at(y, b.n, taps_lo, i, fma_path, &g_lo);
+        f[i] = direct_at(y, b.n, taps, i, fma_path, g);
+        b.f_hi[i] = direct_at(y, b.n, taps_hi, i, fma_path, g_hi);
+        b.f_lo[i] = direct_at(y, b.n, taps_lo, i, fma_path, g_lo);
     }
     __syncthreads();
     for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
@@ -437,12 +432,33 @@ static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
         f[i] = noise_band_mix(b.keep, b.take, b.n_win, b.win, i, f[i], b.f_hi[i]);
 }
 
+static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
+    filter_small_kernel(const float *y, float *f, struct band_layout b, size_t taps,
+                        size_t taps_hi, size_t taps_lo, bool fma_path,
+                        const struct direct_taps g, const struct direct_taps g_hi,
+                        const struct direct_taps g_lo)
+{
+    filter_small_body(y, f, b, taps, taps_hi, taps_lo, fma_path, &g, &g_hi, &g_lo);
+}
+
+/* The batched front's (cuda_small.cuh): member blockIdx.y's filter and band step. */
+static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
+    filter_small_batch_kernel(const struct small_front *ms, size_t taps, size_t taps_hi,
+                              size_t taps_lo, bool fma_path, const struct direct_taps g,
+                              const struct direct_taps g_hi, const struct direct_taps g_lo)
+{
+    const struct small_front *m = &ms[blockIdx.y];
+    filter_small_body(m->rs.y, m->filtered, m->band, taps, taps_hi, taps_lo, fma_path, &g,
+                      &g_hi, &g_lo);
+}
+
 static enum ecg_status filter_small(struct cuda_ctx *ctx, const struct ecg_plan *plan,
                                     struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     struct band_layout b;
     struct direct_taps g, g_hi, g_lo;
+    struct small_front *s;
     ECG_TRY(band_reserve(ctx, plan, &b, err));
     reverse_taps(plan->ricker, plan->ricker_len, &g);
     reverse_taps(plan->ricker_hi, plan->ricker_hi_len, &g_hi);
@@ -450,6 +466,30 @@ static enum ecg_status filter_small(struct cuda_ctx *ctx, const struct ecg_plan 
     filter_small_kernel<<<1, FILTER_SMALL_THREADS, 0, ctx->stream>>>(
         (const float *)ctx->resampled.ptr, (float *)ctx->filtered.ptr, b, plan->ricker_len,
         plan->ricker_hi_len, plan->ricker_lo_len, cuda_host_has_avx2_fma(), g, g_hi, g_lo);
+    CUDA_LAUNCH_CHECK();
+    s = small_record(ctx); /* the filter's part of the short front's record */
+    if (s) {
+        s->filtered = (float *)ctx->filtered.ptr;
+        s->band = b;
+        s->filter_n_in = ctx->n_in;
+        s->filter_generation = ctx->generation;
+    }
+out:
+    return status;
+}
+
+/* Contract in cuda_small.cuh. */
+enum ecg_status small_batch_filter(cudaStream_t stream, const struct small_front *members,
+                                   size_t k, const struct ecg_plan *plan, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct direct_taps g, g_hi, g_lo;
+    reverse_taps(plan->ricker, plan->ricker_len, &g);
+    reverse_taps(plan->ricker_hi, plan->ricker_hi_len, &g_hi);
+    reverse_taps(plan->ricker_lo, plan->ricker_lo_len, &g_lo);
+    filter_small_batch_kernel<<<dim3(1, (unsigned)k), FILTER_SMALL_THREADS, 0, stream>>>(
+        members, plan->ricker_len, plan->ricker_hi_len, plan->ricker_lo_len,
+        cuda_host_has_avx2_fma(), g, g_hi, g_lo);
     CUDA_LAUNCH_CHECK();
 out:
     return status;
@@ -492,6 +532,8 @@ extern "C" enum ecg_status cuda_filter(void *ctx_ptr, const struct ecg_plan *pla
         ECG_TRY(filter_small(ctx, plan, err));
         goto done;
     }
+    if (ctx->small) /* this front is no short one: no batched front may reuse the record */
+        ctx->small->filter_n_in = 0;
     /* the first lead, then the further ones */
     for (size_t l = 0; l <= ctx->n_extra; l++) {
         const float *d_in = l == 0 ? (const float *)ctx->resampled.ptr

@@ -13,6 +13,7 @@
 
 #include "cpu/insert_core.h"
 #include "cuda_detect_common.cuh"
+#include "cuda_small.cuh"
 
 static __device__ void gather_beat(const struct detect_args *a, size_t b)
 {
@@ -48,8 +49,7 @@ static __global__ void clear_kernel(struct detect_args a, size_t max_cand)
 
 /* Steps 1-4 in one block (a short lead): the same functions between block barriers, the
  * compaction by block_compact (the same indices in the same order). */
-static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
-    insert_small_kernel(struct detect_args a, size_t max_cand)
+static __device__ __forceinline__ void insert_small_body(struct detect_args a, size_t max_cand)
 {
     __shared__ detect_small_scan::TempStorage temp;
     block_compact(a.flag, max_cand, index_of(), a.ins_k, a.n_ins, temp);
@@ -64,6 +64,31 @@ static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
     for (size_t b = threadIdx.x; b < max_cand && b < n; b += DETECT_SMALL_THREADS)
         if (a.ins_mark[b])
             a.flag[a.ins_k[b]] = 0;
+}
+
+static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
+    insert_small_kernel(struct detect_args a, size_t max_cand)
+{
+    insert_small_body(a, max_cand);
+}
+
+/* The batched front's (cuda_small.cuh): member blockIdx.y's rhythm check. */
+static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
+    insert_small_batch_kernel(const struct small_front *ms)
+{
+    insert_small_body(ms[blockIdx.y].a, ms[blockIdx.y].max_cand);
+}
+
+/* Contract in cuda_small.cuh. */
+enum ecg_status small_batch_insert(cudaStream_t stream, const struct small_front *members,
+                                   size_t k, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    insert_small_batch_kernel<<<dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream>>>(
+        members);
+    CUDA_LAUNCH_CHECK();
+out:
+    return status;
 }
 
 /* Contract in cuda_detect_common.cuh. */

@@ -119,6 +119,8 @@ struct fft_entry {
     uint64_t last_use;
 };
 
+struct small_front;
+
 struct cuda_ctx {
     struct cuda_state *state;
     struct cuda_device *dev;
@@ -139,6 +141,8 @@ struct cuda_ctx {
     size_t emb_len;          /* floats in emb (n_beats * beat_len after embed) */
     bool encoded;            /* latent/score hold this request's values */
     bool detect_queued;      /* detect_queue left counts for detect_collect to read */
+    /* the arguments of its last short front (cuda_small.cuh), for a batch's batched front */
+    struct small_front *small;
     /* bumped whenever a buffer moves or a device-resident cache (resampler table, taps, cuFFT
      * plans) changes: a captured CUDA graph (cuda_batch.cu) is valid while it stays the same */
     uint64_t generation;

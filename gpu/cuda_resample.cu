@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_small.cuh"
 
 #define LANES 8
 
@@ -29,18 +30,6 @@ extern "C" bool cuda_host_has_avx2_fma(void)
     return false;
 #endif
 }
-
-struct resample_args {
-    const float *x;
-    size_t n;
-    const float *table; /* up rows x width */
-    size_t width;
-    uint32_t up, down;
-    uint64_t delay;
-    float *y;
-    size_t n_out;
-    bool fma_path;
-};
 
 static __device__ float dot_fma(const float *h, const float *xs, size_t width)
 {
@@ -102,11 +91,16 @@ static __device__ float resample_one(const struct resample_args &a, const float 
 }
 
 /* The table read from global memory (tables too large for shared memory). */
-static __global__ void resample_kernel(struct resample_args a)
+static __device__ __forceinline__ void resample_body(const struct resample_args &a)
 {
     for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < a.n_out;
          j += (size_t)gridDim.x * blockDim.x)
         a.y[j] = resample_one(a, a.table, a.width, j);
+}
+
+static __global__ void resample_kernel(struct resample_args a)
+{
+    resample_body(a);
 }
 
 /*
@@ -116,9 +110,9 @@ static __global__ void resample_kernel(struct resample_args a)
  * the arithmetic, set its time. With the odd row stride, tap k of the rows falls in different
  * shared-memory banks. Identical arithmetic, identical results.
  */
-static __global__ void resample_smem_kernel(struct resample_args a)
+static __device__ __forceinline__ void resample_smem_body(const struct resample_args &a,
+                                                          float *table)
 {
-    extern __shared__ float table[];
     const size_t stride = a.width + 1;
     for (size_t v = threadIdx.x; v < (size_t)a.up * a.width; v += blockDim.x)
         table[(v / a.width) * stride + v % a.width] = a.table[v];
@@ -128,26 +122,110 @@ static __global__ void resample_smem_kernel(struct resample_args a)
         a.y[j] = resample_one(a, table, stride, j);
 }
 
+static __global__ void resample_smem_kernel(struct resample_args a)
+{
+    extern __shared__ float table[];
+    resample_smem_body(a, table);
+}
+
+/* The batched front's (cuda_small.cuh): member blockIdx.y's samples from the batch's to its
+ * input, and to its resampled signal as well when there is no resampling. */
+static __global__ void small_scatter_kernel(const float *samples, const struct small_front *ms)
+{
+    const struct small_front *m = &ms[blockIdx.y];
+    const float *from = samples + m->off;
+    const size_t n = m->rs.n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float v = from[i];
+        m->input[i] = v;
+        if (m->identity)
+            m->rs.y[i] = v;
+    }
+}
+
+static __global__ void resample_batch_kernel(const struct small_front *ms)
+{
+    resample_body(ms[blockIdx.y].rs);
+}
+
+static __global__ void resample_smem_batch_kernel(const struct small_front *ms)
+{
+    extern __shared__ float table[];
+    resample_smem_body(ms[blockIdx.y].rs, table);
+}
+
 #define RESAMPLE_SMEM_MAX (48u << 10)
+
+/* The smem kernel's blocks for n_out outputs: resident blocks (each stages the table once),
+ * grid-stride over the outputs. */
+static unsigned smem_blocks(size_t n_out)
+{
+    size_t blocks = (n_out + CUDA_THREADS - 1) / CUDA_THREADS;
+    if (blocks > 4096)
+        blocks = 4096;
+    return (unsigned)(blocks ? blocks : 1);
+}
+
+static size_t table_smem(const struct resample_args *args)
+{
+    return (size_t)args->up * (args->width + 1) * sizeof(float);
+}
 
 static enum ecg_status launch_resample(cudaStream_t stream, const struct resample_args *args,
                                        struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    const size_t smem = (size_t)args->up * (args->width + 1) * sizeof(float);
-    if (smem <= RESAMPLE_SMEM_MAX) {
-        /* a grid of resident blocks (each stages the table once), grid-stride over outputs */
-        size_t blocks = (args->n_out + CUDA_THREADS - 1) / CUDA_THREADS;
-        if (blocks > 4096)
-            blocks = 4096;
-        resample_smem_kernel<<<(unsigned)(blocks ? blocks : 1), CUDA_THREADS, smem, stream>>>(
-            *args);
-    } else {
+    const size_t smem = table_smem(args);
+    if (smem <= RESAMPLE_SMEM_MAX)
+        resample_smem_kernel<<<smem_blocks(args->n_out), CUDA_THREADS, smem, stream>>>(*args);
+    else
         resample_kernel<<<grid_for(args->n_out), CUDA_THREADS, 0, stream>>>(*args);
-    }
     CUDA_LAUNCH_CHECK();
 out:
     return status;
+}
+
+/* Contract in cuda_small.cuh. */
+enum ecg_status small_batch_load(cudaStream_t stream, const float *samples,
+                                 const struct small_front *members, size_t k,
+                                 const struct small_front *first, size_t max_n_in,
+                                 size_t max_n_a, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    small_scatter_kernel<<<dim3(grid_for(max_n_in), (unsigned)k), CUDA_THREADS, 0, stream>>>(
+        samples, members);
+    CUDA_LAUNCH_CHECK();
+    if (first->identity)
+        goto out;
+    if (table_smem(&first->rs) <= RESAMPLE_SMEM_MAX)
+        resample_smem_batch_kernel<<<dim3(smem_blocks(max_n_a), (unsigned)k), CUDA_THREADS,
+                                     table_smem(&first->rs), stream>>>(members);
+    else
+        resample_batch_kernel<<<dim3(grid_for(max_n_a), (unsigned)k), CUDA_THREADS, 0,
+                                stream>>>(members);
+    CUDA_LAUNCH_CHECK();
+out:
+    return status;
+}
+
+/* Records the resampler's part of ctx's short front (cuda_small.cuh). */
+static void record_resample(struct cuda_ctx *ctx, const struct ecg_plan *plan,
+                            const struct resample_args *args)
+{
+    struct small_front *s = ctx->n_extra ? ctx->small : small_record(ctx);
+    if (!s)
+        return;
+    if (ctx->n_extra) { /* several leads: no batched front may reuse the record */
+        s->rs_n_in = 0;
+        return;
+    }
+    s->rs = *args;
+    s->identity = plan->up == 1 && plan->down == 1;
+    s->input = (float *)ctx->input.ptr;
+    s->fs_in_hz = plan->fs_in_hz;
+    s->rs_n_in = ctx->n_in;
+    s->rs_generation = ctx->generation;
 }
 
 extern "C" enum ecg_status cuda_resample(void *ctx_ptr, const struct ecg_plan *plan,
@@ -173,6 +251,12 @@ extern "C" enum ecg_status cuda_resample(void *ctx_ptr, const struct ecg_plan *p
                              err));
     }
     if (plan->up == 1 && plan->down == 1) {
+        memset(&args, 0, sizeof args);
+        args.x = (const float *)ctx->input.ptr;
+        args.n = ctx->n_in;
+        args.y = (float *)ctx->resampled.ptr;
+        args.n_out = n_out;
+        record_resample(ctx, plan, &args);
         CUDA_TRY(cudaMemcpyAsync(ctx->resampled.ptr, ctx->input.ptr, n_out * sizeof(float),
                                  cudaMemcpyDeviceToDevice, ctx->stream));
         if (ctx->n_extra)
@@ -228,6 +312,7 @@ extern "C" enum ecg_status cuda_resample(void *ctx_ptr, const struct ecg_plan *p
     args.y = (float *)ctx->resampled.ptr;
     args.n_out = n_out;
     args.fma_path = cuda_host_has_avx2_fma();
+    record_resample(ctx, plan, &args);
     ECG_TRY(launch_resample(ctx->stream, &args, err));
     for (size_t l = 0; l < ctx->n_extra; l++) { /* the further leads, likewise */
         args.x = (const float *)ctx->extra_input.ptr + l * ctx->n_in;

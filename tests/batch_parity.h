@@ -77,8 +77,10 @@ static size_t parity_resample(const float *src, size_t n, unsigned rate_hz, floa
 /* The requests of a check: mixed shapes, some refused; or every one 10 s at 360 Hz, none
  * refused (the same front in every batch slot, so that the CUDA batches' front graphs are
  * captured and replayed), from any of the records; or that from two fixed strips only (two
- * beat counts, so that the backs' graphs, kept per beat count, are replayed too). */
-enum parity_shape { PARITY_MIXED = 0, PARITY_UNIFORM = 1, PARITY_REPEAT = 2 };
+ * beat counts, so that the backs' graphs, kept per beat count, are replayed too); or every one
+ * 3,600 samples said to be at 250 Hz (a record's samples as they are, a slower rhythm: the
+ * shipped model's rate, so the analysis takes them without resampling). */
+enum parity_shape { PARITY_MIXED = 0, PARITY_UNIFORM = 1, PARITY_REPEAT = 2, PARITY_AT_250 = 3 };
 
 /* Requests per check of one shape (uniform, repeat): ECG_PARITY_REQUESTS (2..64) where a slow
  * tool (compute-sanitizer racecheck) must see fewer analyses, else PARITY_REQUESTS. The mixed
@@ -99,7 +101,7 @@ static void parity_make(struct parity_request *r, int i, const struct ecg_signal
     const bool uniform = shape != PARITY_MIXED;
     const struct ecg_signal *rec =
         &records[shape == PARITY_REPEAT ? (size_t)(i % 2) : (size_t)i % n_records];
-    const unsigned rate = uniform ? 360 : rates[(i / 3) % 4];
+    const unsigned rate = shape == PARITY_AT_250 ? 250 : uniform ? 360 : rates[(i / 3) % 4];
     double dur = uniform ? 10.0 : seconds[(i * 7) % 10];
     if (i == 61 && !uniform)
         dur = 1.0; /* too short: refused, by the same error both ways */
@@ -108,7 +110,9 @@ static void parity_make(struct parity_request *r, int i, const struct ecg_signal
                                           : ((size_t)i * 104729u) % (rec->n - n_src);
     float *x = malloc(2 * n_src * sizeof *x + 16);
     assert_non_null(x);
-    size_t n = parity_resample(rec->samples + start, n_src, rate, x);
+    size_t n = rate == 250 ? n_src : parity_resample(rec->samples + start, n_src, rate, x);
+    if (rate == 250)
+        memcpy(x, rec->samples + start, n_src * sizeof *x);
     memset(r, 0, sizeof *r);
     r->opts.fs_hz = rate;
     const int format = (i == 62 || i == 63) && !uniform ? 4 + (i - 62) : i % 4;

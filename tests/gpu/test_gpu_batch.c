@@ -105,14 +105,20 @@ static void test_cuda_batch_graphs_match_lone_answers(void **state)
         assert_true(parity_check(e.alone, e.batched, PARITY_UNIFORM) >= 2);
     for (int round = 0; round < rounds; round++)
         assert_true(parity_check(e.alone, e.batched, PARITY_REPEAT) >= 2);
+    for (int round = 0; round < rounds; round++) /* no resampling (the model's rate) */
+        assert_true(parity_check(e.alone, e.batched, PARITY_AT_250) >= 2);
     if (parity_requests() == PARITY_REQUESTS) /* mixed shapes after graphs exist (all 64) */
         (void)parity_check(e.alone, e.batched, PARITY_MIXED);
     cuda_batch_counts(&after);
     printf("# %llu batches of %llu analyses, %llu fronts captured, %llu replayed, %llu backs "
-           "captured, %llu replayed\n",
+           "captured, %llu replayed, %llu batched short fronts of %llu analyses\n",
            after.batches - before.batches, after.members - before.members,
            after.captures - before.captures, after.replays - before.replays,
-           after.back_captures - before.back_captures, after.back_replays - before.back_replays);
+           after.back_captures - before.back_captures, after.back_replays - before.back_replays,
+           after.small_fronts - before.small_fronts, after.small_members - before.small_members);
+    /* the batched short fronts (gpu/cuda_small.cuh) ran, at both rates: every context's
+     * record is whole from the first round of each shape on */
+    assert_true(after.small_members > before.small_members);
     /* a context captures once its buffers have stopped growing (rounds 2-3): the quick mode
      * (compute-sanitizer) may end before it replays */
     if (rounds >= 6) {

@@ -45,6 +45,8 @@ static void test_batched_answers_are_the_lone_ones(void **state)
     assert_true(largest >= 2 && largest <= 16);
     largest = parity_check(alone, batched, PARITY_REPEAT);
     assert_true(largest >= 2 && largest <= 16);
+    largest = parity_check(alone, batched, PARITY_AT_250);
+    assert_true(largest >= 2 && largest <= 16);
     ecg_engine_destroy(batched);
     /* the batches that wait while any analysis is on its way (ECG_BATCH_WAIT=all) */
     assert_int_equal(setenv("ECG_BATCH_WAIT", "all", 1), 0);

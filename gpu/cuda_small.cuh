@@ -1,0 +1,86 @@
+/*
+ * cuda_small.cuh - short fronts of several analyses at once: a batch's members whose lead takes
+ * the one-block path (one lead, at most SMALL_MAX analysis samples, the direct filter) run the
+ * kernels of that path once for the whole batch, each block reading its member's arguments from
+ * a table on the device (grid y = the member), instead of once per member (cuda_batch.cu).
+ *
+ * Each context records the arguments its own front last used (struct small_front: cuda_resample,
+ * filter_small and detect_steps fill it as they run, whether the stages run, are captured into
+ * a graph, or not), each part with the generation it was made in and the recording's length. A
+ * record is whole for a recording of n_in samples at fs_in_hz while all three parts were made
+ * for that length in the context's current generation: no buffer they point into has moved,
+ * no device-resident cache (resampler table, taps) has changed. The batched kernels call the
+ * very bodies of the one-context kernels with those arguments, so each member's values are the
+ * ones its own front gives, bit for bit.
+ */
+#ifndef CUDA_SMALL_CUH
+#define CUDA_SMALL_CUH
+
+#include "cuda_detect_common.cuh"
+
+/* The resampler's arguments (cuda_resample.cu). */
+struct resample_args {
+    const float *x;
+    size_t n;
+    const float *table; /* up rows x width */
+    size_t width;
+    uint32_t up, down;
+    uint64_t delay;
+    float *y;
+    size_t n_out;
+    bool fma_path;
+};
+
+/* The band step's windows and its scratch (cuda_filter.cu: the ctx's stage scratch): the higher
+ * and lower responses, then per window the indices, peaks and gains. */
+struct band_layout {
+    size_t n, win, n_win;
+    float *f_hi, *f_lo;
+    double *lo, *hi, *peak, *peak_hi;
+    float *keep, *take;
+};
+
+struct small_front {
+    /* the record's parts: the length and generation each was made for (host) */
+    size_t rs_n_in, filter_n_in, detect_n_in;
+    uint64_t rs_generation, filter_generation, detect_generation;
+    double fs_in_hz;
+    /* what the batched kernels read */
+    size_t off;                /* the member's first sample in the batch's samples (device) */
+    float *input;              /* its samples go here (n_in floats) */
+    bool identity;             /* no resampling: they go to resampled as well */
+    struct resample_args rs;   /* the resampler's arguments otherwise */
+    float *filtered;
+    struct band_layout band;   /* input and output of the filter: rs.y / filtered */
+    struct detect_args a;
+    size_t n_win, max_cand, n_blocks;
+};
+
+/* ctx's record (made on first use); NULL when out of memory (nothing is recorded then). */
+struct small_front *small_record(struct cuda_ctx *ctx);
+/* Whether ctx's record is whole for n_in samples at fs_in_hz (see above). */
+bool small_record_whole(const struct cuda_ctx *ctx, size_t n_in, double fs_in_hz);
+
+/*
+ * The batched front's launches, queued on stream, for k members whose records (on the device:
+ * members) are whole for the same plan, i.e. the same rate. samples: the batch's samples on the
+ * device (member j's at members[j].off). counts: 3 int64 per member (candidates, accepted,
+ * beats: what each context's own front copies to its h_stage). The max_* are the largest of
+ * the members' values (the grids).
+ */
+enum ecg_status small_batch_load(cudaStream_t stream, const float *samples,
+                                 const struct small_front *members, size_t k,
+                                 const struct small_front *first, size_t max_n_in,
+                                 size_t max_n_a, struct ecg_error *err);
+enum ecg_status small_batch_filter(cudaStream_t stream, const struct small_front *members,
+                                   size_t k, const struct ecg_plan *plan,
+                                   struct ecg_error *err);
+enum ecg_status small_batch_detect(cudaStream_t stream, const struct small_front *members,
+                                   size_t k, size_t max_cand, size_t max_blocks, int64_t *counts,
+                                   struct ecg_error *err);
+enum ecg_status small_batch_decide(cudaStream_t stream, const struct small_front *members,
+                                   size_t k, size_t max_blocks, struct ecg_error *err);
+enum ecg_status small_batch_insert(cudaStream_t stream, const struct small_front *members,
+                                   size_t k, struct ecg_error *err);
+
+#endif /* CUDA_SMALL_CUH */
