@@ -16,7 +16,7 @@
 #define LANE(i, a) (((i) - (a)) & (QUALITY_LANES - 1))
 
 /* Combines lanes p[0..QUALITY_LANES) into p[0] by the tree of quality_core.h. */
-static void merge_tree(struct quality_lane *p, bool sums)
+static inline __attribute__((always_inline)) void merge_tree(struct quality_lane *p, bool sums)
 {
     for (size_t step = 1; step < QUALITY_LANES; step *= 2)
         for (size_t l = 0; l < QUALITY_LANES; l += 2 * step) {
@@ -28,7 +28,7 @@ static void merge_tree(struct quality_lane *p, bool sums)
 }
 
 /* The QRS-band moments of samples [from, to) of the window starting at a, into the lanes. */
-static void qrs_moments(const float *x, size_t a, size_t from, size_t to, size_t lag,
+static inline __attribute__((always_inline)) void qrs_moments(const float *x, size_t a, size_t from, size_t to, size_t lag,
                         struct quality_lane *p)
 {
     double s1[QUALITY_LANES], s2[QUALITY_LANES], s3[QUALITY_LANES], s4[QUALITY_LANES];
@@ -53,7 +53,7 @@ static void qrs_moments(const float *x, size_t a, size_t from, size_t to, size_t
 }
 
 /* The HF second-difference energy of samples [from, to), into the lanes. */
-static void hf_energy(const float *x, size_t a, size_t from, size_t to, size_t lag,
+static inline __attribute__((always_inline)) void hf_energy(const float *x, size_t a, size_t from, size_t to, size_t lag,
                       struct quality_lane *p)
 {
     double h2[QUALITY_LANES] = {0};
@@ -70,7 +70,7 @@ static void hf_energy(const float *x, size_t a, size_t from, size_t to, size_t l
 }
 
 /* Features of window j (quality.h: struct ecg_quality_window). */
-static void window_features(const float *x, size_t n, const struct ecg_quality_geometry *g,
+static inline __attribute__((always_inline)) void window_features(const float *x, size_t n, const struct ecg_quality_geometry *g,
                             size_t j, struct ecg_quality_window *w)
 {
     size_t a = j * g->len, b = a + g->len < n ? a + g->len : n;
@@ -124,10 +124,38 @@ static void window_features(const float *x, size_t n, const struct ecg_quality_g
     quality_window_of(&p[0], a, b, w);
 }
 
+/*
+ * Every window, compiled twice: for the baseline and with AVX2 (the lanes' double sums four to
+ * a register instead of two: a 10-s strip in 5.8 us instead of 7.0 on the development VM). The
+ * same operations in the same order either way (AVX2 without FMA, and ISO C allows no
+ * contraction), hence the same bits.
+ */
+static inline __attribute__((always_inline)) void all_windows(
+    const float *x, size_t n, const struct ecg_quality_geometry *g,
+    struct ecg_quality_window *windows)
+{
+    for (size_t j = 0; j < g->n_win; j++)
+        window_features(x, n, g, j, &windows[j]);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) static void all_windows_avx2(
+    const float *x, size_t n, const struct ecg_quality_geometry *g,
+    struct ecg_quality_window *windows)
+{
+    all_windows(x, n, g, windows);
+}
+#endif
+
 void cpu_quality_features(const float *x, size_t n, double fs_hz,
                           struct ecg_quality_window *windows)
 {
     struct ecg_quality_geometry g = ecg_quality_geometry_of(n, fs_hz);
-    for (size_t j = 0; j < g.n_win; j++)
-        window_features(x, n, &g, j, &windows[j]);
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx2")) {
+        all_windows_avx2(x, n, &g, windows);
+        return;
+    }
+#endif
+    all_windows(x, n, &g, windows);
 }
