@@ -8,11 +8,16 @@
  * the batch saves is the waiting: the stages of a batch's contexts do not wait at their end,
  * and the host waits twice per batch member, for its beat count and for its table, while the
  * other members' work keeps the device busy:
- *   1. every member's samples are packed into one pinned buffer; for each member, its slice is
- *      copied to its input (async, no staging), resample, filter and detect are queued, up to
- *      the copy of the counts to its h_stage;
- *   2. for each member: wait for its counts (by then the device has had every member's work
- *      of step 1 to run), queue embed, encode and the copy of its beat table;
+ *   1. every member's samples are packed into one pinned buffer. The members whose lead takes
+ *      the short path and whose context's record of its last front is whole (cuda_small.cuh),
+ *      when there are two or more at one rate, run one batched front: the pack and the table
+ *      of their records copied once, each step launched once with a block per member, their
+ *      counts copied once (small_front_queue). For each other member, its slice is copied to
+ *      its input (async, no staging), resample, filter and detect are queued, up to the copy
+ *      of the counts to its h_stage;
+ *   2. the batched front waited for once (small_front_collect); for each member: wait for its
+ *      counts (by then the device has had every member's work of step 1 to run), queue
+ *      embed, encode and the copy of its beat table;
  *   3. for each member: wait for its table, split it into its result and hand the member back
  *      (ecg_batch_member_done): its thread renders its answer while the batch goes on.
  * The fronts, and the backs (embed, encode, the table's copy) of a known beat count, replay as
