@@ -121,6 +121,37 @@ static size_t format_g6(double v, char *out)
     return len;
 }
 
+/*
+ * Writes v with exactly `decimals` (1..6) digits after the point, as printf's %.Nf, without
+ * printf where that is safe: |v| * 10^decimals below 2^31, whose double product is within
+ * 2^-22 of the exact one, and not within 1e-6 of a rounding tie, so rounding the product to the
+ * nearest integer rounds the exact binary value as printf does. Elsewhere (large values, near
+ * ties, which printf settles on the exact value, ties to even; NaN and infinities) it is printf.
+ * Writes at most cap - 1 characters (the fast path at most 18) and returns their number.
+ */
+static size_t format_fixed(double v, int decimals, char *out, size_t cap)
+{
+    const double scaled = fabs(v) * POW10[decimals];
+    const double frac = scaled - floor(scaled);
+    if (!(scaled < 2147483648.0) || fabs(frac - 0.5) < 1e-6) {
+        int n = snprintf(out, cap, "%.*f", decimals, v);
+        return n <= 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+    }
+    const uint64_t units = (uint64_t)llround(scaled);
+    const uint64_t one = (uint64_t)POW10[decimals];
+    size_t len = 0;
+    if (signbit(v))
+        out[len++] = '-'; /* printf's "-0.000" for a negative value that rounds to zero too */
+    len += format_int((int64_t)(units / one), out + len);
+    out[len++] = '.';
+    uint64_t f = units % one;
+    for (int i = decimals - 1; i >= 0; i--) {
+        out[len + (size_t)i] = (char)('0' + f % 10);
+        f /= 10;
+    }
+    return len + (size_t)decimals;
+}
+
 /* Appends a JSON string with escaping. */
 static void put_string(struct ecg_buf *out, const char *s)
 {
@@ -183,8 +214,7 @@ static size_t el_outlier(const struct ecg_result *r, size_t i, char *t)
 /* The R peak's time in seconds from the recording's start, to 0.1 ms. */
 static size_t el_r_peak_s(const struct ecg_result *r, size_t i, char *t)
 {
-    int len = snprintf(t, 24, "%.4f", (double)r->r_peak[i] / r->fs_hz);
-    return len > 0 ? (size_t)len : 0;
+    return format_fixed((double)r->r_peak[i] / r->fs_hz, 4, t, 24);
 }
 
 static size_t el_latent(const struct ecg_result *r, size_t i, char *t)
@@ -305,7 +335,12 @@ static void put_timing(struct ecg_buf *out, const struct ecg_timing *t)
                 {"quality", t->quality_ms}, {"total", t->total_ms}};
     ecg_buf_puts(out, ",\"timing_ms\":{");
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        ecg_buf_printf(out, "%s\"%s\":%.3f", i ? "," : "", rows[i].name, rows[i].v);
+        char num[32];
+        if (i)
+            ecg_buf_puts(out, ",");
+        put_string(out, rows[i].name);
+        ecg_buf_puts(out, ":");
+        ecg_buf_append(out, num, format_fixed(rows[i].v, 3, num, sizeof num));
     }
     ecg_buf_puts(out, "}");
 }

@@ -311,6 +311,63 @@ static void test_json_numbers(void **state)
     ecg_engine_destroy(engine);
 }
 
+/* The fixed-point printer agrees with printf's %.4f (r_peak_s) and %.3f (timing_ms) character
+ * for character: random peaks at several rates, exact ties (rates of 2^k Hz) and large values
+ * (printf's way). */
+static void test_json_fixed_numbers(void **state)
+{
+    struct ecg_engine *engine = cpu_engine(1);
+    enum { N = 6000 };
+    static const double rates[] = {360, 250, 128, 1000, 257.3, 32, 1024, 3e-6};
+    struct ecg_result res = {.n_beats = N, .n_samples = 1};
+    res.r_peak = calloc(N, sizeof(int64_t));
+    res.onset = calloc(N, sizeof(int64_t));
+    res.end = calloc(N, sizeof(int64_t));
+    res.rr_ms = calloc(N, sizeof(float));
+    res.kept = calloc(N, 1);
+    unsigned seed = 777;
+    for (size_t r = 0; r < sizeof rates / sizeof rates[0]; r++) {
+        res.fs_hz = rates[r];
+        for (size_t i = 0; i < N; i++) {
+            seed = seed * 1103515245u + 12345u;
+            res.r_peak[i] = i % 5 == 0 ? (int64_t)(seed % 4096) : (int64_t)(seed >> 1);
+        }
+        double *t[] = {&res.timing.read_ms,   &res.timing.resample_ms, &res.timing.filter_ms,
+                       &res.timing.detect_ms, &res.timing.embed_ms,    &res.timing.encode_ms,
+                       &res.timing.quality_ms, &res.timing.total_ms};
+        for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
+            seed = seed * 1103515245u + 12345u;
+            *t[k] = k == 0 ? 0.0625 * (double)(seed % 64) /* exact ties at 3 decimals */
+                           : (double)seed / (double)(1u << (seed % 24)) * (k == 7 ? 1e4 : 1.0);
+        }
+        struct ecg_buf out = {0}, want = {0};
+        ecg_result_write_json(&res, engine, ECG_INCLUDE_ALL, &out);
+        assert_false(out.failed);
+        ecg_buf_puts(&want, "\"r_peak_s\":[");
+        for (size_t i = 0; i < N; i++)
+            ecg_buf_printf(&want, "%s%.4f", i ? "," : "", (double)res.r_peak[i] / res.fs_hz);
+        ecg_buf_puts(&want, "]");
+        if (!strstr(out.data, want.data))
+            fail_msg("r_peak_s at %g Hz differs from %%.4f", res.fs_hz);
+        static const char *const names[] = {"read",   "resample", "filter",  "detect",
+                                            "embed",  "encode",   "quality", "total"};
+        for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+            char one[96];
+            snprintf(one, sizeof one, "\"%s\":%.3f", names[k], *t[k]);
+            if (!strstr(out.data, one))
+                fail_msg("timing %s = %.17g: %s not in the answer", names[k], *t[k], one);
+        }
+        ecg_buf_fini(&want);
+        ecg_buf_fini(&out);
+    }
+    free(res.r_peak);
+    free(res.onset);
+    free(res.end);
+    free(res.rr_ms);
+    free(res.kept);
+    ecg_engine_destroy(engine);
+}
+
 static void test_include_parse(void **state)
 {
     unsigned mask = 0;
@@ -379,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_wfdb_lying_header),  cmocka_unit_test(test_annotations),
         cmocka_unit_test(test_analyze_record),     cmocka_unit_test(test_analyze_errors),
         cmocka_unit_test(test_json_schema),        cmocka_unit_test(test_json_numbers),
+        cmocka_unit_test(test_json_fixed_numbers),
         cmocka_unit_test(test_include_parse),      cmocka_unit_test(test_concurrent),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
