@@ -138,7 +138,7 @@ struct cuda_batch {
     int64_t *h_counts, *d_counts; /* 3 per row: candidates, accepted, beats */
     float *d_pack;              /* the pack on the device */
     size_t d_pack_floats;
-    cudaStream_t small_stream;  /* where the batch's batched front runs (a member's stream) */
+    unsigned small_first;       /* the member on whose stream the batched front runs */
     size_t n_small;             /* rows in the batch being run */
     unsigned lane;
     struct batch_times times;
@@ -598,6 +598,7 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
     const struct ecg_plan *plan = NULL;
     size_t rows = 0, max_n_in = 0, max_n_a = 0, max_cand = 0, max_blocks = 0;
     cudaStream_t stream = NULL;
+    unsigned first = 0;
     memset(&local, 0, sizeof local);
     b->n_small = 0;
     for (size_t i = 0; i < n; i++)
@@ -622,6 +623,7 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
         if (!plan) {
             plan = m->plan;
             stream = ctx->stream;
+            first = (unsigned)i;
         }
         b->h_small[rows] = *rec;
         b->h_small[rows].off = b->off[i];
@@ -659,7 +661,7 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
         ctx->encoded = false;
         ctx->detect_queued = false;
     }
-    b->small_stream = stream;
+    b->small_first = first;
     b->n_small = rows;
     __atomic_fetch_add(&counts.small_fronts, 1ull, __ATOMIC_RELAXED);
     __atomic_fetch_add(&counts.small_members, (unsigned long long)rows, __ATOMIC_RELAXED);
@@ -690,8 +692,8 @@ static void small_front_collect(struct cuda_batch *b, struct ecg_batch_member *c
     if (!b->n_small)
         return;
     t0 = cuda_now_s();
-    CUDA_TRY(cudaStreamSynchronize(b->small_stream));
-out:
+    /* the first member's wait: CUDA's own, or ECG_CUDA_BATCH_SPIN_US's (ctx_sync) */
+    status = ctx_sync(b->member[b->small_first], "batched front", err);
     b->times.wait_count += cuda_now_s() - t0;
     if (status != ECG_OK)
         (void)cudaGetLastError();
