@@ -527,11 +527,14 @@ void svc_analyze_run(struct svc_request *req)
 
 /*
  * Bodies the HTTP thread reads itself for a batch (svc_analyze_start): up to an 80-s strip at
- * 250 Hz as CSV (116 KB). Reading one costs the HTTP thread ~0.2 ms (a 10-s strip ~30 us, about
- * what handing it to a worker and back costs), during which its other connections wait; larger
- * bodies go to a worker.
+ * 250 Hz as CSV (116 KB). Reading one costs the HTTP thread at most ~0.7 ms (a 10-s CSV strip
+ * ~30 us, about what handing it to a worker and back costs), during which its other
+ * connections wait; larger bodies go to a worker. JSON reads ~20x slower than CSV (cJSON: 53
+ * MB/s against 1 GB/s, bench/RESULTS.md), so its bound is 32 KiB (~0.6 ms; a 10-s strip at
+ * 250 Hz in JSON is ~17 KB).
  */
 #define SVC_INLINE_BODY_MAX ((size_t)128 << 10)
+#define SVC_INLINE_JSON_MAX ((size_t)32 << 10)
 
 /* The batch's thread: the analysis can be collected. The request is not touched after the
  * resume (its HTTP thread may be collecting it already). */
@@ -545,8 +548,10 @@ static void batched_done(void *arg)
 bool svc_analyze_start(struct svc_request *req)
 {
     struct svc_server *srv = req->srv;
+    const size_t most =
+        req->opts.format == ECG_FORMAT_JSON ? SVC_INLINE_JSON_MAX : SVC_INLINE_BODY_MAX;
     if (req->coding != SVC_CODING_IDENTITY || req->multipart || !req->body_len ||
-        req->body_len > SVC_INLINE_BODY_MAX || req->upload)
+        req->body_len > most || req->upload)
         return false;
     /* an engine not made yet is made by the job, off the HTTP thread */
     struct ecg_engine *engine = svc_registry_engine_if_created(&srv->registry, req->model);

@@ -104,6 +104,25 @@ print(n)")
 check "/metrics: ecgd_analyses_inline_total counts the $inline strips of at most 128 KiB" \
     grep -q "^ecgd_analyses_inline_total $inline\$" "$tmp/body"
 check "some strips went through a worker instead (larger than 128 KiB)" [ "$inline" -lt 23 ]
+# JSON bodies read slower: the HTTP thread takes them up to 32 KiB only
+python3 - "$tmp/strip03.csv" "$tmp" <<'PY' || not_ok "JSON fixtures"
+import json, sys
+x = [float(l) for l in open(sys.argv[1])]
+open(sys.argv[2] + "/small.json", "w").write(json.dumps({"fs": 360, "signal": x[:3600]}))
+open(sys.argv[2] + "/large.json", "w").write(json.dumps({"fs": 360, "signal": (x * 4)[:14400]}))
+PY
+inline_now() { curl -s "http://127.0.0.1:$batch/metrics" | sed -n 's/^ecgd_analyses_inline_total //p'; }
+before=$(inline_now)
+small_code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+             --data-binary @"$tmp/small.json" "http://127.0.0.1:$batch/v1/analyze")
+after_small=$(inline_now)
+large_code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+             --data-binary @"$tmp/large.json" "http://127.0.0.1:$batch/v1/analyze")
+after_large=$(inline_now)
+check "a 10-s JSON body ($(wc -c <"$tmp/small.json") bytes) is read by the HTTP thread" \
+    [ "$small_code" = 200 ] && [ "$after_small" = $((before + 1)) ]
+check "a 40-s JSON body ($(wc -c <"$tmp/large.json") bytes, over 32 KiB) by a worker" \
+    [ "$large_code" = 200 ] && [ "$after_large" = "$after_small" ]
 PORT=$plain
 req GET /metrics >/dev/null
 check "/metrics of the unbatched server: no batched analysis" \
