@@ -255,25 +255,28 @@ out:
     return status;
 }
 
-/* Grows the pinned pack buffer to hold floats samples. Called between batches only. */
-static enum ecg_status pack_reserve(struct cuda_batch *b, size_t floats, struct ecg_error *err)
+/* Grows *buf, pinned host memory or (device) device memory, to hold floats samples, with room
+ * to spare. Called between batches only. */
+static enum ecg_status floats_reserve(float **buf, size_t *cap, size_t floats, bool device,
+                                      struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    if (b->h_pack && floats <= b->h_pack_floats)
+    if (*buf && floats <= *cap)
         return ECG_OK;
-    if (b->h_pack) {
-        CUDA_TRY(cudaFreeHost(b->h_pack));
-        b->h_pack = NULL;
-        b->h_pack_floats = 0;
+    if (*buf) {
+        CUDA_TRY(device ? cudaFree(*buf) : cudaFreeHost(*buf));
+        *buf = NULL;
+        *cap = 0;
     }
     floats += floats / 4 + 1024;
-    CUDA_TRY(cudaMallocHost((void **)&b->h_pack, floats * sizeof(float)));
-    b->h_pack_floats = floats;
+    CUDA_TRY(device ? cudaMalloc((void **)buf, floats * sizeof(float))
+                    : cudaMallocHost((void **)buf, floats * sizeof(float)));
+    *cap = floats;
 out:
     if (status != ECG_OK)
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory",
-                          "cuda batch: cannot pin %zu MiB for the batch's input",
-                          (floats * sizeof(float)) >> 20);
+                          "cuda batch: cannot %s %zu MiB for the batch's input",
+                          device ? "allocate" : "pin", (floats * sizeof(float)) >> 20);
     return status;
 }
 
@@ -564,24 +567,6 @@ static void fail_all(struct ecg_batch_member *const *members, size_t n, enum ecg
     }
 }
 
-/* Grows the pack's device copy to floats samples. Called between batches only. */
-static enum ecg_status dpack_reserve(struct cuda_batch *b, size_t floats, struct ecg_error *err)
-{
-    enum ecg_status status = ECG_OK;
-    if (b->d_pack && floats <= b->d_pack_floats)
-        return ECG_OK;
-    if (b->d_pack) {
-        CUDA_TRY(cudaFree(b->d_pack));
-        b->d_pack = NULL;
-        b->d_pack_floats = 0;
-    }
-    floats += floats / 4 + 1024;
-    CUDA_TRY(cudaMalloc((void **)&b->d_pack, floats * sizeof(float)));
-    b->d_pack_floats = floats;
-out:
-    return status;
-}
-
 /*
  * Step 1 for the members whose front can run batched (cuda_small.cuh): those whose context's
  * record is whole for their recording, at the rate of the first of them, when there are at
@@ -639,7 +624,7 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
             b->small_row[i] = -1;
         return;
     }
-    ECG_TRY(dpack_reserve(b, total, err));
+    ECG_TRY(floats_reserve(&b->d_pack, &b->d_pack_floats, total, true, err));
     CUDA_TRY(cudaMemcpyAsync(b->d_pack, b->h_pack, total * sizeof(float), cudaMemcpyHostToDevice,
                              stream));
     CUDA_TRY(cudaMemcpyAsync(b->d_small, b->h_small, rows * sizeof *b->h_small,
@@ -736,7 +721,7 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
     __atomic_fetch_add(&counts.members, (unsigned long long)n, __ATOMIC_RELAXED);
     status = cudaSetDevice(b->dev->ordinal) == cudaSuccess ? ECG_OK : ECG_ERR_DEVICE;
     if (status == ECG_OK)
-        status = pack_reserve(b, total, &pack_err);
+        status = floats_reserve(&b->h_pack, &b->h_pack_floats, total, false, &pack_err);
     if (status != ECG_OK) {
         (void)cudaGetLastError();
         fail_all(members, n, status, &pack_err, true);

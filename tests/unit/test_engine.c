@@ -263,6 +263,16 @@ static void test_json_schema(void **state)
     ecg_engine_destroy(engine);
 }
 
+/* Frees the beat arrays the JSON tests below allocate. */
+static void beat_arrays_free(struct ecg_result *res)
+{
+    free(res->r_peak);
+    free(res->onset);
+    free(res->end);
+    free(res->rr_ms);
+    free(res->kept);
+}
+
 /* The number printer agrees with %.6g over many magnitudes (checked through the JSON). */
 static void test_json_numbers(void **state)
 {
@@ -303,11 +313,7 @@ static void test_json_numbers(void **state)
     }
     cJSON_Delete(doc);
     ecg_buf_fini(&out);
-    free(res.r_peak);
-    free(res.onset);
-    free(res.end);
-    free(res.rr_ms);
-    free(res.kept);
+    beat_arrays_free(&res);
     ecg_engine_destroy(engine);
 }
 
@@ -360,11 +366,7 @@ static void test_json_fixed_numbers(void **state)
         ecg_buf_fini(&want);
         ecg_buf_fini(&out);
     }
-    free(res.r_peak);
-    free(res.onset);
-    free(res.end);
-    free(res.rr_ms);
-    free(res.kept);
+    beat_arrays_free(&res);
     ecg_engine_destroy(engine);
 }
 
