@@ -263,7 +263,17 @@ static void test_json_schema(void **state)
     ecg_engine_destroy(engine);
 }
 
-/* Frees the beat arrays the JSON tests below allocate. */
+/* The beat arrays the JSON tests below fill (n entries each, zeroed), and their release. */
+static void beat_arrays_alloc(struct ecg_result *res, size_t n)
+{
+    res->r_peak = calloc(n, sizeof(int64_t));
+    res->onset = calloc(n, sizeof(int64_t));
+    res->end = calloc(n, sizeof(int64_t));
+    res->rr_ms = calloc(n, sizeof(float));
+    res->kept = calloc(n, 1);
+    assert_true(res->r_peak && res->onset && res->end && res->rr_ms && res->kept);
+}
+
 static void beat_arrays_free(struct ecg_result *res)
 {
     free(res->r_peak);
@@ -279,11 +289,7 @@ static void test_json_numbers(void **state)
     struct ecg_engine *engine = cpu_engine(1);
     enum { N = 20000 };
     struct ecg_result res = {.n_beats = N, .fs_hz = 360, .n_samples = 1};
-    res.r_peak = calloc(N, sizeof(int64_t));
-    res.onset = calloc(N, sizeof(int64_t));
-    res.end = calloc(N, sizeof(int64_t));
-    res.rr_ms = calloc(N, sizeof(float));
-    res.kept = calloc(N, 1);
+    beat_arrays_alloc(&res, N);
     unsigned seed = 12345;
     for (size_t i = 0; i < N; i++) {
         seed = seed * 1103515245u + 12345u;
@@ -326,11 +332,7 @@ static void test_json_fixed_numbers(void **state)
     enum { N = 6000 };
     static const double rates[] = {360, 250, 128, 1000, 257.3, 32, 1024, 3e-6};
     struct ecg_result res = {.n_beats = N, .n_samples = 1};
-    res.r_peak = calloc(N, sizeof(int64_t));
-    res.onset = calloc(N, sizeof(int64_t));
-    res.end = calloc(N, sizeof(int64_t));
-    res.rr_ms = calloc(N, sizeof(float));
-    res.kept = calloc(N, 1);
+    beat_arrays_alloc(&res, N);
     unsigned seed = 777;
     for (size_t r = 0; r < sizeof rates / sizeof rates[0]; r++) {
         res.fs_hz = rates[r];
