@@ -222,25 +222,6 @@ out:
     return status;
 }
 
-static size_t align_up(size_t x)
-{
-    return (x + 255) & ~(size_t)255;
-}
-
-void table_layout(size_t k, size_t z, struct table_layout *t)
-{
-    size_t off = 0;
-    t->r_peak = off;  off = align_up(off + k * sizeof(int64_t));
-    t->onset = off;   off = align_up(off + k * sizeof(int64_t));
-    t->end = off;     off = align_up(off + k * sizeof(int64_t));
-    t->rr_ms = off;   off = align_up(off + k * sizeof(float));
-    t->kept = off;    off = align_up(off + k);
-    t->latent = off;  off = align_up(off + k * z * sizeof(float));
-    t->score = off;   off = align_up(off + k * sizeof(float));
-    t->outlier = off; off = align_up(off + k);
-    t->bytes = off;
-}
-
 enum ecg_status ctx_enter(struct cuda_ctx *ctx, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;

@@ -11,13 +11,16 @@
  *   1. every member's samples are packed into one pinned buffer. The members whose lead takes
  *      the short path and whose context's record of its last front is whole (cuda_small.cuh),
  *      when there are two or more at one rate, run one batched front: the pack and the table
- *      of their records copied once, each step launched once with a block per member, their
- *      counts copied once (small_front_queue). For each other member, its slice is copied to
- *      its input (async, no staging), resample, filter and detect are queued, up to the copy
- *      of the counts to its h_stage;
- *   2. the batched front waited for once (small_front_collect); for each member: wait for its
- *      counts (by then the device has had every member's work of step 1 to run), queue
- *      embed, encode and the copy of its beat table;
+ *      of their records copied once, each step launched once with a block per member; then,
+ *      on the same stream and with the beat counts left on the device, one batched back
+ *      (segment, normalise, embed, the VAE over all their beats, score, their tables gathered)
+ *      and one copy of the counts and the tables (small_front_queue). For each other member,
+ *      its slice is copied to its input (async, no staging), resample, filter and detect are
+ *      queued, up to the copy of the counts to its h_stage;
+ *   2. the batched front and back waited for once (small_front_collect), their members' tables
+ *      split and handed back; for each other member: wait for its counts (by then the device
+ *      has had every member's work of step 1 to run), queue embed, encode and the copy of its
+ *      beat table;
  *   3. for each member: wait for its table, split it into its result and hand the member back
  *      (ecg_batch_member_done): its thread renders its answer while the batch goes on.
  * The fronts, and the backs (embed, encode, the table's copy) of a known beat count, replay as
@@ -52,6 +55,8 @@ extern "C" void cuda_batch_counts(struct cuda_batch_counts *out)
     out->back_replays = __atomic_load_n(&counts.back_replays, __ATOMIC_RELAXED);
     out->small_fronts = __atomic_load_n(&counts.small_fronts, __ATOMIC_RELAXED);
     out->small_members = __atomic_load_n(&counts.small_members, __ATOMIC_RELAXED);
+    out->small_backs = __atomic_load_n(&counts.small_backs, __ATOMIC_RELAXED);
+    out->small_back_members = __atomic_load_n(&counts.small_back_members, __ATOMIC_RELAXED);
 }
 
 /*
@@ -115,6 +120,7 @@ struct batch_times {
     double back_launch;         /* ... of step 2: cudaGraphLaunch of replayed backs */
     unsigned long long batches, members, front_replays, back_replays;
     unsigned long long small_rows;  /* members whose front ran in a batched short front */
+    unsigned long long back_rows;   /* ... and whose back ran in a batched back */
     size_t front_nodes, back_nodes; /* in the last front and back graph captured */
 };
 
@@ -129,17 +135,29 @@ struct cuda_batch {
     struct cuda_ctx **member;   /* max_batch contexts on dev */
     bool *live;                 /* per member of the batch running: no failure so far */
     float *h_pack;              /* pinned: every member's samples, one after the other */
-    size_t h_pack_floats;
+    size_t h_pack_bytes;
     size_t *off;                /* per member: its first sample in the pack */
-    /* the batched short front (cuda_small.cuh), unless ECG_CUDA_BATCH_SMALL=0 */
-    bool small_fronts;
-    int *small_row;             /* per member: its row of the table, -1: its front runs alone */
-    struct small_front *h_small, *d_small; /* the table: pinned, and on the device */
-    int64_t *h_counts, *d_counts; /* 3 per row: candidates, accepted, beats */
+    /* the batched short front and back (cuda_small.cuh), unless ECG_CUDA_BATCH_SMALL=0
+     * (neither) or =front (the front alone) */
+    bool small_fronts, small_backs;
+    bool encode_batchable;      /* the model's VAE can run in a batched back */
+    int *small_row;             /* per member: its row of the tables, -1: its front runs alone */
+    bool *collected;            /* per member: handed back from the batched back */
+    struct small_front *h_small, *d_small; /* the fronts' table: pinned, and on the device */
+    struct small_back *h_back, *d_back;    /* the backs' table */
+    void *d_norms;              /* the backs' scratch: SMALL_BACK_NORM_BYTES per row */
+    /* what comes back: 3 counts per row (candidates, accepted, beats), then, after a batched
+     * back, each row's table; pinned, and on the device */
+    char *h_out, *d_out;
+    size_t h_out_bytes, d_out_bytes;
     float *d_pack;              /* the pack on the device */
-    size_t d_pack_floats;
+    size_t d_pack_bytes;
+    float *d_emb, *d_latent;    /* a batched back's embedding and latents, per slot */
+    double *d_recon;            /* ... and reconstruction errors */
+    size_t d_emb_bytes, d_latent_bytes, d_recon_bytes;
     unsigned small_first;       /* the member on whose stream the batched front runs */
     size_t n_small;             /* rows in the batch being run */
+    bool back_on;               /* ... and their backs run batched after it */
     unsigned lane;
     struct batch_times times;
 };
@@ -163,14 +181,14 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
                 "(fronts) %.3f, step 2 (backs) %.3f of which waiting %.3f, step 3 (tables) "
                 "%.3f of which waiting %.3f and handing back %.3f; per member %.1f us; a front "
                 "graph's launch %.2f us (%zu nodes), a back graph's %.2f us (%zu nodes); %llu fronts in "
-                "batched short fronts\n",
+                "batched short fronts, %llu backs in batched backs\n",
                 b->lane, t->batches, t->members, cuda_now_s() - t->since, t->front, t->back,
                 t->wait_count, t->fetch, t->wait_table, t->done,
                 1e6 * (t->front + t->back + t->fetch) / (double)t->members,
                 t->front_replays ? 1e6 * t->front_launch / (double)t->front_replays : 0.0,
                 t->front_nodes,
                 t->back_replays ? 1e6 * t->back_launch / (double)t->back_replays : 0.0,
-                t->back_nodes, t->small_rows);
+                t->back_nodes, t->small_rows, t->back_rows);
     }
     (void)cudaSetDevice(b->dev->ordinal);
     for (unsigned i = 0; b->graph && i < b->max_batch; i++)
@@ -188,16 +206,18 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
         (void)cudaFreeHost(b->h_pack);
     if (b->h_small)
         (void)cudaFreeHost(b->h_small);
-    if (b->h_counts)
-        (void)cudaFreeHost(b->h_counts);
-    if (b->d_small)
-        (void)cudaFree(b->d_small);
-    if (b->d_counts)
-        (void)cudaFree(b->d_counts);
-    if (b->d_pack)
-        (void)cudaFree(b->d_pack);
+    if (b->h_back)
+        (void)cudaFreeHost(b->h_back);
+    if (b->h_out)
+        (void)cudaFreeHost(b->h_out);
+    void *device_bufs[] = {b->d_small, b->d_back, b->d_norms, b->d_out, b->d_pack,
+                           b->d_emb, b->d_latent, b->d_recon};
+    for (size_t i = 0; i < sizeof device_bufs / sizeof *device_bufs; i++)
+        if (device_bufs[i])
+            (void)cudaFree(device_bufs[i]);
     free(b->off);
     free(b->small_row);
+    free(b->collected);
     free(b->member);
     free(b->live);
     free(b->graph);
@@ -231,20 +251,25 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->back = (struct back_graph *)calloc(max_batch, sizeof *b->back);
     b->off = (size_t *)calloc(max_batch, sizeof *b->off);
     b->small_row = (int *)calloc(max_batch, sizeof *b->small_row);
+    b->collected = (bool *)calloc(max_batch, sizeof *b->collected);
     b->use_graphs = !graphs_env || strcmp(graphs_env, "0") != 0;
     b->back_graphs = b->use_graphs && cuda_encode_capturable(state->model);
     b->small_fronts = !small_env || strcmp(small_env, "0") != 0;
-    if (!b->member || !b->live || !b->graph || !b->back || !b->off || !b->small_row) {
+    b->small_backs = b->small_fronts && !(small_env && !strcmp(small_env, "front"));
+    b->encode_batchable = cuda_encode_batchable(state->model);
+    if (!b->member || !b->live || !b->graph || !b->back || !b->off || !b->small_row ||
+        !b->collected) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
         goto out;
     }
     if (b->small_fronts) {
-        const size_t rows = max_batch * sizeof *b->h_small, c = 3 * max_batch * sizeof(int64_t);
+        const size_t fronts = max_batch * sizeof *b->h_small, backs = max_batch * sizeof *b->h_back;
         CUDA_TRY(cudaSetDevice(b->dev->ordinal));
-        CUDA_TRY(cudaMallocHost((void **)&b->h_small, rows));
-        CUDA_TRY(cudaMallocHost((void **)&b->h_counts, c));
-        CUDA_TRY(cudaMalloc((void **)&b->d_small, rows));
-        CUDA_TRY(cudaMalloc((void **)&b->d_counts, c));
+        CUDA_TRY(cudaMallocHost((void **)&b->h_small, fronts));
+        CUDA_TRY(cudaMalloc((void **)&b->d_small, fronts));
+        CUDA_TRY(cudaMallocHost((void **)&b->h_back, backs));
+        CUDA_TRY(cudaMalloc((void **)&b->d_back, backs));
+        CUDA_TRY(cudaMalloc(&b->d_norms, max_batch * SMALL_BACK_NORM_BYTES));
     }
     for (unsigned i = 0; i < max_batch; i++)
         ECG_TRY(cuda_ctx_create_on(state, b->dev, true, &b->member[i], err));
@@ -255,28 +280,27 @@ out:
     return status;
 }
 
-/* Grows *buf, pinned host memory or (device) device memory, to hold floats samples, with room
- * to spare. Called between batches only. */
-static enum ecg_status floats_reserve(float **buf, size_t *cap, size_t floats, bool device,
-                                      struct ecg_error *err)
+/* Grows *buf (a void ** in disguise), pinned host memory or (device) device memory, to hold
+ * bytes, with room to spare; what: what it holds, for the error. Called between batches only. */
+static enum ecg_status bytes_reserve(void *buf_ptr, size_t *cap, size_t bytes, bool device,
+                                     const char *what, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    if (*buf && floats <= *cap)
+    void **buf = (void **)buf_ptr;
+    if (*buf && bytes <= *cap)
         return ECG_OK;
     if (*buf) {
         CUDA_TRY(device ? cudaFree(*buf) : cudaFreeHost(*buf));
         *buf = NULL;
         *cap = 0;
     }
-    floats += floats / 4 + 1024;
-    CUDA_TRY(device ? cudaMalloc((void **)buf, floats * sizeof(float))
-                    : cudaMallocHost((void **)buf, floats * sizeof(float)));
-    *cap = floats;
+    bytes += bytes / 4 + 4096;
+    CUDA_TRY(device ? cudaMalloc(buf, bytes) : cudaMallocHost(buf, bytes));
+    *cap = bytes;
 out:
     if (status != ECG_OK)
-        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory",
-                          "cuda batch: cannot %s %zu MiB for the batch's input",
-                          device ? "allocate" : "pin", (floats * sizeof(float)) >> 20);
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch: cannot %s %zu MiB for %s",
+                          device ? "allocate" : "pin", bytes >> 20, what);
     return status;
 }
 
@@ -568,11 +592,99 @@ static void fail_all(struct ecg_batch_member *const *members, size_t n, enum ecg
 }
 
 /*
+ * The batched back's plan for the rows of a batched front (b->h_back, the output's layout,
+ * the slots): whether their backs can run batched after it. Every row must fit the back's
+ * one-block steps (SMALL_BACK_BEATS candidates, SMALL_BACK_SAMPLES samples) and, when it
+ * encodes, the model take the warp path; otherwise their backs run one by one, as before.
+ * *out_bytes: the output's size (the counts, then each row's table at its largest);
+ * *slots: the beat slots; *max_cap: the largest row's. Each row's counts pointer is left to
+ * the caller (the output may move when it grows).
+ */
+static bool small_back_plan(struct cuda_batch *b, struct ecg_batch_member *const *members,
+                            size_t n, size_t rows, size_t *out_bytes, size_t *slots,
+                            size_t *max_cap, bool *encode)
+{
+    size_t out = table_align(3 * rows * sizeof(int64_t)), slot = 0, cap_max = 0;
+    bool any_encode = false;
+    *out_bytes = out;
+    if (!b->small_backs)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (b->small_row[i] < 0)
+            continue;
+        const struct cuda_ctx *ctx = b->member[i];
+        const struct small_front *rec = ctx->small;
+        struct small_back *r = &b->h_back[b->small_row[i]];
+        struct table_layout t;
+        if (rec->max_cand > SMALL_BACK_BEATS || rec->a.n_a > SMALL_BACK_SAMPLES ||
+            (members[i]->with_model && !b->encode_batchable))
+            return false;
+        r->y = rec->a.y;
+        r->peaks_a = rec->a.peaks_a;
+        r->table = (char *)rec->a.peaks_in; /* the table's start: its r_peak column */
+        r->n_a = rec->a.n_a;
+        r->n_in = members[i]->n;
+        r->cap = rec->max_cand;
+        r->slot = slot;
+        r->out = out;
+        r->encode = members[i]->with_model;
+        any_encode = any_encode || r->encode;
+        table_layout(r->cap, ctx->latent_dim, &t);
+        out += t.bytes;
+        slot += r->cap;
+        cap_max = r->cap > cap_max ? r->cap : cap_max;
+    }
+    *out_bytes = out;
+    *slots = slot;
+    *max_cap = cap_max;
+    *encode = any_encode;
+    return true;
+}
+
+/* The batched back of the rows of b->h_back (small_back_plan), queued on stream after their
+ * front: embedding, VAE and score, the tables gathered into d_out. */
+static enum ecg_status small_back_queue(struct cuda_batch *b, cudaStream_t stream,
+                                        const struct ecg_plan *plan, size_t rows, size_t slots,
+                                        size_t max_cap, bool encode, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    const size_t z = b->member[0]->latent_dim;
+    struct small_back_plan p;
+    p.pre_r = plan->pre_r > 0 ? (int64_t)plan->pre_r : 1; /* cuda_embed's: an onset before every R */
+    p.beat_min = plan->beat_min;
+    p.beat_max = plan->beat_max;
+    p.up = plan->up;
+    p.down = plan->down;
+    p.fs_in_hz = plan->fs_in_hz;
+    p.beat_len = plan->beat_len;
+    p.z_dim = z;
+    ECG_TRY(bytes_reserve(&b->d_emb, &b->d_emb_bytes, slots * plan->beat_len * sizeof(float),
+                          true, "the batch's embedding", err));
+    if (encode) {
+        ECG_TRY(bytes_reserve(&b->d_latent, &b->d_latent_bytes, slots * z * sizeof(float), true,
+                              "the batch's latents", err));
+        ECG_TRY(bytes_reserve(&b->d_recon, &b->d_recon_bytes, slots * sizeof(double), true,
+                              "the batch's errors", err));
+    }
+    CUDA_TRY(cudaMemcpyAsync(b->d_back, b->h_back, rows * sizeof *b->h_back,
+                             cudaMemcpyHostToDevice, stream));
+    ECG_TRY(small_batch_embed(stream, b->d_back, rows, &p, max_cap, b->d_norms, b->d_emb, err));
+    if (encode)
+        ECG_TRY(small_batch_encode(stream, b->dev, b->state->model, b->d_back, rows, slots,
+                                   b->d_emb, b->d_latent, b->d_recon, err));
+    ECG_TRY(small_batch_gather(stream, b->d_back, rows, z, max_cap, b->d_out, err));
+out:
+    return status;
+}
+
+/*
  * Step 1 for the members whose front can run batched (cuda_small.cuh): those whose context's
  * record is whole for their recording, at the rate of the first of them, when there are at
- * least two (a lone one replays its own graph). Each gets its row of the table (small_row; -1
+ * least two (a lone one replays its own graph). Each gets its row of the tables (small_row; -1
  * for the others), and the pack's copy, the batched kernels and the copy of the counts are
- * queued on the first one's stream. A failure fails those members (handed back at once).
+ * queued on the first one's stream; then, where small_back_plan allows, their batched back and
+ * the copy of their tables with the counts, so that the host waits once for all of it. A
+ * failure fails those members (handed back at once).
  */
 static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *members,
                               size_t n, size_t total)
@@ -582,10 +694,13 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
     struct ecg_error *err = &local;
     const struct ecg_plan *plan = NULL;
     size_t rows = 0, max_n_in = 0, max_n_a = 0, max_cand = 0, max_blocks = 0;
+    size_t out_bytes = 0, slots = 0, max_cap = 0;
+    bool encode = false;
     cudaStream_t stream = NULL;
     unsigned first = 0;
     memset(&local, 0, sizeof local);
     b->n_small = 0;
+    b->back_on = false;
     for (size_t i = 0; i < n; i++)
         b->small_row[i] = -1;
     if (!b->small_fronts || n < 2)
@@ -624,7 +739,15 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
             b->small_row[i] = -1;
         return;
     }
-    ECG_TRY(floats_reserve(&b->d_pack, &b->d_pack_floats, total, true, err));
+    ECG_TRY(bytes_reserve(&b->d_pack, &b->d_pack_bytes, total * sizeof(float), true,
+                          "the batch's input", err));
+    b->back_on = small_back_plan(b, members, n, rows, &out_bytes, &slots, &max_cap, &encode);
+    ECG_TRY(bytes_reserve(&b->d_out, &b->d_out_bytes, out_bytes, true, "the batch's tables",
+                          err));
+    ECG_TRY(bytes_reserve(&b->h_out, &b->h_out_bytes, out_bytes, false, "the batch's tables",
+                          err));
+    for (size_t r = 0; b->back_on && r < rows; r++)
+        b->h_back[r].counts = (const int64_t *)b->d_out + 3 * r;
     CUDA_TRY(cudaMemcpyAsync(b->d_pack, b->h_pack, total * sizeof(float), cudaMemcpyHostToDevice,
                              stream));
     CUDA_TRY(cudaMemcpyAsync(b->d_small, b->h_small, rows * sizeof *b->h_small,
@@ -632,9 +755,13 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
     ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, rows, &b->h_small[0], max_n_in,
                              max_n_a, err));
     ECG_TRY(small_batch_filter(stream, b->d_small, rows, plan, err));
-    ECG_TRY(small_batch_detect(stream, b->d_small, rows, max_cand, max_blocks, b->d_counts, err));
-    CUDA_TRY(cudaMemcpyAsync(b->h_counts, b->d_counts, 3 * rows * sizeof(int64_t),
-                             cudaMemcpyDeviceToHost, stream));
+    ECG_TRY(small_batch_detect(stream, b->d_small, rows, max_cand, max_blocks,
+                               (int64_t *)b->d_out, err));
+    if (b->back_on)
+        ECG_TRY(small_back_queue(b, stream, plan, rows, slots, max_cap, encode, err));
+    else
+        out_bytes = 3 * rows * sizeof(int64_t); /* the counts alone */
+    CUDA_TRY(cudaMemcpyAsync(b->h_out, b->d_out, out_bytes, cudaMemcpyDeviceToHost, stream));
     for (size_t i = 0; i < n; i++) {
         if (b->small_row[i] < 0)
             continue;
@@ -651,9 +778,16 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
     __atomic_fetch_add(&counts.small_fronts, 1ull, __ATOMIC_RELAXED);
     __atomic_fetch_add(&counts.small_members, (unsigned long long)rows, __ATOMIC_RELAXED);
     b->times.small_rows += rows;
+    if (b->back_on) {
+        __atomic_fetch_add(&counts.small_backs, 1ull, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&counts.small_back_members, (unsigned long long)rows,
+                           __ATOMIC_RELAXED);
+        b->times.back_rows += rows;
+    }
 out:
     if (status != ECG_OK) {
         (void)cudaGetLastError();
+        b->back_on = false;
         for (size_t i = 0; i < n; i++) {
             if (b->small_row[i] < 0)
                 continue;
@@ -664,8 +798,30 @@ out:
     }
 }
 
+/* A member of a batched back, its table on the host: its result, handed back. */
+static void small_back_collect(struct cuda_batch *b, struct ecg_batch_member *m, unsigned i)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = b->member[i];
+    const struct small_back *r = &b->h_back[b->small_row[i]];
+    const size_t k = ctx->n_beats;
+    /* the host state its own back would leave (the embedding is the batch's) */
+    ctx->emb_len = 0;
+    ctx->encoded = m->with_model;
+    if (!ecg_batch_result(m, k))
+        status = ecg_fail(&m->err, ECG_ERR_NOMEM, "out_of_memory", "result for %zu beats", k);
+    else
+        status = table_split(b->h_out + r->out, k, ctx->latent_dim, ctx->encoded, m->result,
+                             &m->err);
+    if (status != ECG_OK)
+        member_fail(b, m, i, status);
+    b->live[i] = false;
+    b->collected[i] = true;
+    ecg_batch_member_done(m);
+}
+
 /* The batched front's end (step 2's start): waits for it and gives its members their beat
- * counts; a failure fails them. */
+ * counts, and, after a batched back, their results (handed back); a failure fails them. */
 static void small_front_collect(struct cuda_batch *b, struct ecg_batch_member *const *members,
                                 size_t n)
 {
@@ -691,7 +847,10 @@ static void small_front_collect(struct cuda_batch *b, struct ecg_batch_member *c
             ecg_batch_member_done(members[i]);
             continue;
         }
-        b->member[i]->n_beats = (size_t)b->h_counts[3 * (size_t)b->small_row[i] + 2];
+        const int64_t *h_counts = (const int64_t *)b->h_out;
+        b->member[i]->n_beats = (size_t)h_counts[3 * (size_t)b->small_row[i] + 2];
+        if (b->back_on)
+            small_back_collect(b, members[i], (unsigned)i);
     }
 }
 
@@ -721,7 +880,8 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
     __atomic_fetch_add(&counts.members, (unsigned long long)n, __ATOMIC_RELAXED);
     status = cudaSetDevice(b->dev->ordinal) == cudaSuccess ? ECG_OK : ECG_ERR_DEVICE;
     if (status == ECG_OK)
-        status = floats_reserve(&b->h_pack, &b->h_pack_floats, total, false, &pack_err);
+        status = bytes_reserve(&b->h_pack, &b->h_pack_bytes, total * sizeof(float), false,
+                               "the batch's input", &pack_err);
     if (status != ECG_OK) {
         (void)cudaGetLastError();
         fail_all(members, n, status, &pack_err, true);
@@ -734,6 +894,7 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
         memcpy(b->h_pack + off, members[i]->samples, members[i]->n * sizeof(float));
         off += members[i]->n;
         b->live[i] = true;
+        b->collected[i] = false;
     }
     small_front_queue(b, members, n, total);
     for (size_t i = 0; i < n; i++) {
@@ -778,9 +939,10 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
     b->times.fetch += t3 - t2;
     b->times.batches++;
     b->times.members += n;
-    /* A failed member may have left copies from the pack queued: the next batch rewrites it. */
+    /* A failed member may have left copies from the pack queued: the next batch rewrites it.
+     * (A member of a batched back has nothing queued left: its stream was waited for.) */
     for (size_t i = 0; i < n; i++) {
-        if (b->live[i])
+        if (b->live[i] || b->collected[i])
             continue;
         (void)cudaSetDevice(b->dev->ordinal);
         if (cudaStreamSynchronize(b->member[i]->stream) != cudaSuccess)

@@ -18,6 +18,7 @@
 #include <cub/cub.cuh>
 
 #include "cuda_internal.h"
+#include "cuda_small.cuh"
 
 struct segment_args {
     const int64_t *peaks_a, *peaks_in;
@@ -82,34 +83,39 @@ static __device__ int64_t end_in_of(const struct segment_args *a, size_t i, int6
     return end_in;
 }
 
+/* Beat i's table entries: onset and end on the input grid, RR, kept. */
+static __device__ void segment_one(const struct segment_args *a, size_t i)
+{
+    int64_t onset_a = onset_a_of(a, i);
+    int64_t end_a = end_a_of(a, i, onset_a);
+    int64_t onset_in;
+    if (i == 0) {
+        onset_in = onset_a == 0 ? 0 : to_input(onset_a, a->up, a->down);
+        if (onset_in >= a->peaks_in[0])
+            onset_in = a->peaks_in[0] - 1;
+        if (onset_in < 0)
+            onset_in = 0;
+    } else {
+        /* beat i - 1 ends where beat i starts in the analysis grid */
+        onset_in = end_in_of(a, i - 1, onset_a);
+    }
+    a->onset[i] = onset_in;
+    a->end[i] = end_in_of(a, i, end_a);
+    int64_t length = end_a - onset_a;
+    a->kept[i] = length >= a->beat_min && length <= a->beat_max;
+    if (i == 0) {
+        a->rr_ms[i] = NAN;
+    } else {
+        const double gap = (double)(a->peaks_in[i] - a->peaks_in[i - 1]);
+        a->rr_ms[i] = (float)__ddiv_rn(__dmul_rn(gap, 1000.0), a->fs_in_hz);
+    }
+}
+
 static __global__ void segment_kernel(struct segment_args a)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.k;
-         i += (size_t)gridDim.x * blockDim.x) {
-        int64_t onset_a = onset_a_of(&a, i);
-        int64_t end_a = end_a_of(&a, i, onset_a);
-        int64_t onset_in;
-        if (i == 0) {
-            onset_in = onset_a == 0 ? 0 : to_input(onset_a, a.up, a.down);
-            if (onset_in >= a.peaks_in[0])
-                onset_in = a.peaks_in[0] - 1;
-            if (onset_in < 0)
-                onset_in = 0;
-        } else {
-            /* beat i - 1 ends where beat i starts in the analysis grid */
-            onset_in = end_in_of(&a, i - 1, onset_a);
-        }
-        a.onset[i] = onset_in;
-        a.end[i] = end_in_of(&a, i, end_a);
-        int64_t length = end_a - onset_a;
-        a.kept[i] = length >= a.beat_min && length <= a.beat_max;
-        if (i == 0) {
-            a.rr_ms[i] = NAN;
-        } else {
-            const double gap = (double)(a.peaks_in[i] - a.peaks_in[i - 1]);
-            a.rr_ms[i] = (float)__ddiv_rn(__dmul_rn(gap, 1000.0), a.fs_in_hz);
-        }
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        segment_one(&a, i);
 }
 
 /* Normalisation constants, computed on the device from sorted copies. */
@@ -191,8 +197,8 @@ static __device__ float block_middle(const float (&keys)[NORM_SMALL_ITEMS], size
     return value;
 }
 
-static __global__ void __launch_bounds__(NORM_SMALL_THREADS)
-    norm_small_kernel(const float *y, size_t n, struct norm *out)
+/* The block's body of norm_small_kernel (every thread of a NORM_SMALL_THREADS block). */
+static __device__ void norm_small_body(const float *y, size_t n, struct norm *out)
 {
     typedef cub::BlockRadixSort<float, NORM_SMALL_THREADS, NORM_SMALL_ITEMS> block_sort;
     __shared__ typename block_sort::TempStorage temp;
@@ -219,6 +225,32 @@ static __global__ void __launch_bounds__(NORM_SMALL_THREADS)
     }
 }
 
+static __global__ void __launch_bounds__(NORM_SMALL_THREADS)
+    norm_small_kernel(const float *y, size_t n, struct norm *out)
+{
+    norm_small_body(y, n, out);
+}
+
+/* Value v of the embedding (row i = v / beat_len, position t = v % beat_len). */
+static __device__ float embed_value(const struct segment_args *a, const float *y, float median,
+                                    float inv_scale, size_t beat_len, size_t v)
+{
+    size_t i = v / beat_len, t = v % beat_len;
+    float out = 0.0f;
+    if (a->kept[i]) {
+        int64_t onset = onset_a_of(a, i);
+        int64_t end = end_a_of(a, i, onset);
+        int64_t len = end - onset;
+        if (len > (int64_t)beat_len)
+            len = (int64_t)beat_len;
+        if (onset + len > (int64_t)a->n_a)
+            len = (int64_t)a->n_a - onset;
+        if ((int64_t)t < len)
+            out = __fmul_rn(__fsub_rn(y[onset + (int64_t)t], median), inv_scale);
+    }
+    return out;
+}
+
 /* Thread (i, t) over k * beat_len values: row i of the embedding. */
 static __global__ void embed_kernel(struct segment_args a, const float *y, const struct norm *nm,
                                     size_t beat_len, float *emb)
@@ -226,22 +258,8 @@ static __global__ void embed_kernel(struct segment_args a, const float *y, const
     const float median = nm->median, inv_scale = nm->inv_scale;
     const size_t total = a.k * beat_len;
     for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < total;
-         v += (size_t)gridDim.x * blockDim.x) {
-        size_t i = v / beat_len, t = v % beat_len;
-        float out = 0.0f;
-        if (a.kept[i]) {
-            int64_t onset = onset_a_of(&a, i);
-            int64_t end = end_a_of(&a, i, onset);
-            int64_t len = end - onset;
-            if (len > (int64_t)beat_len)
-                len = (int64_t)beat_len;
-            if (onset + len > (int64_t)a.n_a)
-                len = (int64_t)a.n_a - onset;
-            if ((int64_t)t < len)
-                out = __fmul_rn(__fsub_rn(y[onset + (int64_t)t], median), inv_scale);
-        }
-        emb[v] = out;
-    }
+         v += (size_t)gridDim.x * blockDim.x)
+        emb[v] = embed_value(&a, y, median, inv_scale, beat_len, v);
 }
 
 extern "C" enum ecg_status cuda_embed(void *ctx_ptr, const struct ecg_plan *plan,
@@ -319,6 +337,88 @@ embed:
     CUDA_LAUNCH_CHECK();
     ECG_TRY(ctx_stage_done(ctx, "embed", err));
     ctx->emb_len = k * plan->beat_len;
+out:
+    return status;
+}
+
+/* ---------------------------------------------------------------- batched backs */
+
+static_assert(SMALL_BACK_SAMPLES <= NORM_SMALL_MAX, "a batched back normalises in one block");
+static_assert(sizeof(struct norm) <= SMALL_BACK_NORM_BYTES, "the host sizes the norms scratch");
+
+/* Member m's segment_args for its beat count, the columns of its table laid out for it. */
+static __device__ struct segment_args member_segment_args(const struct small_back *m,
+                                                          const struct small_back_plan *p)
+{
+    struct segment_args a;
+    struct table_layout t;
+    const size_t k = (size_t)m->counts[2];
+    table_layout(k, p->z_dim, &t);
+    a.peaks_a = m->peaks_a;
+    a.peaks_in = (const int64_t *)(m->table + t.r_peak);
+    a.k = k;
+    a.n_a = m->n_a;
+    a.n_in = m->n_in;
+    a.pre_r = p->pre_r;
+    a.beat_min = p->beat_min;
+    a.beat_max = p->beat_max;
+    a.up = p->up;
+    a.down = p->down;
+    a.fs_in_hz = p->fs_in_hz;
+    a.onset = (int64_t *)(m->table + t.onset);
+    a.end = (int64_t *)(m->table + t.end);
+    a.rr_ms = (float *)(m->table + t.rr_ms);
+    a.kept = (uint8_t *)(m->table + t.kept);
+    return a;
+}
+
+static __global__ void segment_batch_kernel(const struct small_back *members,
+                                            struct small_back_plan p)
+{
+    const struct segment_args a = member_segment_args(&members[blockIdx.y], &p);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.k;
+         i += (size_t)gridDim.x * blockDim.x)
+        segment_one(&a, i);
+}
+
+static __global__ void __launch_bounds__(NORM_SMALL_THREADS)
+    norm_small_batch_kernel(const struct small_back *members, struct norm *norms)
+{
+    const struct small_back *m = &members[blockIdx.y];
+    norm_small_body(m->y, m->n_a, &norms[blockIdx.y]);
+}
+
+/* Member blockIdx.y's cap rows from its slot on: its beats' rows, then zeros. */
+static __global__ void embed_batch_kernel(const struct small_back *members,
+                                          struct small_back_plan p, const struct norm *norms,
+                                          float *emb)
+{
+    const struct small_back *m = &members[blockIdx.y];
+    const struct segment_args a = member_segment_args(m, &p);
+    const float median = norms[blockIdx.y].median, inv_scale = norms[blockIdx.y].inv_scale;
+    const size_t beats = a.k * p.beat_len, total = m->cap * p.beat_len;
+    float *rows = emb + m->slot * p.beat_len;
+    for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < total;
+         v += (size_t)gridDim.x * blockDim.x)
+        rows[v] = v < beats ? embed_value(&a, m->y, median, inv_scale, p.beat_len, v) : 0.0f;
+}
+
+/* Contract in cuda_small.cuh. Every member has at most NORM_SMALL_MAX analysis samples (the
+ * short path's bound), so its normalisation takes the one-block sort, as its own back's would. */
+enum ecg_status small_batch_embed(cudaStream_t stream, const struct small_back *members,
+                                  size_t k, const struct small_back_plan *plan, size_t max_cap,
+                                  void *norms, float *emb, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    segment_batch_kernel<<<dim3(grid_for(max_cap), (unsigned)k), CUDA_THREADS, 0, stream>>>(
+        members, *plan);
+    CUDA_LAUNCH_CHECK();
+    norm_small_batch_kernel<<<dim3(1, (unsigned)k), NORM_SMALL_THREADS, 0, stream>>>(
+        members, (struct norm *)norms);
+    CUDA_LAUNCH_CHECK();
+    embed_batch_kernel<<<dim3(grid_for(max_cap * plan->beat_len), (unsigned)k), CUDA_THREADS, 0,
+                         stream>>>(members, *plan, (const struct norm *)norms, emb);
+    CUDA_LAUNCH_CHECK();
 out:
     return status;
 }

@@ -6,6 +6,37 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_small.cuh"
+
+/* Member blockIdx.y's table (its layout for its count: a multiple of 256 bytes, 256-aligned at
+ * both ends) to its place in the batch's output, 16 bytes a thread. */
+static __global__ void gather_batch_kernel(const struct small_back *members, size_t z_dim,
+                                           char *out)
+{
+    const struct small_back *m = &members[blockIdx.y];
+    struct table_layout t;
+    table_layout((size_t)m->counts[2], z_dim, &t);
+    const uint4 *src = (const uint4 *)m->table;
+    uint4 *dst = (uint4 *)(out + m->out);
+    for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < t.bytes / sizeof(uint4);
+         v += (size_t)gridDim.x * blockDim.x)
+        dst[v] = src[v];
+}
+
+/* Contract in cuda_small.cuh. */
+enum ecg_status small_batch_gather(cudaStream_t stream, const struct small_back *members,
+                                   size_t k, size_t z_dim, size_t max_cap, char *out,
+                                   struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct table_layout t;
+    table_layout(max_cap, z_dim, &t);
+    gather_batch_kernel<<<dim3(grid_for(t.bytes / sizeof(uint4)), (unsigned)k), CUDA_THREADS, 0,
+                          stream>>>(members, z_dim, out);
+    CUDA_LAUNCH_CHECK();
+out:
+    return status;
+}
 
 enum ecg_status fetch_queue(struct cuda_ctx *ctx, struct ecg_error *err)
 {
@@ -32,10 +63,15 @@ enum ecg_status fetch_copy(struct cuda_ctx *ctx, struct ecg_result *result,
 enum ecg_status fetch_split(struct cuda_ctx *ctx, struct ecg_result *result,
                             struct ecg_error *err)
 {
+    return table_split((const char *)ctx->h_stage, ctx->n_beats, ctx->latent_dim, ctx->encoded,
+                       result, err);
+}
+
+enum ecg_status table_split(const char *h, size_t k, size_t z, bool encoded,
+                            struct ecg_result *result, struct ecg_error *err)
+{
     enum ecg_status status = ECG_OK;
     struct table_layout t;
-    const size_t k = ctx->n_beats;
-    const char *h;
     if (result->n_beats != k) {
         status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
                           "cuda fetch: result has %zu beats, device has %zu", result->n_beats, k);
@@ -43,19 +79,18 @@ enum ecg_status fetch_split(struct cuda_ctx *ctx, struct ecg_result *result,
     }
     if (k == 0)
         goto out;
-    if (result->latent && !ctx->encoded) {
+    if (result->latent && !encoded) {
         status = ecg_fail(err, ECG_ERR_INTERNAL, "internal", "cuda fetch: scores before encode");
         goto out;
     }
-    table_layout(k, ctx->latent_dim, &t);
-    h = (const char *)ctx->h_stage;
+    table_layout(k, z, &t);
     memcpy(result->r_peak, h + t.r_peak, k * sizeof(int64_t));
     memcpy(result->onset, h + t.onset, k * sizeof(int64_t));
     memcpy(result->end, h + t.end, k * sizeof(int64_t));
     memcpy(result->rr_ms, h + t.rr_ms, k * sizeof(float));
     memcpy(result->kept, h + t.kept, k);
-    if (result->latent && ctx->latent_dim)
-        memcpy(result->latent, h + t.latent, k * ctx->latent_dim * sizeof(float));
+    if (result->latent && z)
+        memcpy(result->latent, h + t.latent, k * z * sizeof(float));
     if (result->score)
         memcpy(result->score, h + t.score, k * sizeof(float));
     if (result->outlier)

@@ -183,14 +183,32 @@ struct cuda_ctx {
     uint64_t fft_clock;
 };
 
-/* Offsets (bytes) of the beat table's columns for k beats and latent dimension z. */
+/* Offsets (bytes) of the beat table's columns for k beats and latent dimension z, each column
+ * at a multiple of 256 bytes; the host's and the device's (a batched back lays out its members'
+ * tables on the device, where their beat counts are). */
 struct table_layout {
     size_t r_peak, onset, end, rr_ms, kept, latent, score, outlier, bytes;
 };
+static __host__ __device__ inline size_t table_align(size_t x)
+{
+    return (x + 255) & ~(size_t)255;
+}
+static __host__ __device__ inline void table_layout(size_t k, size_t z, struct table_layout *t)
+{
+    size_t off = 0;
+    t->r_peak = off;  off = table_align(off + k * sizeof(int64_t));
+    t->onset = off;   off = table_align(off + k * sizeof(int64_t));
+    t->end = off;     off = table_align(off + k * sizeof(int64_t));
+    t->rr_ms = off;   off = table_align(off + k * sizeof(float));
+    t->kept = off;    off = table_align(off + k);
+    t->latent = off;  off = table_align(off + k * z * sizeof(float));
+    t->score = off;   off = table_align(off + k * sizeof(float));
+    t->outlier = off; off = table_align(off + k);
+    t->bytes = off;
+}
 #ifdef __cplusplus
 extern "C" {
 #endif
-void table_layout(size_t k, size_t z, struct table_layout *t);
 
 /* Grows buf to at least bytes (contents lost). ECG_ERR_DEVICE_OOM when the pool is exhausted. */
 enum ecg_status dbuf_reserve(struct cuda_ctx *ctx, struct dbuf *buf, size_t bytes,
@@ -228,6 +246,10 @@ enum ecg_status fetch_copy(struct cuda_ctx *ctx, struct ecg_result *result,
 /* fetch_copy's split alone, for a caller that has waited for the copy itself. */
 enum ecg_status fetch_split(struct cuda_ctx *ctx, struct ecg_result *result,
                             struct ecg_error *err);
+/* The split of a table of k beats (latent dimension z) that lies at h on the host; encoded:
+ * the VAE ran (the latents and scores are there). */
+enum ecg_status table_split(const char *h, size_t k, size_t z, bool encoded,
+                            struct ecg_result *result, struct ecg_error *err);
 /* The backend ops of the same names (backend.h), in cuda_fetch.cu. */
 enum ecg_status cuda_fetch(void *ctx, struct ecg_result *result, struct ecg_error *err);
 enum ecg_status cuda_read_buf(void *ctx, enum ecg_stage_buf which, void *host, size_t cap,
@@ -296,6 +318,8 @@ enum ecg_status cuda_embed(void *ctx, const struct ecg_plan *plan, struct ecg_er
 enum ecg_status cuda_encode(void *ctx, const struct ecg_plan *plan, struct ecg_error *err);
 /* Whether cuda_encode may be captured into a CUDA graph (cuda_vae.cu: a fused path, no timers). */
 bool cuda_encode_capturable(const struct ecg_model *model);
+/* Whether a batched back (cuda_small.cuh) can encode with model: the warp path. */
+bool cuda_encode_batchable(const struct ecg_model *model);
 /* Signal-quality features (cuda_quality.cu; the backend op of that name, backend.h). */
 enum ecg_status cuda_quality(void *ctx, const struct ecg_plan *plan,
                              struct ecg_quality_window *windows, size_t n_win,

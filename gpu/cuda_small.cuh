@@ -83,4 +83,58 @@ enum ecg_status small_batch_decide(cudaStream_t stream, const struct small_front
 enum ecg_status small_batch_insert(cudaStream_t stream, const struct small_front *members,
                                    size_t k, struct ecg_error *err);
 
+/*
+ * The batched back: the members of a batched front go on, on the same stream and with no wait
+ * for their beat counts, through segmentation, normalisation, embedding, the VAE and the score,
+ * each step launched once for all of them, and their tables are gathered into one buffer for a
+ * single copy to the host. The beat counts stay on the device: every kernel reads its member's
+ * (counts[2]) and lays its table out for it (table_layout); the grids are sized for each
+ * member's largest possible count, its max_cand, which the host knows. As for the front, each
+ * block calls the body of the one-context kernel, so a member's table is bit for bit its own
+ * back's.
+ */
+#define SMALL_BACK_BEATS 1024   /* the most candidates a member of a batched back may have */
+#define SMALL_BACK_SAMPLES 8192 /* ... and analysis samples (one-block normalisation) */
+#define SMALL_BACK_NORM_BYTES 16 /* scratch per member for its normalisation constants */
+
+/* One member of a batched back (a row of a table on the device). */
+struct small_back {
+    const float *y;            /* the resampled lead, n_a samples */
+    const int64_t *peaks_a;    /* its beats on the analysis grid */
+    char *table;               /* the context's beat table: the r_peak column holds the beats */
+    size_t n_a, n_in;
+    const int64_t *counts;     /* its 3 counts from the front (beats at [2]) */
+    size_t cap;                /* beat slots: the member's max_cand (its count's bound) */
+    size_t slot;               /* its first slot in the batch's embedding, latents and errors */
+    size_t out;                /* its table's offset in the batch's output */
+    bool encode;               /* the VAE and the score run for it */
+};
+
+/* What segmentation and the embedding take from the plan (one rate: one plan per batch). */
+struct small_back_plan {
+    int64_t pre_r, beat_min, beat_max;
+    uint32_t up, down;
+    double fs_in_hz;
+    size_t beat_len, z_dim;
+};
+
+/* Segmentation, the normalisation and the embedding of every member (cuda_embed.cu): emb gets
+ * cap rows of beat_len values per member from its slot on (rows past its count are zero);
+ * norms is scratch, SMALL_BACK_NORM_BYTES per member. */
+enum ecg_status small_batch_embed(cudaStream_t stream, const struct small_back *members,
+                                  size_t k, const struct small_back_plan *plan, size_t max_cap,
+                                  void *norms, float *emb, struct ecg_error *err);
+/* The VAE over every slot and the score of the members that encode (cuda_vae.cu): latent (z
+ * per slot) and recon (one per slot) are scratch; the latents of the kept beats go to each
+ * member's table with the scores. */
+enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device *dev,
+                                   const struct ecg_model *model,
+                                   const struct small_back *members, size_t k, size_t slots,
+                                   const float *emb, float *latent, double *recon,
+                                   struct ecg_error *err);
+/* Every member's table (laid out for its count) to out + its out offset. */
+enum ecg_status small_batch_gather(cudaStream_t stream, const struct small_back *members,
+                                   size_t k, size_t z_dim, size_t max_cap, char *out,
+                                   struct ecg_error *err);
+
 #endif /* CUDA_SMALL_CUH */

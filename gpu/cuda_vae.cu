@@ -31,6 +31,7 @@
 #include <cub/cub.cuh>
 
 #include "cuda_internal.h"
+#include "cuda_small.cuh"
 #include "cuda_vae.h"
 
 struct score_args {
@@ -88,10 +89,8 @@ static __global__ void mask_recon_kernel(double *recon, const uint8_t *kept, siz
 }
 
 /* ecg_recon_level() from the sorted recon values: NaN (positive, from NAN) sort last. */
-static __global__ void level_kernel(const double *sorted, size_t k, double *level)
+static __device__ double level_of_sorted(const double *sorted, size_t k)
 {
-    if (blockIdx.x != 0 || threadIdx.x != 0)
-        return;
     size_t lo = 0, hi = k; /* m = the first NaN: finite values come first */
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -101,32 +100,57 @@ static __global__ void level_kernel(const double *sorted, size_t k, double *leve
             lo = mid + 1;
     }
     const size_t m = lo;
-    *level = m == 0 ? NAN
-                    : (m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]));
+    return m == 0 ? NAN : (m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]));
+}
+
+static __global__ void level_kernel(const double *sorted, size_t k, double *level)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        *level = level_of_sorted(sorted, k);
+}
+
+/* Beat i's score and outlier flag (NaN latent and score, no flag, for a beat not kept). */
+static __device__ void score_one(const struct score_args *a, size_t i)
+{
+    if (!a->kept[i]) {
+        for (int z = 0; z < a->z_dim; z++)
+            a->latent[i * a->z_dim + z] = NAN;
+        a->score[i] = NAN;
+        a->outlier[i] = 0;
+        return;
+    }
+    /* ecg_score_combine() */
+    const double recon = a->recon[i];
+    const double prem = prematurity(a, i);
+    const double z_abs = (recon - a->recon_center) / a->recon_scale;
+    const double z_rel = (recon - *a->level - a->rel_center) / a->rel_scale;
+    const double z_rr = (prem - a->rr_center) / a->rr_scale;
+    const double z = z_rel > z_abs ? z_rel : z_abs; /* NaN level: z_abs alone */
+    const double s = isnan(recon) ? NAN : z + a->rr_weight * (z_rr > 0 ? z_rr : 0);
+    a->score[i] = (float)s;
+    a->outlier[i] = s > a->threshold;
 }
 
 static __global__ void score_kernel(struct score_args a)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.k;
-         i += (size_t)gridDim.x * blockDim.x) {
-        if (!a.kept[i]) {
-            for (int z = 0; z < a.z_dim; z++)
-                a.latent[i * a.z_dim + z] = NAN;
-            a.score[i] = NAN;
-            a.outlier[i] = 0;
-            continue;
-        }
-        /* ecg_score_combine() */
-        const double recon = a.recon[i];
-        const double prem = prematurity(&a, i);
-        const double z_abs = (recon - a.recon_center) / a.recon_scale;
-        const double z_rel = (recon - *a.level - a.rel_center) / a.rel_scale;
-        const double z_rr = (prem - a.rr_center) / a.rr_scale;
-        const double z = z_rel > z_abs ? z_rel : z_abs; /* NaN level: z_abs alone */
-        const double s = isnan(recon) ? NAN : z + a.rr_weight * (z_rr > 0 ? z_rr : 0);
-        a.score[i] = (float)s;
-        a.outlier[i] = s > a.threshold;
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        score_one(&a, i);
+}
+
+/* The model's calibration, what every score_args carries. */
+static void score_calib(const struct ecg_model *model, struct score_args *sa)
+{
+    sa->z_dim = (int)model->arch.latent_dim;
+    sa->rr_window = model->calib.rr_window;
+    sa->recon_center = model->calib.recon_center;
+    sa->recon_scale = model->calib.recon_scale;
+    sa->rel_center = model->calib.rel_center;
+    sa->rel_scale = model->calib.rel_scale;
+    sa->rr_center = model->calib.rr_center;
+    sa->rr_scale = model->calib.rr_scale;
+    sa->rr_weight = model->calib.rr_weight;
+    sa->threshold = model->calib.threshold;
 }
 
 /* Scores every beat from its reconstruction error (recon, k doubles) and the RR column. */
@@ -161,19 +185,10 @@ static enum ecg_status launch_score(struct cuda_ctx *ctx, const struct ecg_model
     sa.kept = (const uint8_t *)(table + t.kept);
     sa.rr_ms = (const float *)(table + t.rr_ms);
     sa.k = k;
-    sa.z_dim = (int)model->arch.latent_dim;
     sa.latent = (float *)(table + t.latent);
     sa.score = (float *)(table + t.score);
     sa.outlier = (uint8_t *)(table + t.outlier);
-    sa.rr_window = model->calib.rr_window;
-    sa.recon_center = model->calib.recon_center;
-    sa.recon_scale = model->calib.recon_scale;
-    sa.rel_center = model->calib.rel_center;
-    sa.rel_scale = model->calib.rel_scale;
-    sa.rr_center = model->calib.rr_center;
-    sa.rr_scale = model->calib.rr_scale;
-    sa.rr_weight = model->calib.rr_weight;
-    sa.threshold = model->calib.threshold;
+    score_calib(model, &sa);
     score_kernel<<<grid_for(k), CUDA_THREADS, 0, ctx->stream>>>(sa);
     CUDA_LAUNCH_CHECK();
 out:
@@ -446,6 +461,92 @@ bool cuda_encode_capturable(const struct ecg_model *model)
     if (!model || getenv("ECG_CUDA_PROFILE") || (force && !strcmp(force, "cudnn")))
         return false;
     return fused_smem_bytes(&model->arch, &buf_floats) != 0;
+}
+
+/* ---------------------------------------------------------------- batched backs */
+
+/*
+ * The score of the members of a batched back, a block each: the level from a block-wide radix
+ * sort of the masked errors (CUB's order, as the device-wide sort of launch_score; the slots
+ * past the member's count hold the largest key, a NaN that sorts after every other, so the
+ * first k sorted values are the same), then score_one per beat, with the kept beats' latents
+ * copied from the batch's slots to the member's table, where its own VAE would have put them.
+ */
+#define SCORE_SMALL_THREADS 256
+#define SCORE_SMALL_ITEMS (SMALL_BACK_BEATS / SCORE_SMALL_THREADS)
+
+static __global__ void __launch_bounds__(SCORE_SMALL_THREADS)
+    score_batch_kernel(const struct small_back *members, struct score_args base,
+                       const float *latents, const double *recons)
+{
+    typedef cub::BlockRadixSort<double, SCORE_SMALL_THREADS, SCORE_SMALL_ITEMS> block_sort;
+    __shared__ union {
+        typename block_sort::TempStorage sort;
+        double sorted[SMALL_BACK_BEATS];
+    } sh;
+    __shared__ double level;
+    const struct small_back *m = &members[blockIdx.y];
+    if (!m->encode)
+        return; /* the whole block */
+    const size_t k = (size_t)m->counts[2];
+    struct table_layout t;
+    struct score_args a = base;
+    table_layout(k, (size_t)base.z_dim, &t);
+    a.recon = recons + m->slot;
+    a.kept = (const uint8_t *)(m->table + t.kept);
+    a.rr_ms = (const float *)(m->table + t.rr_ms);
+    a.k = k;
+    a.latent = (float *)(m->table + t.latent);
+    a.score = (float *)(m->table + t.score);
+    a.outlier = (uint8_t *)(m->table + t.outlier);
+    a.level = &level;
+    double keys[SCORE_SMALL_ITEMS];
+    for (int j = 0; j < SCORE_SMALL_ITEMS; j++) {
+        const size_t i = (size_t)threadIdx.x * SCORE_SMALL_ITEMS + j;
+        keys[j] = i < k ? (a.kept[i] ? a.recon[i] : NAN) : __longlong_as_double(0x7fffffffffffffffLL);
+    }
+    block_sort(sh.sort).Sort(keys);
+    __syncthreads(); /* the sort's storage becomes the sorted values */
+    for (int j = 0; j < SCORE_SMALL_ITEMS; j++)
+        sh.sorted[threadIdx.x * SCORE_SMALL_ITEMS + j] = keys[j];
+    __syncthreads();
+    if (threadIdx.x == 0)
+        level = level_of_sorted(sh.sorted, k);
+    __syncthreads();
+    for (size_t i = threadIdx.x; i < k; i += blockDim.x) {
+        if (a.kept[i])
+            for (int z = 0; z < a.z_dim; z++)
+                a.latent[i * a.z_dim + z] = latents[(m->slot + i) * a.z_dim + z];
+        score_one(&a, i);
+    }
+}
+
+/* Whether a batched back can encode with this model: the warp path, as cuda_encode takes it
+ * (the default architecture, not forced elsewhere, no profile timers). */
+bool cuda_encode_batchable(const struct ecg_model *model)
+{
+    const char *force = getenv("ECG_CUDA_VAE");
+    return cuda_encode_capturable(model) && vae_warp_supports(&model->arch) &&
+           !(force && (!strcmp(force, "block") || !strcmp(force, "cudnn")));
+}
+
+/* Contract in cuda_small.cuh. */
+enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device *dev,
+                                   const struct ecg_model *model,
+                                   const struct small_back *members, size_t k, size_t slots,
+                                   const float *emb, float *latent, double *recon,
+                                   struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct score_args base;
+    memset(&base, 0, sizeof base);
+    score_calib(model, &base);
+    ECG_TRY(vae_warp_launch_on(stream, dev, model, emb, slots, latent, recon, err));
+    score_batch_kernel<<<dim3(1, (unsigned)k), SCORE_SMALL_THREADS, 0, stream>>>(
+        members, base, latent, recon);
+    CUDA_LAUNCH_CHECK();
+out:
+    return status;
 }
 
 /*

@@ -28,6 +28,10 @@ int vae_warp_blocks_per_sm(void);
  * ([k][Z]) and its reconstruction error into recon ([k]). */
 enum ecg_status vae_warp_launch(struct cuda_ctx *ctx, size_t k, float *latent, double *recon,
                                 struct ecg_error *err);
+/* The same for the k beats of emb ([k][L], device) on stream: a batched back's. */
+enum ecg_status vae_warp_launch_on(cudaStream_t stream, const struct cuda_device *dev,
+                                   const struct ecg_model *model, const float *emb, size_t k,
+                                   float *latent, double *recon, struct ecg_error *err);
 
 /* The cuDNN path on ctx->emb: latents into the beat table, errors into *recon_out (device
  * memory in ctx->vae_work, k doubles). Queued on ctx's stream. */

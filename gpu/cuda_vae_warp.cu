@@ -221,8 +221,15 @@ int vae_warp_blocks_per_sm(void)
 enum ecg_status vae_warp_launch(struct cuda_ctx *ctx, size_t k, float *latent, double *recon,
                                 struct ecg_error *err)
 {
+    return vae_warp_launch_on(ctx->stream, ctx->dev, ctx->state->model,
+                              (const float *)ctx->emb.ptr, k, latent, recon, err);
+}
+
+enum ecg_status vae_warp_launch_on(cudaStream_t stream, const struct cuda_device *dev,
+                                   const struct ecg_model *model, const float *emb, size_t k,
+                                   float *latent, double *recon, struct ecg_error *err)
+{
     enum ecg_status status = ECG_OK;
-    const struct ecg_model *model = ctx->state->model;
     const struct ecg_vae_layout *ly = &model->layout;
     struct warp_args a;
     struct warp_weights *w = &a.w;
@@ -247,19 +254,19 @@ enum ecg_status vae_warp_launch(struct cuda_ctx *ctx, size_t k, float *latent, d
     take(model, ly->dec_alpha[1], &w->dec_a1, 1);
     take(model, ly->dec_w[2], &w->dec_w2[0][0][0], sizeof w->dec_w2 / sizeof(float));
     take(model, ly->dec_b[2], w->dec_b2, 1);
-    a.fc_w = ctx->dev->model.d_weights + ly->fc_w;
-    a.fc_b = ctx->dev->model.d_weights + ly->fc_b;
-    a.emb = (const float *)ctx->emb.ptr;
+    a.fc_w = dev->model.d_weights + ly->fc_w;
+    a.fc_b = dev->model.d_weights + ly->fc_b;
+    a.emb = emb;
     a.k = k;
     a.latent = latent;
     a.recon = recon;
     /* as many blocks as stay resident (one wave), fewer when there are fewer beats; the
      * occupancy is the device's, asked once (device_init), not per launch */
-    per_sm = ctx->dev->vae_warp_per_sm;
-    blocks = (size_t)(per_sm > 0 ? per_sm : 1) * (size_t)ctx->dev->sm_count;
+    per_sm = dev->vae_warp_per_sm;
+    blocks = (size_t)(per_sm > 0 ? per_sm : 1) * (size_t)dev->sm_count;
     if (blocks > (k + THREADS / WARP - 1) / (THREADS / WARP))
         blocks = (k + THREADS / WARP - 1) / (THREADS / WARP);
-    vae_warp_kernel<<<(unsigned)blocks, THREADS, 0, ctx->stream>>>(a);
+    vae_warp_kernel<<<(unsigned)blocks, THREADS, 0, stream>>>(a);
     CUDA_LAUNCH_CHECK();
 out:
     return status;

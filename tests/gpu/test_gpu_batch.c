@@ -7,7 +7,8 @@
  * and replayed (ECG_CUDA_BATCH_GRAPHS=1, the default; the first test sets 0), then 64 requests
  * from two fixed strips (two beat counts) several times over, so that the backs (embed,
  * encode, the table's copy: a graph per beat count) are captured and replayed too, with the
- * same check. The batched engine has the default batchers per device (4: each batch takes every
+ * same check: as shipped (the short strips' fronts and backs batched, gpu/cuda_small.cuh), with
+ * batched fronts alone (ECG_CUDA_BATCH_SMALL=front) and with neither (=0). The batched engine has the default batchers per device (4: each batch takes every
  * fourth request); run-device.sh runs the quick mode again with ECG_CUDA_BATCH_LANES=1. Skips,
  * visibly, where there is no device.
  *
@@ -48,8 +49,9 @@ static struct ecg_engine *cuda_engine(struct ecg_model *model, unsigned max_batc
     return engine;
 }
 
-/* Both engines (graphs on or off in the batched one); false when there is no device. */
-static bool engines_open(struct engines *e, bool graphs)
+/* Both engines (graphs on or off in the batched one; small: ECG_CUDA_BATCH_SMALL for it, NULL
+ * for the default); false when there is no device. */
+static bool engines_open(struct engines *e, bool graphs, const char *small)
 {
     struct ecg_error err = {0};
     const char *path = getenv("ECG_BATCH_TEST_MODEL");
@@ -64,8 +66,11 @@ static bool engines_open(struct engines *e, bool graphs)
         return false;
     }
     assert_int_equal(setenv("ECG_CUDA_BATCH_GRAPHS", graphs ? "1" : "0", 1), 0);
+    if (small)
+        assert_int_equal(setenv("ECG_CUDA_BATCH_SMALL", small, 1), 0);
     e->batched = cuda_engine(e->model, 64, 2000);
     unsetenv("ECG_CUDA_BATCH_GRAPHS");
+    unsetenv("ECG_CUDA_BATCH_SMALL");
     assert_non_null(e->batched);
     return true;
 }
@@ -80,7 +85,7 @@ static void engines_close(struct engines *e)
 static void test_cuda_batches_match_lone_answers(void **state)
 {
     struct engines e;
-    if (!engines_open(&e, false))
+    if (!engines_open(&e, false, NULL))
         skip();
     unsigned largest = parity_check(e.alone, e.batched, PARITY_MIXED);
     assert_true(largest >= 2 && largest <= 64);
@@ -91,13 +96,15 @@ static void test_cuda_batches_match_lone_answers(void **state)
     engines_close(&e);
 }
 
-static void test_cuda_batch_graphs_match_lone_answers(void **state)
-{
 #ifdef ECG_HAVE_CUDA
+/* Rounds of the one-shape requests (graphs on; small: ECG_CUDA_BATCH_SMALL), each against the
+ * lone answers; *grown: what the batch counters grew by. Returns the rounds, 0: no device. */
+static int graph_rounds(const char *small, struct cuda_batch_counts *grown)
+{
     struct engines e;
     struct cuda_batch_counts before, after;
-    if (!engines_open(&e, true))
-        skip();
+    if (!engines_open(&e, true, small))
+        return 0;
     const char *quick = getenv("ECG_GPU_QUICK");
     const int rounds = quick && *quick == '1' ? 4 : 6;
     cuda_batch_counts(&before);
@@ -110,24 +117,69 @@ static void test_cuda_batch_graphs_match_lone_answers(void **state)
     if (parity_requests() == PARITY_REQUESTS) /* mixed shapes after graphs exist (all 64) */
         (void)parity_check(e.alone, e.batched, PARITY_MIXED);
     cuda_batch_counts(&after);
-    printf("# %llu batches of %llu analyses, %llu fronts captured, %llu replayed, %llu backs "
-           "captured, %llu replayed, %llu batched short fronts of %llu analyses\n",
-           after.batches - before.batches, after.members - before.members,
-           after.captures - before.captures, after.replays - before.replays,
-           after.back_captures - before.back_captures, after.back_replays - before.back_replays,
-           after.small_fronts - before.small_fronts, after.small_members - before.small_members);
-    /* the batched short fronts (gpu/cuda_small.cuh) ran, at both rates: every context's
-     * record is whole from the first round of each shape on */
-    assert_true(after.small_members > before.small_members);
+    grown->batches = after.batches - before.batches;
+    grown->members = after.members - before.members;
+    grown->captures = after.captures - before.captures;
+    grown->replays = after.replays - before.replays;
+    grown->back_captures = after.back_captures - before.back_captures;
+    grown->back_replays = after.back_replays - before.back_replays;
+    grown->small_fronts = after.small_fronts - before.small_fronts;
+    grown->small_members = after.small_members - before.small_members;
+    grown->small_backs = after.small_backs - before.small_backs;
+    grown->small_back_members = after.small_back_members - before.small_back_members;
+    printf("# ECG_CUDA_BATCH_SMALL=%s: %llu batches of %llu analyses, %llu fronts captured, %llu "
+           "replayed, %llu backs captured, %llu replayed, %llu batched short fronts of %llu "
+           "analyses, %llu batched backs of %llu\n",
+           small ? small : "(default)", grown->batches, grown->members, grown->captures,
+           grown->replays, grown->back_captures, grown->back_replays, grown->small_fronts,
+           grown->small_members, grown->small_backs, grown->small_back_members);
+    engines_close(&e);
+    return rounds;
+}
+#endif
+
+/* As shipped: the short strips' fronts and backs run batched (gpu/cuda_small.cuh), at both
+ * rates: every context's record is whole from the first round of each shape on. */
+static void test_cuda_batch_graphs_match_lone_answers(void **state)
+{
+#ifdef ECG_HAVE_CUDA
+    struct cuda_batch_counts grown;
+    if (!graph_rounds(NULL, &grown))
+        skip();
+    assert_true(grown.small_members > 0);
+    assert_true(grown.small_back_members > 0);
+    assert_true(grown.small_back_members <= grown.small_members);
+#else
+    printf("# this build has no CUDA backend\n");
+    skip();
+#endif
+}
+
+/* Batched fronts, each back on its own (ECG_CUDA_BATCH_SMALL=front): the backs are captured
+ * as CUDA graphs per beat count and replayed; and neither batched (=0): the fronts too. */
+static void test_cuda_batch_member_graphs_match_lone_answers(void **state)
+{
+#ifdef ECG_HAVE_CUDA
+    struct cuda_batch_counts grown;
+    int rounds = graph_rounds("front", &grown);
+    if (!rounds)
+        skip();
+    assert_true(grown.small_members > 0);
+    assert_true(grown.small_back_members == 0);
     /* a context captures once its buffers have stopped growing (rounds 2-3): the quick mode
      * (compute-sanitizer) may end before it replays */
     if (rounds >= 6) {
-        assert_true(after.captures > before.captures);
-        assert_true(after.replays > before.replays);
-        assert_true(after.back_captures > before.back_captures);
-        assert_true(after.back_replays > before.back_replays);
+        assert_true(grown.back_captures > 0);
+        assert_true(grown.back_replays > 0);
     }
-    engines_close(&e);
+    rounds = graph_rounds("0", &grown);
+    assert_true(grown.small_members == 0);
+    if (rounds >= 6) {
+        assert_true(grown.captures > 0);
+        assert_true(grown.replays > 0);
+        assert_true(grown.back_captures > 0);
+        assert_true(grown.back_replays > 0);
+    }
 #else
     printf("# this build has no CUDA backend\n");
     skip();
@@ -139,6 +191,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_batches_match_lone_answers),
         cmocka_unit_test(test_cuda_batch_graphs_match_lone_answers),
+        cmocka_unit_test(test_cuda_batch_member_graphs_match_lone_answers),
     };
     const char *only = getenv("ECG_GPU_ONLY");
     if (only && *only)
