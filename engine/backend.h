@@ -25,6 +25,8 @@
 #include "ecg.h"
 #include "plan.h"
 
+struct ecg_quality_window; /* quality.h */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -43,6 +45,13 @@ struct ecg_batch_member {
     const struct ecg_plan *plan;
     uint32_t latent_dim;         /* the model's (ecg_batch_result sizes the result with it) */
     bool with_model;             /* the engine has a model: encode runs */
+    /* the signal-quality features of the samples (engine/quality.h): n_win windows of the
+     * geometry ecg_quality_geometry_of(n, plan->fs_in_hz) go to windows. A batch may compute
+     * them on the device with the rest (bit for bit the host's: gpu/cuda_quality.cu) and then
+     * sets windows_done; otherwise the engine computes them on the host afterwards. */
+    struct ecg_quality_window *windows;
+    size_t n_win;
+    bool windows_done;
     /* outputs */
     struct ecg_result *result;   /* from ecg_batch_result(), owned by the member afterwards */
     enum ecg_status status;      /* ECG_OK, else err says why */

@@ -94,15 +94,16 @@ enum ecg_status ecg_batcher_analyze(struct ecg_batcher *b, const struct ecg_batc
 
 /*
  * The steps of ecg_batcher_analyze, for a caller that does not wait (ecg_engine_analyze_async):
- *   begin   reads in (unless given decoded), checks that it can be batched, takes its plan and
- *           its quality features, in the calling thread. ECG_OK: ready to queue; otherwise
+ *   begin   reads in (unless given decoded), checks that it can be batched and takes its
+ *           plan, in the calling thread. ECG_OK: ready to queue; otherwise
  *           ECG_ERR_UNSUPPORTED (*decoded as above) or ECG_ERR_NOMEM.
  *   queue   queues a begun job on its lane and returns at once; done(arg) is called once, from
  *           the lane's thread, when the batch hands the job back (it must not block: it should
  *           only wake whoever calls finish). False when the batcher is stopping: nothing queued,
  *           done never called.
  *   finish  after done: the result, as ecg_batcher_analyze gives it (ECG_ERR_UNSUPPORTED: the
- *           batch could not take it, run it alone).
+ *           batch could not take it, run it alone); the quality features computed here, on
+ *           the host, unless the batch computed them on the device.
  *   fini    after any of them: the plan, the windows and an announce not queued go back.
  * The job and own must stay put from begin to fini.
  */

@@ -13,8 +13,9 @@
  *      when there are two or more at one rate, run one batched front: the pack and the table
  *      of their records copied once, each step launched once with a block per member; then,
  *      on the same stream and with the beat counts left on the device, one batched back
- *      (segment, normalise, embed, the VAE over all their beats, score, their tables gathered)
- *      and one copy of the counts and the tables (small_front_queue). For each other member,
+ *      (segment, normalise, embed, the VAE over all their beats, score, their tables gathered,
+ *      the quality features of their samples) and one copy of the counts, the tables and the
+ *      features (small_front_queue). For each other member,
  *      its slice is copied to its input (async, no staging), resample, filter and detect are
  *      queued, up to the copy of the counts to its h_stage;
  *   2. the batched front and back waited for once (small_front_collect), their members' tables
@@ -602,9 +603,9 @@ static void fail_all(struct ecg_batch_member *const *members, size_t n, enum ecg
  */
 static bool small_back_plan(struct cuda_batch *b, struct ecg_batch_member *const *members,
                             size_t n, size_t rows, size_t *out_bytes, size_t *slots,
-                            size_t *max_cap, bool *encode)
+                            size_t *max_cap, size_t *max_win, bool *encode)
 {
-    size_t out = table_align(3 * rows * sizeof(int64_t)), slot = 0, cap_max = 0;
+    size_t out = table_align(3 * rows * sizeof(int64_t)), slot = 0, cap_max = 0, win_max = 0;
     bool any_encode = false;
     *out_bytes = out;
     if (!b->small_backs)
@@ -633,19 +634,29 @@ static bool small_back_plan(struct cuda_batch *b, struct ecg_batch_member *const
         out += t.bytes;
         slot += r->cap;
         cap_max = r->cap > cap_max ? r->cap : cap_max;
+        r->x_off = b->off[i];
+        r->quality = ecg_quality_geometry_of(members[i]->n, members[i]->plan->fs_in_hz);
+        r->quality_out = out;
+        if (r->quality.n_win != members[i]->n_win || !members[i]->windows)
+            return false; /* not the engine's windows: its features stay on the host */
+        out += table_align(r->quality.n_win * sizeof(struct ecg_quality_window));
+        win_max = r->quality.n_win > win_max ? r->quality.n_win : win_max;
     }
     *out_bytes = out;
     *slots = slot;
     *max_cap = cap_max;
+    *max_win = win_max;
     *encode = any_encode;
     return true;
 }
 
 /* The batched back of the rows of b->h_back (small_back_plan), queued on stream after their
- * front: embedding, VAE and score, the tables gathered into d_out. */
+ * front: embedding, VAE and score, the tables gathered into d_out with the quality
+ * features of the members' samples. */
 static enum ecg_status small_back_queue(struct cuda_batch *b, cudaStream_t stream,
                                         const struct ecg_plan *plan, size_t rows, size_t slots,
-                                        size_t max_cap, bool encode, struct ecg_error *err)
+                                        size_t max_cap, size_t max_win, bool encode,
+                                        struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     const size_t z = b->member[0]->latent_dim;
@@ -673,6 +684,8 @@ static enum ecg_status small_back_queue(struct cuda_batch *b, cudaStream_t strea
         ECG_TRY(small_batch_encode(stream, b->dev, b->state->model, b->d_back, rows, slots,
                                    b->d_emb, b->d_latent, b->d_recon, err));
     ECG_TRY(small_batch_gather(stream, b->d_back, rows, z, max_cap, b->d_out, err));
+    if (max_win)
+        ECG_TRY(small_batch_quality(stream, b->d_back, rows, max_win, b->d_pack, b->d_out, err));
 out:
     return status;
 }
@@ -694,7 +707,7 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
     struct ecg_error *err = &local;
     const struct ecg_plan *plan = NULL;
     size_t rows = 0, max_n_in = 0, max_n_a = 0, max_cand = 0, max_blocks = 0;
-    size_t out_bytes = 0, slots = 0, max_cap = 0;
+    size_t out_bytes = 0, slots = 0, max_cap = 0, max_win = 0;
     bool encode = false;
     cudaStream_t stream = NULL;
     unsigned first = 0;
@@ -741,7 +754,8 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
     }
     ECG_TRY(bytes_reserve(&b->d_pack, &b->d_pack_bytes, total * sizeof(float), true,
                           "the batch's input", err));
-    b->back_on = small_back_plan(b, members, n, rows, &out_bytes, &slots, &max_cap, &encode);
+    b->back_on =
+        small_back_plan(b, members, n, rows, &out_bytes, &slots, &max_cap, &max_win, &encode);
     ECG_TRY(bytes_reserve(&b->d_out, &b->d_out_bytes, out_bytes, true, "the batch's tables",
                           err));
     ECG_TRY(bytes_reserve(&b->h_out, &b->h_out_bytes, out_bytes, false, "the batch's tables",
@@ -758,7 +772,7 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
     ECG_TRY(small_batch_detect(stream, b->d_small, rows, max_cand, max_blocks,
                                (int64_t *)b->d_out, err));
     if (b->back_on)
-        ECG_TRY(small_back_queue(b, stream, plan, rows, slots, max_cap, encode, err));
+        ECG_TRY(small_back_queue(b, stream, plan, rows, slots, max_cap, max_win, encode, err));
     else
         out_bytes = 3 * rows * sizeof(int64_t); /* the counts alone */
     CUDA_TRY(cudaMemcpyAsync(b->h_out, b->d_out, out_bytes, cudaMemcpyDeviceToHost, stream));
@@ -813,6 +827,10 @@ static void small_back_collect(struct cuda_batch *b, struct ecg_batch_member *m,
     else
         status = table_split(b->h_out + r->out, k, ctx->latent_dim, ctx->encoded, m->result,
                              &m->err);
+    if (status == ECG_OK) { /* small_back_plan checked that they are the engine's windows */
+        memcpy(m->windows, b->h_out + r->quality_out, m->n_win * sizeof *m->windows);
+        m->windows_done = true;
+    }
     if (status != ECG_OK)
         member_fail(b, m, i, status);
     b->live[i] = false;

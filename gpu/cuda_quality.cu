@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "cuda_internal.h"
+#include "cuda_small.cuh"
 #include "cpu/quality_core.h"
 
 /* The lanes of one window: the QUALITY_LANES threads whose lane numbers differ in the low bits
@@ -52,11 +53,10 @@ static __device__ void exchange(struct quality_lane *p, unsigned step, unsigned 
 /* Thread t is lane t % QUALITY_LANES of window t / QUALITY_LANES. The grid covers every window
  * once (no grid stride: each group must stay whole for its shuffles); threads past the last
  * window walk nothing, take part in the shuffles and write nothing. */
-static __global__ void quality_kernel(const float *__restrict__ x, size_t n,
-                                      struct ecg_quality_geometry g,
-                                      struct ecg_quality_window *__restrict__ out)
+static __device__ void quality_body(const float *__restrict__ x, size_t n,
+                                    const struct ecg_quality_geometry &g,
+                                    struct ecg_quality_window *__restrict__ out, size_t t)
 {
-    size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     size_t j = t / QUALITY_LANES;
     unsigned lane = (unsigned)(t % QUALITY_LANES);
     bool active = j < g.n_win;
@@ -81,6 +81,39 @@ static __global__ void quality_kernel(const float *__restrict__ x, size_t n,
         quality_window_of(&p, a, b, &w);
         out[j] = w;
     }
+}
+
+static __global__ void quality_kernel(const float *__restrict__ x, size_t n,
+                                      struct ecg_quality_geometry g,
+                                      struct ecg_quality_window *__restrict__ out)
+{
+    quality_body(x, n, g, out, blockIdx.x * (size_t)blockDim.x + threadIdx.x);
+}
+
+/* The batched back's members (grid y): each one's samples in the batch's pack, its windows to
+ * its place in the batch's output. */
+static __global__ void quality_batch_kernel(const struct small_back *members, const float *pack,
+                                            char *out)
+{
+    const struct small_back *m = &members[blockIdx.y];
+    quality_body(pack + m->x_off, m->n_in, m->quality,
+                 (struct ecg_quality_window *)(out + m->quality_out),
+                 blockIdx.x * (size_t)blockDim.x + threadIdx.x);
+}
+
+/* Contract in cuda_small.cuh. */
+enum ecg_status small_batch_quality(cudaStream_t stream, const struct small_back *members,
+                                    size_t k, size_t max_win, const float *pack, char *out,
+                                    struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    const unsigned threads = 256; /* as launch_quality */
+    const size_t blocks = (max_win * QUALITY_LANES + threads - 1) / threads;
+    quality_batch_kernel<<<dim3((unsigned)blocks, (unsigned)k), threads, 0, stream>>>(members,
+                                                                                     pack, out);
+    CUDA_LAUNCH_CHECK();
+out:
+    return status;
 }
 
 static void launch_quality(const float *d_x, size_t n, const struct ecg_quality_geometry &g,

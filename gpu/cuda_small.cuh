@@ -17,6 +17,7 @@
 #define CUDA_SMALL_CUH
 
 #include "cuda_detect_common.cuh"
+#include "quality.h"
 
 /* The resampler's arguments (cuda_resample.cu). */
 struct resample_args {
@@ -87,7 +88,8 @@ enum ecg_status small_batch_insert(cudaStream_t stream, const struct small_front
  * The batched back: the members of a batched front go on, on the same stream and with no wait
  * for their beat counts, through segmentation, normalisation, embedding, the VAE and the score,
  * each step launched once for all of them, and their tables are gathered into one buffer for a
- * single copy to the host. The beat counts stay on the device: every kernel reads its member's
+ * single copy to the host, with the signal-quality features of their samples (the host would
+ * otherwise compute them: engine/batch.c). The beat counts stay on the device: every kernel reads its member's
  * (counts[2]) and lays its table out for it (table_layout); the grids are sized for each
  * member's largest possible count, its max_cand, which the host knows. As for the front, each
  * block calls the body of the one-context kernel, so a member's table is bit for bit its own
@@ -108,6 +110,10 @@ struct small_back {
     size_t slot;               /* its first slot in the batch's embedding, latents and errors */
     size_t out;                /* its table's offset in the batch's output */
     bool encode;               /* the VAE and the score run for it */
+    /* its signal-quality features (engine/quality.h), from its samples in the batch's pack */
+    size_t x_off;              /* its first sample in the pack (n_in samples) */
+    struct ecg_quality_geometry quality;
+    size_t quality_out;        /* its windows' offset in the batch's output */
 };
 
 /* What segmentation and the embedding take from the plan (one rate: one plan per batch). */
@@ -132,6 +138,11 @@ enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device
                                    const struct small_back *members, size_t k, size_t slots,
                                    const float *emb, float *latent, double *recon,
                                    struct ecg_error *err);
+/* Every member's quality windows (gpu/cuda_quality.cu's kernel, per member; max_win: the most
+ * windows of any) to out + its quality_out. */
+enum ecg_status small_batch_quality(cudaStream_t stream, const struct small_back *members,
+                                    size_t k, size_t max_win, const float *pack, char *out,
+                                    struct ecg_error *err);
 /* Every member's table (laid out for its count) to out + its out offset. */
 enum ecg_status small_batch_gather(cudaStream_t stream, const struct small_back *members,
                                    size_t k, size_t z_dim, size_t max_cap, char *out,
