@@ -284,7 +284,7 @@ struct ecg_engine_config {
     unsigned batch_window_us;
     unsigned batch_lanes;
 };
-#define ECG_BATCH_LANES_DEFAULT 4u
+#define ECG_BATCH_LANES_DEFAULT 2u
 #define ECG_BATCH_LANES_MAX 8u
 /* The longest recording (samples, one lead) a batch takes; longer ones keep their own pass. */
 #define ECG_BATCH_MAX_SAMPLES ((size_t)1 << 17)

@@ -107,6 +107,10 @@ struct back_graph {
     bool last_clean;            /* ... and whether it moved nothing */
 };
 
+#define GPU_STEPS 7
+static const char *const gpu_step_names[GPU_STEPS] = {"in", "filter", "detect", "embed",
+                                                      "vae", "gather", "out"};
+
 /*
  * Where a lane's time goes (ECG_CUDA_BATCH_TIMES=1 prints it when the batch object is
  * destroyed, at shutdown): seconds in each step of cuda_batch_run, and the part of steps 2
@@ -122,6 +126,12 @@ struct batch_times {
     unsigned long long batches, members, front_replays, back_replays;
     unsigned long long small_rows;  /* members whose front ran in a batched short front */
     unsigned long long back_rows;   /* ... and whose back ran in a batched back */
+    /* the device's time in the steps of the batched passes (events on their stream, waited
+     * for with the pass): copies in, resample + filter, detection, embedding, VAE + score,
+     * tables + quality gathered, copy out */
+    cudaEvent_t ev[GPU_STEPS + 1];
+    double gpu_ms[GPU_STEPS];
+    unsigned long long gpu_passes;
     size_t front_nodes, back_nodes; /* in the last front and back graph captured */
 };
 
@@ -190,8 +200,22 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
                 t->front_nodes,
                 t->back_replays ? 1e6 * t->back_launch / (double)t->back_replays : 0.0,
                 t->back_nodes, t->small_rows, t->back_rows);
+        if (t->gpu_passes) {
+            double sum = 0;
+            fprintf(stderr, "cuda batch lane %u: device time per batched pass (%llu):", b->lane,
+                    t->gpu_passes);
+            for (int i = 0; i < GPU_STEPS; i++) {
+                fprintf(stderr, " %s %.1f us", gpu_step_names[i],
+                        1e3 * t->gpu_ms[i] / (double)t->gpu_passes);
+                sum += t->gpu_ms[i];
+            }
+            fprintf(stderr, ", all %.1f us\n", 1e3 * sum / (double)t->gpu_passes);
+        }
     }
     (void)cudaSetDevice(b->dev->ordinal);
+    for (int i = 0; i <= GPU_STEPS; i++)
+        if (b->times.ev[i])
+            (void)cudaEventDestroy(b->times.ev[i]);
     for (unsigned i = 0; b->graph && i < b->max_batch; i++)
         if (b->graph[i].exec)
             (void)cudaGraphExecDestroy(b->graph[i].exec);
@@ -234,6 +258,7 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     struct cuda_batch *b = NULL;
     const char *graphs_env = getenv("ECG_CUDA_BATCH_GRAPHS");
     const char *small_env = getenv("ECG_CUDA_BATCH_SMALL");
+    const char *times_env = getenv("ECG_CUDA_BATCH_TIMES");
     *batch_out = NULL;
     if (lane >= cuda_batch_lanes(state) || max_batch == 0)
         return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cuda batch: lane %u of %u", lane,
@@ -274,6 +299,8 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     }
     for (unsigned i = 0; i < max_batch; i++)
         ECG_TRY(cuda_ctx_create_on(state, b->dev, true, &b->member[i], err));
+    for (int i = 0; times_env && *times_env == '1' && b->small_fronts && i <= GPU_STEPS; i++)
+        CUDA_TRY(cudaEventCreate(&b->times.ev[i]));
     *batch_out = b;
     b = NULL;
 out:
@@ -592,6 +619,29 @@ static void fail_all(struct ecg_batch_member *const *members, size_t n, enum ecg
     }
 }
 
+/* ECG_CUDA_BATCH_TIMES: the end of step i of a batched pass, recorded on its stream. */
+static void step_mark(struct cuda_batch *b, cudaStream_t stream, int i)
+{
+    if (b->times.ev[i] && cudaEventRecord(b->times.ev[i], stream) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+/* ... and, once the pass is waited for, the time between the marks. */
+static void step_times(struct cuda_batch *b)
+{
+    float ms[GPU_STEPS];
+    if (!b->times.ev[0] || !b->back_on)
+        return;
+    for (int i = 0; i < GPU_STEPS; i++)
+        if (cudaEventElapsedTime(&ms[i], b->times.ev[i], b->times.ev[i + 1]) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return;
+        }
+    for (int i = 0; i < GPU_STEPS; i++)
+        b->times.gpu_ms[i] += ms[i];
+    b->times.gpu_passes++;
+}
+
 /*
  * The batched back's plan for the rows of a batched front (b->h_back, the output's layout,
  * the slots): whether their backs can run batched after it. Every row must fit the back's
@@ -677,12 +727,12 @@ static enum ecg_status small_back_queue(struct cuda_batch *b, cudaStream_t strea
         ECG_TRY(bytes_reserve(&b->d_recon, &b->d_recon_bytes, slots * sizeof(double), true,
                               "the batch's errors", err));
     }
-    CUDA_TRY(cudaMemcpyAsync(b->d_back, b->h_back, rows * sizeof *b->h_back,
-                             cudaMemcpyHostToDevice, stream));
     ECG_TRY(small_batch_embed(stream, b->d_back, rows, &p, max_cap, b->d_norms, b->d_emb, err));
+    step_mark(b, stream, 4);
     if (encode)
         ECG_TRY(small_batch_encode(stream, b->dev, b->state->model, b->d_back, rows, slots,
                                    b->d_emb, b->d_latent, b->d_recon, err));
+    step_mark(b, stream, 5);
     ECG_TRY(small_batch_gather(stream, b->d_back, rows, z, max_cap, b->d_out, err));
     if (max_win)
         ECG_TRY(small_batch_quality(stream, b->d_back, rows, max_win, b->d_pack, b->d_out, err));
@@ -762,20 +812,29 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
                           err));
     for (size_t r = 0; b->back_on && r < rows; r++)
         b->h_back[r].counts = (const int64_t *)b->d_out + 3 * r;
+    step_mark(b, stream, 0);
     CUDA_TRY(cudaMemcpyAsync(b->d_pack, b->h_pack, total * sizeof(float), cudaMemcpyHostToDevice,
                              stream));
     CUDA_TRY(cudaMemcpyAsync(b->d_small, b->h_small, rows * sizeof *b->h_small,
                              cudaMemcpyHostToDevice, stream));
+    if (b->back_on)
+        CUDA_TRY(cudaMemcpyAsync(b->d_back, b->h_back, rows * sizeof *b->h_back,
+                                 cudaMemcpyHostToDevice, stream));
+    step_mark(b, stream, 1);
     ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, rows, &b->h_small[0], max_n_in,
                              max_n_a, err));
     ECG_TRY(small_batch_filter(stream, b->d_small, rows, plan, err));
+    step_mark(b, stream, 2);
     ECG_TRY(small_batch_detect(stream, b->d_small, rows, max_cand, max_blocks,
                                (int64_t *)b->d_out, err));
+    step_mark(b, stream, 3);
     if (b->back_on)
         ECG_TRY(small_back_queue(b, stream, plan, rows, slots, max_cap, max_win, encode, err));
     else
         out_bytes = 3 * rows * sizeof(int64_t); /* the counts alone */
+    step_mark(b, stream, 6);
     CUDA_TRY(cudaMemcpyAsync(b->h_out, b->d_out, out_bytes, cudaMemcpyDeviceToHost, stream));
+    step_mark(b, stream, 7);
     for (size_t i = 0; i < n; i++) {
         if (b->small_row[i] < 0)
             continue;
@@ -854,6 +913,8 @@ static void small_front_collect(struct cuda_batch *b, struct ecg_batch_member *c
     /* the first member's wait: CUDA's own, or ECG_CUDA_BATCH_SPIN_US's (ctx_sync) */
     status = ctx_sync(b->member[b->small_first], "batched front", err);
     b->times.wait_count += cuda_now_s() - t0;
+    if (status == ECG_OK)
+        step_times(b);
     if (status != ECG_OK)
         (void)cudaGetLastError();
     for (size_t i = 0; i < n; i++) {

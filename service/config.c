@@ -96,7 +96,7 @@ static const struct opt_def opts[] = {
      "(default 200)"},
     {"--batch-lanes", "ECGD_BATCH_LANES", OPT_UINT, FIELD(batch_lanes), 1, ECG_BATCH_LANES_MAX,
      "N", "CUDA backend: batchers per GPU, each queuing its batches from a thread of its own "
-     "(ECG_CUDA_BATCH_LANES overrides it; default 4)"},
+     "(ECG_CUDA_BATCH_LANES overrides it; default 2)"},
 };
 
 #define N_OPTS (sizeof opts / sizeof opts[0])

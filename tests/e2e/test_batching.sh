@@ -21,7 +21,7 @@ batch=$PORT
 
 check "--print-config shows the batching settings" \
     bash -c "'$ECGD' serve --max-batch 8 --batch-window-us 50 --print-config |
-             grep -q '\"max_batch\":8,\"batch_window_us\":50,\"batch_lanes\":4'"
+             grep -q '\"max_batch\":8,\"batch_window_us\":50,\"batch_lanes\":2'"
 check "the batching server's log has no batch_capped warning (24 workers, batches of 16)" \
     bash -c "! grep -q '\"event\":\"batch_capped\"' '$tmp/batch.log'"
 check "--max-batch 0 is refused (exit 2)" \

@@ -13,7 +13,7 @@
 # CUDA-backed server; "http" runs the service's HTTP suite (tests/e2e/test_http.sh) against a CUDA-backed
 # server; "strips" runs bench/bench_strips.sh (wrk and http_sink bundled in DIR): for 2 s (the
 # shortest recording analysed), 10 s, 80 s, 30 min and 20 h recordings as CSV and float32, the
-# HTTP sink, a CUDA-backed server as shipped (dynamic batching on: --max-batch 64, 4 batchers
+# HTTP sink, a CUDA-backed server as shipped (dynamic batching on: --max-batch 64, 2 batchers
 # per GPU, fronts as CUDA graphs, workers at least 64), one without batching (--max-batch 1),
 # and a CPU-backed server on the same machine in one run, every figure also as a ratio to the sink, then one client's p50 on
 # 10-s strips (server time and wall) on each (STRIP_SIZES (default "2 10 80": 30 min and 20 h,

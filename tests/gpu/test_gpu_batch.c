@@ -8,8 +8,8 @@
  * from two fixed strips (two beat counts) several times over, so that the backs (embed,
  * encode, the table's copy: a graph per beat count) are captured and replayed too, with the
  * same check: as shipped (the short strips' fronts and backs batched, gpu/cuda_small.cuh), with
- * batched fronts alone (ECG_CUDA_BATCH_SMALL=front) and with neither (=0). The batched engine has the default batchers per device (4: each batch takes every
- * fourth request); run-device.sh runs the quick mode again with ECG_CUDA_BATCH_LANES=1. Skips,
+ * batched fronts alone (ECG_CUDA_BATCH_SMALL=front) and with neither (=0). The batched engine
+ * has the default batchers per device (2: each batch takes every other request); run-device.sh runs the quick mode again with ECG_CUDA_BATCH_LANES=1. Skips,
  * visibly, where there is no device.
  *
  * ECG_BATCH_TEST_MODEL may name another model file. ECG_GPU_DATA overrides the records' place;

@@ -217,7 +217,7 @@ static void test_config_batching(void **state)
     assert_int_equal(parse(&cfg, 3, cpu), SVC_CONFIG_RUN);
     assert_int_equal(cfg.max_batch, 64);
     assert_int_equal(cfg.batch_window_us, 200);
-    assert_int_equal(cfg.batch_lanes, 4);
+    assert_int_equal(cfg.batch_lanes, 2);
     assert_int_equal(cfg.workers, cpus);
     assert_int_equal(cfg.io_threads, io);
 
@@ -225,10 +225,10 @@ static void test_config_batching(void **state)
     assert_int_equal(parse(&cfg, 3, cpu), SVC_CONFIG_RUN);
     assert_int_equal(cfg.workers, cpus > 64 ? cpus : 64);
     assert_int_equal(cfg.io_threads, io);
-    const char *wide[] = {"serve", "--backend", "cpu", "--max-batch", "100", "--batch-lanes", "2"};
+    const char *wide[] = {"serve", "--backend", "cpu", "--max-batch", "100", "--batch-lanes", "3"};
     assert_int_equal(parse(&cfg, 7, wide), SVC_CONFIG_RUN);
     assert_int_equal(cfg.workers, 100);
-    assert_int_equal(cfg.batch_lanes, 2);
+    assert_int_equal(cfg.batch_lanes, 3);
     const char *given[] = {"serve", "--backend", "cpu", "--workers", "8"};
     assert_int_equal(parse(&cfg, 5, given), SVC_CONFIG_RUN);
     assert_int_equal(cfg.workers, 8);
