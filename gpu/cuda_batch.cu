@@ -705,8 +705,8 @@ static bool small_back_plan(struct cuda_batch *b, struct ecg_batch_member *const
  * features of the members' samples. */
 static enum ecg_status small_back_queue(struct cuda_batch *b, cudaStream_t stream,
                                         const struct ecg_plan *plan, size_t rows, size_t slots,
-                                        size_t max_cap, size_t max_win, bool encode,
-                                        struct ecg_error *err)
+                                        size_t max_cap, size_t max_win, size_t max_n_a,
+                                        bool encode, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     const size_t z = b->member[0]->latent_dim;
@@ -727,11 +727,12 @@ static enum ecg_status small_back_queue(struct cuda_batch *b, cudaStream_t strea
         ECG_TRY(bytes_reserve(&b->d_recon, &b->d_recon_bytes, slots * sizeof(double), true,
                               "the batch's errors", err));
     }
-    ECG_TRY(small_batch_embed(stream, b->d_back, rows, &p, max_cap, b->d_norms, b->d_emb, err));
+    ECG_TRY(small_batch_embed(stream, b->d_back, rows, &p, max_cap, max_n_a, b->d_norms,
+                              b->d_emb, err));
     step_mark(b, stream, 4);
     if (encode)
         ECG_TRY(small_batch_encode(stream, b->dev, b->state->model, b->d_back, rows, slots,
-                                   b->d_emb, b->d_latent, b->d_recon, err));
+                                   max_cap, b->d_emb, b->d_latent, b->d_recon, err));
     step_mark(b, stream, 5);
     ECG_TRY(small_batch_gather(stream, b->d_back, rows, z, max_cap, b->d_out, err));
     if (max_win)
@@ -829,7 +830,8 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
                                (int64_t *)b->d_out, err));
     step_mark(b, stream, 3);
     if (b->back_on)
-        ECG_TRY(small_back_queue(b, stream, plan, rows, slots, max_cap, max_win, encode, err));
+        ECG_TRY(small_back_queue(b, stream, plan, rows, slots, max_cap, max_win, max_n_a, encode,
+                                 err));
     else
         out_bytes = 3 * rows * sizeof(int64_t); /* the counts alone */
     step_mark(b, stream, 6);

@@ -177,12 +177,12 @@ static __global__ void scale_kernel(const float *sorted_dev, size_t n, struct no
 
 /* middle_of_sorted() of the first n keys of a block-sorted set (blocked arrangement: thread t
  * holds ranks [t * ITEMS, (t + 1) * ITEMS)). Every thread gets the value. */
-static __device__ float block_middle(const float (&keys)[NORM_SMALL_ITEMS], size_t n,
-                                     float *two)
+template <int ITEMS>
+static __device__ float block_middle(const float (&keys)[ITEMS], size_t n, float *two)
 {
     const size_t mid = n / 2;
-    for (int j = 0; j < NORM_SMALL_ITEMS; j++) {
-        const size_t rank = (size_t)threadIdx.x * NORM_SMALL_ITEMS + j;
+    for (int j = 0; j < ITEMS; j++) {
+        const size_t rank = (size_t)threadIdx.x * ITEMS + j;
         if (rank == mid)
             two[1] = keys[j];
         if (n % 2 == 0 && rank + 1 == mid)
@@ -197,20 +197,24 @@ static __device__ float block_middle(const float (&keys)[NORM_SMALL_ITEMS], size
     return value;
 }
 
-/* The block's body of norm_small_kernel (every thread of a NORM_SMALL_THREADS block). */
+/* The block's body of norm_small_kernel (every thread of a NORM_SMALL_THREADS block), for
+ * n <= NORM_SMALL_THREADS * ITEMS: the fewer items, the shorter the sort. The keys past n are
+ * padding that sorts after every sample, so the first n sorted keys, and the middle values, do
+ * not depend on ITEMS. */
+template <int ITEMS>
 static __device__ void norm_small_body(const float *y, size_t n, struct norm *out)
 {
-    typedef cub::BlockRadixSort<float, NORM_SMALL_THREADS, NORM_SMALL_ITEMS> block_sort;
+    typedef cub::BlockRadixSort<float, NORM_SMALL_THREADS, ITEMS> block_sort;
     __shared__ typename block_sort::TempStorage temp;
     __shared__ float two[2];
-    float keys[NORM_SMALL_ITEMS];
-    const size_t first = (size_t)threadIdx.x * NORM_SMALL_ITEMS;
+    float keys[ITEMS];
+    const size_t first = (size_t)threadIdx.x * ITEMS;
     /* +inf pads the block past n: it sorts after every (finite) sample */
-    for (int j = 0; j < NORM_SMALL_ITEMS; j++)
+    for (int j = 0; j < ITEMS; j++)
         keys[j] = first + j < n ? y[first + j] : INFINITY;
     block_sort(temp).Sort(keys);
     const float median = block_middle(keys, n, two);
-    for (int j = 0; j < NORM_SMALL_ITEMS; j++)
+    for (int j = 0; j < ITEMS; j++)
         keys[j] = first + j < n ? fabsf(__fsub_rn(y[first + j], median)) : INFINITY;
     __syncthreads(); /* temp is reused */
     block_sort(temp).Sort(keys);
@@ -225,10 +229,17 @@ static __device__ void norm_small_body(const float *y, size_t n, struct norm *ou
     }
 }
 
+template <int ITEMS>
 static __global__ void __launch_bounds__(NORM_SMALL_THREADS)
     norm_small_kernel(const float *y, size_t n, struct norm *out)
 {
-    norm_small_body(y, n, out);
+    norm_small_body<ITEMS>(y, n, out);
+}
+
+/* The items per thread of the one-block sort of n keys (at most NORM_SMALL_MAX). */
+static int norm_small_items(size_t n)
+{
+    return n <= (size_t)NORM_SMALL_THREADS * 8 ? 8 : n <= (size_t)NORM_SMALL_THREADS * 16 ? 16 : 32;
 }
 
 /* Value v of the embedding (row i = v / beat_len, position t = v % beat_len). */
@@ -302,8 +313,12 @@ extern "C" enum ecg_status cuda_embed(void *ctx_ptr, const struct ecg_plan *plan
     if (n_a <= NORM_SMALL_MAX) {
         ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, 256, err));
         d_norm = (struct norm *)ctx->scratch.ptr;
-        norm_small_kernel<<<1, NORM_SMALL_THREADS, 0, ctx->stream>>>(
-            (const float *)ctx->resampled.ptr, n_a, d_norm);
+        const float *y = (const float *)ctx->resampled.ptr;
+        switch (norm_small_items(n_a)) {
+        case 8: norm_small_kernel<8><<<1, NORM_SMALL_THREADS, 0, ctx->stream>>>(y, n_a, d_norm); break;
+        case 16: norm_small_kernel<16><<<1, NORM_SMALL_THREADS, 0, ctx->stream>>>(y, n_a, d_norm); break;
+        default: norm_small_kernel<32><<<1, NORM_SMALL_THREADS, 0, ctx->stream>>>(y, n_a, d_norm); break;
+        }
         CUDA_LAUNCH_CHECK();
         goto embed;
     }
@@ -381,11 +396,12 @@ static __global__ void segment_batch_kernel(const struct small_back *members,
         segment_one(&a, i);
 }
 
+template <int ITEMS>
 static __global__ void __launch_bounds__(NORM_SMALL_THREADS)
     norm_small_batch_kernel(const struct small_back *members, struct norm *norms)
 {
     const struct small_back *m = &members[blockIdx.y];
-    norm_small_body(m->y, m->n_a, &norms[blockIdx.y]);
+    norm_small_body<ITEMS>(m->y, m->n_a, &norms[blockIdx.y]);
 }
 
 /* Member blockIdx.y's cap rows from its slot on: its beats' rows, then zeros. */
@@ -407,14 +423,26 @@ static __global__ void embed_batch_kernel(const struct small_back *members,
  * short path's bound), so its normalisation takes the one-block sort, as its own back's would. */
 enum ecg_status small_batch_embed(cudaStream_t stream, const struct small_back *members,
                                   size_t k, const struct small_back_plan *plan, size_t max_cap,
-                                  void *norms, float *emb, struct ecg_error *err)
+                                  size_t max_n_a, void *norms, float *emb, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     segment_batch_kernel<<<dim3(grid_for(max_cap), (unsigned)k), CUDA_THREADS, 0, stream>>>(
         members, *plan);
     CUDA_LAUNCH_CHECK();
-    norm_small_batch_kernel<<<dim3(1, (unsigned)k), NORM_SMALL_THREADS, 0, stream>>>(
-        members, (struct norm *)norms);
+    switch (norm_small_items(max_n_a)) { /* the longest member's */
+    case 8:
+        norm_small_batch_kernel<8><<<dim3(1, (unsigned)k), NORM_SMALL_THREADS, 0, stream>>>(
+            members, (struct norm *)norms);
+        break;
+    case 16:
+        norm_small_batch_kernel<16><<<dim3(1, (unsigned)k), NORM_SMALL_THREADS, 0, stream>>>(
+            members, (struct norm *)norms);
+        break;
+    default:
+        norm_small_batch_kernel<32><<<dim3(1, (unsigned)k), NORM_SMALL_THREADS, 0, stream>>>(
+            members, (struct norm *)norms);
+        break;
+    }
     CUDA_LAUNCH_CHECK();
     embed_batch_kernel<<<dim3(grid_for(max_cap * plan->beat_len), (unsigned)k), CUDA_THREADS, 0,
                          stream>>>(members, *plan, (const struct norm *)norms, emb);

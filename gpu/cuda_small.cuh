@@ -126,18 +126,18 @@ struct small_back_plan {
 
 /* Segmentation, the normalisation and the embedding of every member (cuda_embed.cu): emb gets
  * cap rows of beat_len values per member from its slot on (rows past its count are zero);
- * norms is scratch, SMALL_BACK_NORM_BYTES per member. */
+ * max_n_a: the most analysis samples of any; norms is scratch, SMALL_BACK_NORM_BYTES per member. */
 enum ecg_status small_batch_embed(cudaStream_t stream, const struct small_back *members,
                                   size_t k, const struct small_back_plan *plan, size_t max_cap,
-                                  void *norms, float *emb, struct ecg_error *err);
+                                  size_t max_n_a, void *norms, float *emb, struct ecg_error *err);
 /* The VAE over every slot and the score of the members that encode (cuda_vae.cu): latent (z
  * per slot) and recon (one per slot) are scratch; the latents of the kept beats go to each
  * member's table with the scores. */
 enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device *dev,
                                    const struct ecg_model *model,
                                    const struct small_back *members, size_t k, size_t slots,
-                                   const float *emb, float *latent, double *recon,
-                                   struct ecg_error *err);
+                                   size_t max_cap, const float *emb, float *latent,
+                                   double *recon, struct ecg_error *err);
 /* Every member's quality windows (gpu/cuda_quality.cu's kernel, per member; max_win: the most
  * windows of any) to out + its quality_out. */
 enum ecg_status small_batch_quality(cudaStream_t stream, const struct small_back *members,

@@ -473,16 +473,19 @@ bool cuda_encode_capturable(const struct ecg_model *model)
  * copied from the batch's slots to the member's table, where its own VAE would have put them.
  */
 #define SCORE_SMALL_THREADS 256
-#define SCORE_SMALL_ITEMS (SMALL_BACK_BEATS / SCORE_SMALL_THREADS)
+static_assert(SMALL_BACK_BEATS == 4 * SCORE_SMALL_THREADS, "ITEMS of 1, 2 or 4 hold every beat");
 
+/* ITEMS per thread: members of at most SCORE_SMALL_THREADS * ITEMS slots (the fewer, the
+ * shorter the sort: the padding sorts last, so the first k keys do not depend on ITEMS). */
+template <int ITEMS>
 static __global__ void __launch_bounds__(SCORE_SMALL_THREADS)
     score_batch_kernel(const struct small_back *members, struct score_args base,
                        const float *latents, const double *recons)
 {
-    typedef cub::BlockRadixSort<double, SCORE_SMALL_THREADS, SCORE_SMALL_ITEMS> block_sort;
+    typedef cub::BlockRadixSort<double, SCORE_SMALL_THREADS, ITEMS> block_sort;
     __shared__ union {
         typename block_sort::TempStorage sort;
-        double sorted[SMALL_BACK_BEATS];
+        double sorted[SCORE_SMALL_THREADS * ITEMS];
     } sh;
     __shared__ double level;
     const struct small_back *m = &members[blockIdx.y];
@@ -500,15 +503,15 @@ static __global__ void __launch_bounds__(SCORE_SMALL_THREADS)
     a.score = (float *)(m->table + t.score);
     a.outlier = (uint8_t *)(m->table + t.outlier);
     a.level = &level;
-    double keys[SCORE_SMALL_ITEMS];
-    for (int j = 0; j < SCORE_SMALL_ITEMS; j++) {
-        const size_t i = (size_t)threadIdx.x * SCORE_SMALL_ITEMS + j;
+    double keys[ITEMS];
+    for (int j = 0; j < ITEMS; j++) {
+        const size_t i = (size_t)threadIdx.x * ITEMS + j;
         keys[j] = i < k ? (a.kept[i] ? a.recon[i] : NAN) : __longlong_as_double(0x7fffffffffffffffLL);
     }
     block_sort(sh.sort).Sort(keys);
     __syncthreads(); /* the sort's storage becomes the sorted values */
-    for (int j = 0; j < SCORE_SMALL_ITEMS; j++)
-        sh.sorted[threadIdx.x * SCORE_SMALL_ITEMS + j] = keys[j];
+    for (int j = 0; j < ITEMS; j++)
+        sh.sorted[threadIdx.x * ITEMS + j] = keys[j];
     __syncthreads();
     if (threadIdx.x == 0)
         level = level_of_sorted(sh.sorted, k);
@@ -534,16 +537,23 @@ bool cuda_encode_batchable(const struct ecg_model *model)
 enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device *dev,
                                    const struct ecg_model *model,
                                    const struct small_back *members, size_t k, size_t slots,
-                                   const float *emb, float *latent, double *recon,
-                                   struct ecg_error *err)
+                                   size_t max_cap, const float *emb, float *latent,
+                                   double *recon, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     struct score_args base;
     memset(&base, 0, sizeof base);
     score_calib(model, &base);
-    ECG_TRY(vae_warp_launch_on(stream, dev, model, emb, slots, latent, recon, err));
-    score_batch_kernel<<<dim3(1, (unsigned)k), SCORE_SMALL_THREADS, 0, stream>>>(
-        members, base, latent, recon);
+    status = vae_warp_launch_on(stream, dev, model, emb, slots, latent, recon, err);
+    if (status != ECG_OK)
+        return status;
+    const dim3 grid(1, (unsigned)k), block(SCORE_SMALL_THREADS);
+    if (max_cap <= SCORE_SMALL_THREADS)
+        score_batch_kernel<1><<<grid, block, 0, stream>>>(members, base, latent, recon);
+    else if (max_cap <= 2 * SCORE_SMALL_THREADS)
+        score_batch_kernel<2><<<grid, block, 0, stream>>>(members, base, latent, recon);
+    else
+        score_batch_kernel<4><<<grid, block, 0, stream>>>(members, base, latent, recon);
     CUDA_LAUNCH_CHECK();
 out:
     return status;
