@@ -824,7 +824,7 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
     step_mark(b, stream, 1);
     ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, rows, &b->h_small[0], max_n_in,
                              max_n_a, err));
-    ECG_TRY(small_batch_filter(stream, b->d_small, rows, plan, err));
+    ECG_TRY(small_batch_filter(stream, b->d_small, rows, max_n_a, plan, err));
     step_mark(b, stream, 2);
     ECG_TRY(small_batch_detect(stream, b->d_small, rows, max_cand, max_blocks,
                                (int64_t *)b->d_out, err));

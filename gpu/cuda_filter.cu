@@ -407,20 +407,24 @@ static __device__ float direct_at(const float *y, size_t n, size_t taps, size_t 
         n, taps, i, fma_path, g);
 }
 
-static __device__ __forceinline__ void filter_small_body(const float *y, float *f,
-                                                         const struct band_layout &b, size_t taps,
-                                                         size_t taps_hi, size_t taps_lo,
-                                                         bool fma_path,
-                                                         const struct direct_taps *g,
-                                                         const struct direct_taps *g_hi,
-                                                         const struct direct_taps *g_lo)
+/* Sample i of the three direct responses. */
+static __device__ __forceinline__ void filter_small_direct(const float *y, float *f,
+                                                           const struct band_layout &b,
+                                                           size_t taps, size_t taps_hi,
+                                                           size_t taps_lo, bool fma_path,
+                                                           const struct direct_taps *g,
+                                                           const struct direct_taps *g_hi,
+                                                           const struct direct_taps *g_lo,
+                                                           size_t i)
 {
-    for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS) {
-        f[i] = direct_at(y, b.n, taps, i, fma_path, g);
-        b.f_hi[i] = direct_at(y, b.n, taps_hi, i, fma_path, g_hi);
-        b.f_lo[i] = direct_at(y, b.n, taps_lo, i, fma_path, g_lo);
-    }
-    __syncthreads();
+    f[i] = direct_at(y, b.n, taps, i, fma_path, g);
+    b.f_hi[i] = direct_at(y, b.n, taps_hi, i, fma_path, g_hi);
+    b.f_lo[i] = direct_at(y, b.n, taps_lo, i, fma_path, g_lo);
+}
+
+/* The band step on the three responses, in one block (FILTER_SMALL_THREADS). */
+static __device__ __forceinline__ void filter_small_band(float *f, const struct band_layout &b)
+{
     for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
         noise_band_window(f, b.f_hi, b.f_lo, b.n, b.win, j, &b.lo[j], &b.hi[j], &b.peak[j],
                           &b.peak_hi[j]);
@@ -432,6 +436,20 @@ static __device__ __forceinline__ void filter_small_body(const float *y, float *
         f[i] = noise_band_mix(b.keep, b.take, b.n_win, b.win, i, f[i], b.f_hi[i]);
 }
 
+static __device__ __forceinline__ void filter_small_body(const float *y, float *f,
+                                                         const struct band_layout &b, size_t taps,
+                                                         size_t taps_hi, size_t taps_lo,
+                                                         bool fma_path,
+                                                         const struct direct_taps *g,
+                                                         const struct direct_taps *g_hi,
+                                                         const struct direct_taps *g_lo)
+{
+    for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS)
+        filter_small_direct(y, f, b, taps, taps_hi, taps_lo, fma_path, g, g_hi, g_lo, i);
+    __syncthreads();
+    filter_small_band(f, b);
+}
+
 static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
     filter_small_kernel(const float *y, float *f, struct band_layout b, size_t taps,
                         size_t taps_hi, size_t taps_lo, bool fma_path,
@@ -441,15 +459,27 @@ static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
     filter_small_body(y, f, b, taps, taps_hi, taps_lo, fma_path, &g, &g_hi, &g_lo);
 }
 
-/* The batched front's (cuda_small.cuh): member blockIdx.y's filter and band step. */
-static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
-    filter_small_batch_kernel(const struct small_front *ms, size_t taps, size_t taps_hi,
-                              size_t taps_lo, bool fma_path, const struct direct_taps g,
-                              const struct direct_taps g_hi, const struct direct_taps g_lo)
+/* The batched front's (cuda_small.cuh): member blockIdx.y's direct responses, a thread per
+ * sample over the whole grid (a batch has the device to itself: one block per member would
+ * leave most of it idle), then its band step in one block. */
+static __global__ void filter_direct_batch_kernel(const struct small_front *ms, size_t taps,
+                                                  size_t taps_hi, size_t taps_lo, bool fma_path,
+                                                  const struct direct_taps g,
+                                                  const struct direct_taps g_hi,
+                                                  const struct direct_taps g_lo)
 {
     const struct small_front *m = &ms[blockIdx.y];
-    filter_small_body(m->rs.y, m->filtered, m->band, taps, taps_hi, taps_lo, fma_path, &g,
-                      &g_hi, &g_lo);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < m->band.n;
+         i += (size_t)gridDim.x * blockDim.x)
+        filter_small_direct(m->rs.y, m->filtered, m->band, taps, taps_hi, taps_lo, fma_path, &g,
+                            &g_hi, &g_lo, i);
+}
+
+static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
+    filter_band_batch_kernel(const struct small_front *ms)
+{
+    const struct small_front *m = &ms[blockIdx.y];
+    filter_small_band(m->filtered, m->band);
 }
 
 static enum ecg_status filter_small(struct cuda_ctx *ctx, const struct ecg_plan *plan,
@@ -480,16 +510,20 @@ out:
 
 /* Contract in cuda_small.cuh. */
 enum ecg_status small_batch_filter(cudaStream_t stream, const struct small_front *members,
-                                   size_t k, const struct ecg_plan *plan, struct ecg_error *err)
+                                   size_t k, size_t max_n_a, const struct ecg_plan *plan,
+                                   struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     struct direct_taps g, g_hi, g_lo;
     reverse_taps(plan->ricker, plan->ricker_len, &g);
     reverse_taps(plan->ricker_hi, plan->ricker_hi_len, &g_hi);
     reverse_taps(plan->ricker_lo, plan->ricker_lo_len, &g_lo);
-    filter_small_batch_kernel<<<dim3(1, (unsigned)k), FILTER_SMALL_THREADS, 0, stream>>>(
-        members, plan->ricker_len, plan->ricker_hi_len, plan->ricker_lo_len,
-        cuda_host_has_avx2_fma(), g, g_hi, g_lo);
+    filter_direct_batch_kernel<<<dim3(grid_for(max_n_a), (unsigned)k), CUDA_THREADS, 0,
+                                 stream>>>(members, plan->ricker_len, plan->ricker_hi_len,
+                                           plan->ricker_lo_len, cuda_host_has_avx2_fma(), g,
+                                           g_hi, g_lo);
+    CUDA_LAUNCH_CHECK();
+    filter_band_batch_kernel<<<dim3(1, (unsigned)k), FILTER_SMALL_THREADS, 0, stream>>>(members);
     CUDA_LAUNCH_CHECK();
 out:
     return status;

@@ -74,7 +74,7 @@ enum ecg_status small_batch_load(cudaStream_t stream, const float *samples,
                                  const struct small_front *first, size_t max_n_in,
                                  size_t max_n_a, struct ecg_error *err);
 enum ecg_status small_batch_filter(cudaStream_t stream, const struct small_front *members,
-                                   size_t k, const struct ecg_plan *plan,
+                                   size_t k, size_t max_n_a, const struct ecg_plan *plan,
                                    struct ecg_error *err);
 enum ecg_status small_batch_detect(cudaStream_t stream, const struct small_front *members,
                                    size_t k, size_t max_cand, size_t max_blocks, int64_t *counts,
