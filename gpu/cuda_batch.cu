@@ -107,9 +107,10 @@ struct back_graph {
     bool last_clean;            /* ... and whether it moved nothing */
 };
 
-#define GPU_STEPS 7
-static const char *const gpu_step_names[GPU_STEPS] = {"in", "filter", "detect", "embed",
-                                                      "vae", "gather", "out"};
+#define GPU_STEPS 11
+static const char *const gpu_step_names[GPU_STEPS] = {
+    "in", "filter", "steps 1-3", "candidates", "decision", "rhythm check", "steps 6-7", "embed",
+    "vae", "gather", "out"};
 
 /*
  * Where a lane's time goes (ECG_CUDA_BATCH_TIMES=1 prints it when the batch object is
@@ -127,8 +128,9 @@ struct batch_times {
     unsigned long long small_rows;  /* members whose front ran in a batched short front */
     unsigned long long back_rows;   /* ... and whose back ran in a batched back */
     /* the device's time in the steps of the batched passes (events on their stream, waited
-     * for with the pass): copies in, resample + filter, detection, embedding, VAE + score,
-     * tables + quality gathered, copy out */
+     * for with the pass): copies in, resample + filter, the detector's steps 1-3, candidates,
+     * decision, rhythm check and steps 6-7, embedding, VAE + score, tables + quality gathered,
+     * copy out */
     cudaEvent_t ev[GPU_STEPS + 1];
     double gpu_ms[GPU_STEPS];
     unsigned long long gpu_passes;
@@ -729,11 +731,11 @@ static enum ecg_status small_back_queue(struct cuda_batch *b, cudaStream_t strea
     }
     ECG_TRY(small_batch_embed(stream, b->d_back, rows, &p, max_cap, max_n_a, b->d_norms,
                               b->d_emb, err));
-    step_mark(b, stream, 4);
+    step_mark(b, stream, 8);
     if (encode)
         ECG_TRY(small_batch_encode(stream, b->dev, b->state->model, b->d_back, rows, slots,
                                    max_cap, b->d_emb, b->d_latent, b->d_recon, err));
-    step_mark(b, stream, 5);
+    step_mark(b, stream, 9);
     ECG_TRY(small_batch_gather(stream, b->d_back, rows, z, max_cap, b->d_out, err));
     if (max_win)
         ECG_TRY(small_batch_quality(stream, b->d_back, rows, max_win, b->d_pack, b->d_out, err));
@@ -827,16 +829,17 @@ static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *con
     ECG_TRY(small_batch_filter(stream, b->d_small, rows, max_n_a, plan, err));
     step_mark(b, stream, 2);
     ECG_TRY(small_batch_detect(stream, b->d_small, rows, max_cand, max_blocks,
-                               (int64_t *)b->d_out, err));
-    step_mark(b, stream, 3);
+                               (int64_t *)b->d_out, b->times.ev[0] ? &b->times.ev[3] : NULL,
+                               err));
+    step_mark(b, stream, 7);
     if (b->back_on)
         ECG_TRY(small_back_queue(b, stream, plan, rows, slots, max_cap, max_win, max_n_a, encode,
                                  err));
     else
         out_bytes = 3 * rows * sizeof(int64_t); /* the counts alone */
-    step_mark(b, stream, 6);
+    step_mark(b, stream, 10);
     CUDA_TRY(cudaMemcpyAsync(b->h_out, b->d_out, out_bytes, cudaMemcpyDeviceToHost, stream));
-    step_mark(b, stream, 7);
+    step_mark(b, stream, 11);
     for (size_t i = 0; i < n; i++) {
         if (b->small_row[i] < 0)
             continue;

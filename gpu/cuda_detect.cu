@@ -830,16 +830,24 @@ bool small_record_whole(const struct cuda_ctx *ctx, size_t n_in, double fs_in_hz
 
 enum ecg_status small_batch_detect(cudaStream_t stream, const struct small_front *members,
                                    size_t k, size_t max_cand, size_t max_blocks, int64_t *counts,
-                                   struct ecg_error *err)
+                                   cudaEvent_t *marks, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     front_small_batch_kernel<<<dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream>>>(members);
     CUDA_LAUNCH_CHECK();
+    if (marks)
+        CUDA_TRY(cudaEventRecord(marks[0], stream));
     candidate_batch_kernel<<<dim3(grid_for(max_cand), (unsigned)k), CUDA_THREADS, 0, stream>>>(
         members);
     CUDA_LAUNCH_CHECK();
+    if (marks)
+        CUDA_TRY(cudaEventRecord(marks[1], stream));
     ECG_TRY(small_batch_decide(stream, members, k, max_blocks, err));
+    if (marks)
+        CUDA_TRY(cudaEventRecord(marks[2], stream));
     ECG_TRY(small_batch_insert(stream, members, k, err));
+    if (marks)
+        CUDA_TRY(cudaEventRecord(marks[3], stream));
     settle_small_batch_kernel<<<dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream>>>(
         members, counts);
     CUDA_LAUNCH_CHECK();

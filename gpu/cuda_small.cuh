@@ -67,7 +67,8 @@ bool small_record_whole(const struct cuda_ctx *ctx, size_t n_in, double fs_in_hz
  * members) are whole for the same plan, i.e. the same rate. samples: the batch's samples on the
  * device (member j's at members[j].off). counts: 3 int64 per member (candidates, accepted,
  * beats: what each context's own front copies to its h_stage). The max_* are the largest of
- * the members' values (the grids).
+ * the members' values (the grids). marks (NULL: none): 4 events recorded between the
+ * detector's steps (steps 1-3 | candidates | decision | rhythm check | steps 6-7), for timing.
  */
 enum ecg_status small_batch_load(cudaStream_t stream, const float *samples,
                                  const struct small_front *members, size_t k,
@@ -78,7 +79,7 @@ enum ecg_status small_batch_filter(cudaStream_t stream, const struct small_front
                                    struct ecg_error *err);
 enum ecg_status small_batch_detect(cudaStream_t stream, const struct small_front *members,
                                    size_t k, size_t max_cand, size_t max_blocks, int64_t *counts,
-                                   struct ecg_error *err);
+                                   cudaEvent_t *marks, struct ecg_error *err);
 enum ecg_status small_batch_decide(cudaStream_t stream, const struct small_front *members,
                                    size_t k, size_t max_blocks, struct ecg_error *err);
 enum ecg_status small_batch_insert(cudaStream_t stream, const struct small_front *members,
