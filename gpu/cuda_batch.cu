@@ -33,14 +33,16 @@
  * Pinned memory: the pack buffer is written by the host only between batches; every copy that
  * reads it is complete when a batch returns (every member's stream has been waited for).
  *
+ * The batched short pass (step 1's batched fronts and backs and the start of step 2) is
+ * cuda_batch_small.cu's; the batch object, cuda_batch.cuh's.
+ *
  * Threading: one batch object per lane, used by the lane's thread only.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_internal.h"
-#include "cuda_small.cuh"
+#include "cuda_batch.cuh"
 #include "cuda_stats.h"
 
 /* process-wide counters for tests and benchmarks (cuda_stats.h), updated atomically */
@@ -59,121 +61,6 @@ extern "C" void cuda_batch_counts(struct cuda_batch_counts *out)
     out->small_backs = __atomic_load_n(&counts.small_backs, __ATOMIC_RELAXED);
     out->small_back_members = __atomic_load_n(&counts.small_back_members, __ATOMIC_RELAXED);
 }
-
-/*
- * A member context's front (resample, filter, detect_queue) as a CUDA graph: one launch instead
- * of about twenty. The front's launches are a function of the input length, the rate and the
- * context's buffers and device-resident caches (ctx->generation), so a graph captured for one
- * (n_in, fs_in_hz, generation) replays exactly what the stages would queue. A front is captured
- * the second time it runs with the same key, when its first run moved no buffer (so the capture
- * allocates nothing); the graph replays while the key holds.
- */
-struct front_graph {
-    cudaGraphExec_t exec;       /* NULL: none */
-    size_t n_in;
-    double fs_in_hz;
-    uint64_t generation;        /* the context's when captured */
-    size_t n_a;                 /* host state the front leaves: ctx->n_a, ctx->detect_queued */
-    bool queued;
-    /* the last front run without a graph: its key, and whether it moved nothing */
-    size_t last_n_in;
-    double last_fs_in_hz;
-    uint64_t last_generation;   /* the context's after it */
-    bool last_clean;
-};
-
-/*
- * A member context's back (embed, encode, the copy of the beat table to h_stage) as a CUDA
- * graph. Its launches are a function of the front's key and of the beat count k (the table's
- * layout, the grids), so a graph is kept per (n_in, fs_in_hz, generation, k, encode); a few per
- * context, as k varies from strip to strip. Captured, as the front, the second time in a row
- * the same key runs, when its first run moved no buffer.
- */
-#define BACK_GRAPHS 4
-struct back_key {
-    size_t n_in;
-    double fs_in_hz;
-    uint64_t generation;
-    size_t k;
-    bool encode;
-};
-
-struct back_graph {
-    cudaGraphExec_t exec[BACK_GRAPHS]; /* NULL: none */
-    struct back_key key[BACK_GRAPHS];
-    uint64_t last_use[BACK_GRAPHS];
-    uint64_t clock;
-    struct back_key last;       /* the last back run without a graph, its generation after */
-    bool last_clean;            /* ... and whether it moved nothing */
-};
-
-#define GPU_STEPS 11
-static const char *const gpu_step_names[GPU_STEPS] = {
-    "in", "filter", "steps 1-3", "candidates", "decision", "rhythm check", "steps 6-7", "embed",
-    "vae", "gather", "out"};
-
-/*
- * Where a lane's time goes (ECG_CUDA_BATCH_TIMES=1 prints it when the batch object is
- * destroyed, at shutdown): seconds in each step of cuda_batch_run, and the part of steps 2
- * and 3 spent waiting for the device. Kept by the lane's own thread: no atomics.
- */
-struct batch_times {
-    double since;               /* when the batch object was made */
-    double front, back, fetch;  /* steps 1, 2, 3 (seconds, all batches) */
-    double wait_count, wait_table; /* ... of which waiting for counts / tables */
-    double done;                /* ... of step 3: handing members back */
-    double front_launch;        /* ... of step 1: cudaGraphLaunch of replayed fronts */
-    double back_launch;         /* ... of step 2: cudaGraphLaunch of replayed backs */
-    unsigned long long batches, members, front_replays, back_replays;
-    unsigned long long small_rows;  /* members whose front ran in a batched short front */
-    unsigned long long back_rows;   /* ... and whose back ran in a batched back */
-    /* the device's time in the steps of the batched passes (events on their stream, waited
-     * for with the pass): copies in, resample + filter, the detector's steps 1-3, candidates,
-     * decision, rhythm check and steps 6-7, embedding, VAE + score, tables + quality gathered,
-     * copy out */
-    cudaEvent_t ev[GPU_STEPS + 1];
-    double gpu_ms[GPU_STEPS];
-    unsigned long long gpu_passes;
-    size_t front_nodes, back_nodes; /* in the last front and back graph captured */
-};
-
-struct cuda_batch {
-    struct cuda_state *state;
-    struct cuda_device *dev;
-    unsigned max_batch;
-    bool use_graphs;            /* unless ECG_CUDA_BATCH_GRAPHS=0 */
-    bool back_graphs;           /* use_graphs, and the encode can be captured */
-    struct front_graph *graph;  /* per member context */
-    struct back_graph *back;    /* per member context */
-    struct cuda_ctx **member;   /* max_batch contexts on dev */
-    bool *live;                 /* per member of the batch running: no failure so far */
-    float *h_pack;              /* pinned: every member's samples, one after the other */
-    size_t h_pack_bytes;
-    size_t *off;                /* per member: its first sample in the pack */
-    /* the batched short front and back (cuda_small.cuh), unless ECG_CUDA_BATCH_SMALL=0
-     * (neither) or =front (the front alone) */
-    bool small_fronts, small_backs;
-    bool encode_batchable;      /* the model's VAE can run in a batched back */
-    int *small_row;             /* per member: its row of the tables, -1: its front runs alone */
-    bool *collected;            /* per member: handed back from the batched back */
-    struct small_front *h_small, *d_small; /* the fronts' table: pinned, and on the device */
-    struct small_back *h_back, *d_back;    /* the backs' table */
-    void *d_norms;              /* the backs' scratch: SMALL_BACK_NORM_BYTES per row */
-    /* what comes back: 3 counts per row (candidates, accepted, beats), then, after a batched
-     * back, each row's table; pinned, and on the device */
-    char *h_out, *d_out;
-    size_t h_out_bytes, d_out_bytes;
-    float *d_pack;              /* the pack on the device */
-    size_t d_pack_bytes;
-    float *d_emb, *d_latent;    /* a batched back's embedding and latents, per slot */
-    double *d_recon;            /* ... and reconstruction errors */
-    size_t d_emb_bytes, d_latent_bytes, d_recon_bytes;
-    unsigned small_first;       /* the member on whose stream the batched front runs */
-    size_t n_small;             /* rows in the batch being run */
-    bool back_on;               /* ... and their backs run batched after it */
-    unsigned lane;
-    struct batch_times times;
-};
 
 extern "C" unsigned cuda_batch_lanes(void *state_ptr)
 {
@@ -207,7 +94,7 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
             fprintf(stderr, "cuda batch lane %u: device time per batched pass (%llu):", b->lane,
                     t->gpu_passes);
             for (int i = 0; i < GPU_STEPS; i++) {
-                fprintf(stderr, " %s %.1f us", gpu_step_names[i],
+                fprintf(stderr, " %s %.1f us", small_step_name(i),
                         1e3 * t->gpu_ms[i] / (double)t->gpu_passes);
                 sum += t->gpu_ms[i];
             }
@@ -310,9 +197,8 @@ out:
     return status;
 }
 
-/* Grows *buf (a void ** in disguise), pinned host memory or (device) device memory, to hold
- * bytes, with room to spare; what: what it holds, for the error. Called between batches only. */
-static enum ecg_status bytes_reserve(void *buf_ptr, size_t *cap, size_t bytes, bool device,
+/* Contract in cuda_batch.cuh. */
+enum ecg_status bytes_reserve(void *buf_ptr, size_t *cap, size_t bytes, bool device,
                                      const char *what, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
@@ -334,8 +220,8 @@ out:
     return status;
 }
 
-/* Records member i's failure: its status and error, retry_alone for a lack of memory. */
-static void member_fail(struct cuda_batch *b, struct ecg_batch_member *m, unsigned i,
+/* Contract in cuda_batch.cuh. */
+void member_fail(struct cuda_batch *b, struct ecg_batch_member *m, unsigned i,
                         enum ecg_status status)
 {
     b->live[i] = false;
@@ -621,323 +507,6 @@ static void fail_all(struct ecg_batch_member *const *members, size_t n, enum ecg
     }
 }
 
-/* ECG_CUDA_BATCH_TIMES: the end of step i of a batched pass, recorded on its stream. */
-static void step_mark(struct cuda_batch *b, cudaStream_t stream, int i)
-{
-    if (b->times.ev[i] && cudaEventRecord(b->times.ev[i], stream) != cudaSuccess)
-        (void)cudaGetLastError();
-}
-
-/* ... and, once the pass is waited for, the time between the marks. */
-static void step_times(struct cuda_batch *b)
-{
-    float ms[GPU_STEPS];
-    if (!b->times.ev[0] || !b->back_on)
-        return;
-    for (int i = 0; i < GPU_STEPS; i++)
-        if (cudaEventElapsedTime(&ms[i], b->times.ev[i], b->times.ev[i + 1]) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return;
-        }
-    for (int i = 0; i < GPU_STEPS; i++)
-        b->times.gpu_ms[i] += ms[i];
-    b->times.gpu_passes++;
-}
-
-/*
- * The batched back's plan for the rows of a batched front (b->h_back, the output's layout,
- * the slots): whether their backs can run batched after it. Every row must fit the back's
- * one-block steps (SMALL_BACK_BEATS candidates, SMALL_BACK_SAMPLES samples) and, when it
- * encodes, the model take the warp path; otherwise their backs run one by one, as before.
- * *out_bytes: the output's size (the counts, then each row's table at its largest);
- * *slots: the beat slots; *max_cap: the largest row's. Each row's counts pointer is left to
- * the caller (the output may move when it grows).
- */
-static bool small_back_plan(struct cuda_batch *b, struct ecg_batch_member *const *members,
-                            size_t n, size_t rows, size_t *out_bytes, size_t *slots,
-                            size_t *max_cap, size_t *max_win, bool *encode)
-{
-    size_t out = table_align(3 * rows * sizeof(int64_t)), slot = 0, cap_max = 0, win_max = 0;
-    bool any_encode = false;
-    *out_bytes = out;
-    if (!b->small_backs)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        if (b->small_row[i] < 0)
-            continue;
-        const struct cuda_ctx *ctx = b->member[i];
-        const struct small_front *rec = ctx->small;
-        struct small_back *r = &b->h_back[b->small_row[i]];
-        struct table_layout t;
-        if (rec->max_cand > SMALL_BACK_BEATS || rec->a.n_a > SMALL_BACK_SAMPLES ||
-            (members[i]->with_model && !b->encode_batchable))
-            return false;
-        r->y = rec->a.y;
-        r->peaks_a = rec->a.peaks_a;
-        r->table = (char *)rec->a.peaks_in; /* the table's start: its r_peak column */
-        r->n_a = rec->a.n_a;
-        r->n_in = members[i]->n;
-        r->cap = rec->max_cand;
-        r->slot = slot;
-        r->out = out;
-        r->encode = members[i]->with_model;
-        any_encode = any_encode || r->encode;
-        table_layout(r->cap, ctx->latent_dim, &t);
-        out += t.bytes;
-        slot += r->cap;
-        cap_max = r->cap > cap_max ? r->cap : cap_max;
-        r->x_off = b->off[i];
-        r->quality = ecg_quality_geometry_of(members[i]->n, members[i]->plan->fs_in_hz);
-        r->quality_out = out;
-        if (r->quality.n_win != members[i]->n_win || !members[i]->windows)
-            return false; /* not the engine's windows: its features stay on the host */
-        out += table_align(r->quality.n_win * sizeof(struct ecg_quality_window));
-        win_max = r->quality.n_win > win_max ? r->quality.n_win : win_max;
-    }
-    *out_bytes = out;
-    *slots = slot;
-    *max_cap = cap_max;
-    *max_win = win_max;
-    *encode = any_encode;
-    return true;
-}
-
-/* The batched back of the rows of b->h_back (small_back_plan), queued on stream after their
- * front: embedding, VAE and score, the tables gathered into d_out with the quality
- * features of the members' samples. */
-static enum ecg_status small_back_queue(struct cuda_batch *b, cudaStream_t stream,
-                                        const struct ecg_plan *plan, size_t rows, size_t slots,
-                                        size_t max_cap, size_t max_win, size_t max_n_a,
-                                        bool encode, struct ecg_error *err)
-{
-    enum ecg_status status = ECG_OK;
-    const size_t z = b->member[0]->latent_dim;
-    struct small_back_plan p;
-    p.pre_r = plan->pre_r > 0 ? (int64_t)plan->pre_r : 1; /* cuda_embed's: an onset before every R */
-    p.beat_min = plan->beat_min;
-    p.beat_max = plan->beat_max;
-    p.up = plan->up;
-    p.down = plan->down;
-    p.fs_in_hz = plan->fs_in_hz;
-    p.beat_len = plan->beat_len;
-    p.z_dim = z;
-    ECG_TRY(bytes_reserve(&b->d_emb, &b->d_emb_bytes, slots * plan->beat_len * sizeof(float),
-                          true, "the batch's embedding", err));
-    if (encode) {
-        ECG_TRY(bytes_reserve(&b->d_latent, &b->d_latent_bytes, slots * z * sizeof(float), true,
-                              "the batch's latents", err));
-        ECG_TRY(bytes_reserve(&b->d_recon, &b->d_recon_bytes, slots * sizeof(double), true,
-                              "the batch's errors", err));
-    }
-    ECG_TRY(small_batch_embed(stream, b->d_back, rows, &p, max_cap, max_n_a, b->d_norms,
-                              b->d_emb, err));
-    step_mark(b, stream, 8);
-    if (encode)
-        ECG_TRY(small_batch_encode(stream, b->dev, b->state->model, b->d_back, rows, slots,
-                                   max_cap, b->d_emb, b->d_latent, b->d_recon, err));
-    step_mark(b, stream, 9);
-    ECG_TRY(small_batch_gather(stream, b->d_back, rows, z, max_cap, b->d_out, err));
-    if (max_win)
-        ECG_TRY(small_batch_quality(stream, b->d_back, rows, max_win, b->d_pack, b->d_out, err));
-out:
-    return status;
-}
-
-/*
- * Step 1 for the members whose front can run batched (cuda_small.cuh): those whose context's
- * record is whole for their recording, at the rate of the first of them, when there are at
- * least two (a lone one replays its own graph). Each gets its row of the tables (small_row; -1
- * for the others), and the pack's copy, the batched kernels and the copy of the counts are
- * queued on the first one's stream; then, where small_back_plan allows, their batched back and
- * the copy of their tables with the counts, so that the host waits once for all of it. A
- * failure fails those members (handed back at once).
- */
-static void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *members,
-                              size_t n, size_t total)
-{
-    enum ecg_status status = ECG_OK;
-    struct ecg_error local;
-    struct ecg_error *err = &local;
-    const struct ecg_plan *plan = NULL;
-    size_t rows = 0, max_n_in = 0, max_n_a = 0, max_cand = 0, max_blocks = 0;
-    size_t out_bytes = 0, slots = 0, max_cap = 0, max_win = 0;
-    bool encode = false;
-    cudaStream_t stream = NULL;
-    unsigned first = 0;
-    memset(&local, 0, sizeof local);
-    b->n_small = 0;
-    b->back_on = false;
-    for (size_t i = 0; i < n; i++)
-        b->small_row[i] = -1;
-    if (!b->small_fronts || n < 2)
-        return;
-    for (size_t i = 0; i < n; i++) {
-        struct cuda_ctx *ctx = b->member[i];
-        const struct ecg_batch_member *m = members[i];
-        if (plan && m->plan->fs_in_hz != plan->fs_in_hz)
-            continue;
-        /* what queue_front does first; a failure here is left to it */
-        if (ctx_enter(ctx, &local) != ECG_OK)
-            continue;
-        ctx_reset_request(ctx);
-        if (dbuf_reserve(ctx, &ctx->input, m->n * sizeof(float), &local) != ECG_OK)
-            continue;
-        ctx->n_in = m->n;
-        if (!small_record_whole(ctx, m->n, m->plan->fs_in_hz))
-            continue;
-        const struct small_front *rec = ctx->small;
-        if (!plan) {
-            plan = m->plan;
-            stream = ctx->stream;
-            first = (unsigned)i;
-        }
-        b->h_small[rows] = *rec;
-        b->h_small[rows].off = b->off[i];
-        b->small_row[i] = (int)rows++;
-        max_n_in = m->n > max_n_in ? m->n : max_n_in;
-        max_n_a = rec->a.n_a > max_n_a ? rec->a.n_a : max_n_a;
-        max_cand = rec->max_cand > max_cand ? rec->max_cand : max_cand;
-        max_blocks = rec->n_blocks > max_blocks ? rec->n_blocks : max_blocks;
-    }
-    memset(&local, 0, sizeof local);
-    if (rows < 2) {
-        for (size_t i = 0; i < n; i++)
-            b->small_row[i] = -1;
-        return;
-    }
-    ECG_TRY(bytes_reserve(&b->d_pack, &b->d_pack_bytes, total * sizeof(float), true,
-                          "the batch's input", err));
-    b->back_on =
-        small_back_plan(b, members, n, rows, &out_bytes, &slots, &max_cap, &max_win, &encode);
-    ECG_TRY(bytes_reserve(&b->d_out, &b->d_out_bytes, out_bytes, true, "the batch's tables",
-                          err));
-    ECG_TRY(bytes_reserve(&b->h_out, &b->h_out_bytes, out_bytes, false, "the batch's tables",
-                          err));
-    for (size_t r = 0; b->back_on && r < rows; r++)
-        b->h_back[r].counts = (const int64_t *)b->d_out + 3 * r;
-    step_mark(b, stream, 0);
-    CUDA_TRY(cudaMemcpyAsync(b->d_pack, b->h_pack, total * sizeof(float), cudaMemcpyHostToDevice,
-                             stream));
-    CUDA_TRY(cudaMemcpyAsync(b->d_small, b->h_small, rows * sizeof *b->h_small,
-                             cudaMemcpyHostToDevice, stream));
-    if (b->back_on)
-        CUDA_TRY(cudaMemcpyAsync(b->d_back, b->h_back, rows * sizeof *b->h_back,
-                                 cudaMemcpyHostToDevice, stream));
-    step_mark(b, stream, 1);
-    ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, rows, &b->h_small[0], max_n_in,
-                             max_n_a, err));
-    ECG_TRY(small_batch_filter(stream, b->d_small, rows, max_n_a, plan, err));
-    step_mark(b, stream, 2);
-    ECG_TRY(small_batch_detect(stream, b->d_small, rows, max_cand, max_blocks,
-                               (int64_t *)b->d_out, b->times.ev[0] ? &b->times.ev[3] : NULL,
-                               err));
-    step_mark(b, stream, 7);
-    if (b->back_on)
-        ECG_TRY(small_back_queue(b, stream, plan, rows, slots, max_cap, max_win, max_n_a, encode,
-                                 err));
-    else
-        out_bytes = 3 * rows * sizeof(int64_t); /* the counts alone */
-    step_mark(b, stream, 10);
-    CUDA_TRY(cudaMemcpyAsync(b->h_out, b->d_out, out_bytes, cudaMemcpyDeviceToHost, stream));
-    step_mark(b, stream, 11);
-    for (size_t i = 0; i < n; i++) {
-        if (b->small_row[i] < 0)
-            continue;
-        /* the host state the front's stages leave; the beat count comes with the counts */
-        struct cuda_ctx *ctx = b->member[i];
-        ctx->n_a = ctx->small->a.n_a;
-        ctx->n_beats = 0;
-        ctx->emb_len = 0;
-        ctx->encoded = false;
-        ctx->detect_queued = false;
-    }
-    b->small_first = first;
-    b->n_small = rows;
-    __atomic_fetch_add(&counts.small_fronts, 1ull, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&counts.small_members, (unsigned long long)rows, __ATOMIC_RELAXED);
-    b->times.small_rows += rows;
-    if (b->back_on) {
-        __atomic_fetch_add(&counts.small_backs, 1ull, __ATOMIC_RELAXED);
-        __atomic_fetch_add(&counts.small_back_members, (unsigned long long)rows,
-                           __ATOMIC_RELAXED);
-        b->times.back_rows += rows;
-    }
-out:
-    if (status != ECG_OK) {
-        (void)cudaGetLastError();
-        b->back_on = false;
-        for (size_t i = 0; i < n; i++) {
-            if (b->small_row[i] < 0)
-                continue;
-            members[i]->err = local;
-            member_fail(b, members[i], (unsigned)i, status);
-            ecg_batch_member_done(members[i]);
-        }
-    }
-}
-
-/* A member of a batched back, its table on the host: its result, handed back. */
-static void small_back_collect(struct cuda_batch *b, struct ecg_batch_member *m, unsigned i)
-{
-    enum ecg_status status = ECG_OK;
-    struct cuda_ctx *ctx = b->member[i];
-    const struct small_back *r = &b->h_back[b->small_row[i]];
-    const size_t k = ctx->n_beats;
-    /* the host state its own back would leave (the embedding is the batch's) */
-    ctx->emb_len = 0;
-    ctx->encoded = m->with_model;
-    if (!ecg_batch_result(m, k))
-        status = ecg_fail(&m->err, ECG_ERR_NOMEM, "out_of_memory", "result for %zu beats", k);
-    else
-        status = table_split(b->h_out + r->out, k, ctx->latent_dim, ctx->encoded, m->result,
-                             &m->err);
-    if (status == ECG_OK) { /* small_back_plan checked that they are the engine's windows */
-        memcpy(m->windows, b->h_out + r->quality_out, m->n_win * sizeof *m->windows);
-        m->windows_done = true;
-    }
-    if (status != ECG_OK)
-        member_fail(b, m, i, status);
-    b->live[i] = false;
-    b->collected[i] = true;
-    ecg_batch_member_done(m);
-}
-
-/* The batched front's end (step 2's start): waits for it and gives its members their beat
- * counts, and, after a batched back, their results (handed back); a failure fails them. */
-static void small_front_collect(struct cuda_batch *b, struct ecg_batch_member *const *members,
-                                size_t n)
-{
-    enum ecg_status status = ECG_OK;
-    struct ecg_error local;
-    struct ecg_error *err = &local;
-    double t0;
-    memset(&local, 0, sizeof local);
-    if (!b->n_small)
-        return;
-    t0 = cuda_now_s();
-    /* the first member's wait: CUDA's own, or ECG_CUDA_BATCH_SPIN_US's (ctx_sync) */
-    status = ctx_sync(b->member[b->small_first], "batched front", err);
-    b->times.wait_count += cuda_now_s() - t0;
-    if (status == ECG_OK)
-        step_times(b);
-    if (status != ECG_OK)
-        (void)cudaGetLastError();
-    for (size_t i = 0; i < n; i++) {
-        if (!b->live[i] || b->small_row[i] < 0)
-            continue;
-        if (status != ECG_OK) {
-            members[i]->err = local;
-            member_fail(b, members[i], (unsigned)i, status);
-            ecg_batch_member_done(members[i]);
-            continue;
-        }
-        const int64_t *h_counts = (const int64_t *)b->h_out;
-        b->member[i]->n_beats = (size_t)h_counts[3 * (size_t)b->small_row[i] + 2];
-        if (b->back_on)
-            small_back_collect(b, members[i], (unsigned)i);
-    }
-}
-
 extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *members,
                                size_t n)
 {
@@ -981,6 +550,16 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
         b->collected[i] = false;
     }
     small_front_queue(b, members, n, total);
+    if (b->n_small) {
+        __atomic_fetch_add(&counts.small_fronts, 1ull, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&counts.small_members, (unsigned long long)b->n_small,
+                           __ATOMIC_RELAXED);
+    }
+    if (b->back_on) {
+        __atomic_fetch_add(&counts.small_backs, 1ull, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&counts.small_back_members, (unsigned long long)b->n_small,
+                           __ATOMIC_RELAXED);
+    }
     for (size_t i = 0; i < n; i++) {
         if (!b->live[i] || b->small_row[i] >= 0)
             continue;

@@ -118,6 +118,12 @@ static __global__ void segment_kernel(struct segment_args a)
         segment_one(&a, i);
 }
 
+/* The samples before R where a beat starts: at least one, so that every R has an onset. */
+static int64_t segment_pre_r(const struct ecg_plan *plan)
+{
+    return plan->pre_r > 0 ? (int64_t)plan->pre_r : 1;
+}
+
 /* Normalisation constants, computed on the device from sorted copies. */
 struct norm {
     float median;
@@ -297,7 +303,7 @@ extern "C" enum ecg_status cuda_embed(void *ctx_ptr, const struct ecg_plan *plan
     a.k = k;
     a.n_a = n_a;
     a.n_in = ctx->n_in;
-    a.pre_r = plan->pre_r > 0 ? (int64_t)plan->pre_r : 1; /* an onset before every R */
+    a.pre_r = segment_pre_r(plan);
     a.beat_min = plan->beat_min;
     a.beat_max = plan->beat_max;
     a.up = plan->up;
@@ -417,6 +423,19 @@ static __global__ void embed_batch_kernel(const struct small_back *members,
     for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < total;
          v += (size_t)gridDim.x * blockDim.x)
         rows[v] = v < beats ? embed_value(&a, m->y, median, inv_scale, p.beat_len, v) : 0.0f;
+}
+
+/* Contract in cuda_small.cuh. */
+void small_back_plan_of(const struct ecg_plan *plan, size_t z_dim, struct small_back_plan *p)
+{
+    p->pre_r = segment_pre_r(plan);
+    p->beat_min = plan->beat_min;
+    p->beat_max = plan->beat_max;
+    p->up = plan->up;
+    p->down = plan->down;
+    p->fs_in_hz = plan->fs_in_hz;
+    p->beat_len = plan->beat_len;
+    p->z_dim = z_dim;
 }
 
 /* Contract in cuda_small.cuh. Every member has at most NORM_SMALL_MAX analysis samples (the

@@ -125,6 +125,8 @@ struct small_back_plan {
     size_t beat_len, z_dim;
 };
 
+/* What segmentation and the embedding take from plan (cuda_embed.cu's rules). */
+void small_back_plan_of(const struct ecg_plan *plan, size_t z_dim, struct small_back_plan *p);
 /* Segmentation, the normalisation and the embedding of every member (cuda_embed.cu): emb gets
  * cap rows of beat_len values per member from its slot on (rows past its count are zero);
  * max_n_a: the most analysis samples of any; norms is scratch, SMALL_BACK_NORM_BYTES per member. */

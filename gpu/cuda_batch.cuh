@@ -1,0 +1,144 @@
+/*
+ * cuda_batch.cuh - the batch object of gpu/cuda_batch.cu (one per lane), shared with
+ * gpu/cuda_batch_small.cu, which runs the batched short pass (a batch's short leads' fronts and
+ * backs as one launch per step: cuda_small.cuh) on it. gpu/ only.
+ */
+#ifndef CUDA_BATCH_CUH
+#define CUDA_BATCH_CUH
+
+#include "cuda_internal.h"
+#include "cuda_small.cuh"
+
+/*
+ * A member context's front (resample, filter, detect_queue) as a CUDA graph: one launch instead
+ * of about twenty. The front's launches are a function of the input length, the rate and the
+ * context's buffers and device-resident caches (ctx->generation), so a graph captured for one
+ * (n_in, fs_in_hz, generation) replays exactly what the stages would queue. A front is captured
+ * the second time it runs with the same key, when its first run moved no buffer (so the capture
+ * allocates nothing); the graph replays while the key holds.
+ */
+struct front_graph {
+    cudaGraphExec_t exec;       /* NULL: none */
+    size_t n_in;
+    double fs_in_hz;
+    uint64_t generation;        /* the context's when captured */
+    size_t n_a;                 /* host state the front leaves: ctx->n_a, ctx->detect_queued */
+    bool queued;
+    /* the last front run without a graph: its key, and whether it moved nothing */
+    size_t last_n_in;
+    double last_fs_in_hz;
+    uint64_t last_generation;   /* the context's after it */
+    bool last_clean;
+};
+
+/*
+ * A member context's back (embed, encode, the copy of the beat table to h_stage) as a CUDA
+ * graph. Its launches are a function of the front's key and of the beat count k (the table's
+ * layout, the grids), so a graph is kept per (n_in, fs_in_hz, generation, k, encode); a few per
+ * context, as k varies from strip to strip. Captured, as the front, the second time in a row
+ * the same key runs, when its first run moved no buffer.
+ */
+#define BACK_GRAPHS 4
+struct back_key {
+    size_t n_in;
+    double fs_in_hz;
+    uint64_t generation;
+    size_t k;
+    bool encode;
+};
+
+struct back_graph {
+    cudaGraphExec_t exec[BACK_GRAPHS]; /* NULL: none */
+    struct back_key key[BACK_GRAPHS];
+    uint64_t last_use[BACK_GRAPHS];
+    uint64_t clock;
+    struct back_key last;       /* the last back run without a graph, its generation after */
+    bool last_clean;            /* ... and whether it moved nothing */
+};
+
+#define GPU_STEPS 11
+
+/*
+ * Where a lane's time goes (ECG_CUDA_BATCH_TIMES=1 prints it when the batch object is
+ * destroyed, at shutdown): seconds in each step of cuda_batch_run, and the part of steps 2
+ * and 3 spent waiting for the device. Kept by the lane's own thread: no atomics.
+ */
+struct batch_times {
+    double since;               /* when the batch object was made */
+    double front, back, fetch;  /* steps 1, 2, 3 (seconds, all batches) */
+    double wait_count, wait_table; /* ... of which waiting for counts / tables */
+    double done;                /* ... of step 3: handing members back */
+    double front_launch;        /* ... of step 1: cudaGraphLaunch of replayed fronts */
+    double back_launch;         /* ... of step 2: cudaGraphLaunch of replayed backs */
+    unsigned long long batches, members, front_replays, back_replays;
+    unsigned long long small_rows;  /* members whose front ran in a batched short front */
+    unsigned long long back_rows;   /* ... and whose back ran in a batched back */
+    /* the device's time in the steps of the batched passes (events on their stream, waited
+     * for with the pass): copies in, resample + filter, the detector's steps 1-3, candidates,
+     * decision, rhythm check and steps 6-7, embedding, VAE + score, tables + quality gathered,
+     * copy out */
+    cudaEvent_t ev[GPU_STEPS + 1];
+    double gpu_ms[GPU_STEPS];
+    unsigned long long gpu_passes;
+    size_t front_nodes, back_nodes; /* in the last front and back graph captured */
+};
+
+struct cuda_batch {
+    struct cuda_state *state;
+    struct cuda_device *dev;
+    unsigned max_batch;
+    bool use_graphs;            /* unless ECG_CUDA_BATCH_GRAPHS=0 */
+    bool back_graphs;           /* use_graphs, and the encode can be captured */
+    struct front_graph *graph;  /* per member context */
+    struct back_graph *back;    /* per member context */
+    struct cuda_ctx **member;   /* max_batch contexts on dev */
+    bool *live;                 /* per member of the batch running: no failure so far */
+    float *h_pack;              /* pinned: every member's samples, one after the other */
+    size_t h_pack_bytes;
+    size_t *off;                /* per member: its first sample in the pack */
+    /* the batched short front and back (cuda_small.cuh), unless ECG_CUDA_BATCH_SMALL=0
+     * (neither) or =front (the front alone) */
+    bool small_fronts, small_backs;
+    bool encode_batchable;      /* the model's VAE can run in a batched back */
+    int *small_row;             /* per member: its row of the tables, -1: its front runs alone */
+    bool *collected;            /* per member: handed back from the batched back */
+    struct small_front *h_small, *d_small; /* the fronts' table: pinned, and on the device */
+    struct small_back *h_back, *d_back;    /* the backs' table */
+    void *d_norms;              /* the backs' scratch: SMALL_BACK_NORM_BYTES per row */
+    /* what comes back: 3 counts per row (candidates, accepted, beats), then, after a batched
+     * back, each row's table; pinned, and on the device */
+    char *h_out, *d_out;
+    size_t h_out_bytes, d_out_bytes;
+    float *d_pack;              /* the pack on the device */
+    size_t d_pack_bytes;
+    float *d_emb, *d_latent;    /* a batched back's embedding and latents, per slot */
+    double *d_recon;            /* ... and reconstruction errors */
+    size_t d_emb_bytes, d_latent_bytes, d_recon_bytes;
+    unsigned small_first;       /* the member on whose stream the batched front runs */
+    size_t n_small;             /* rows in the batch being run */
+    bool back_on;               /* ... and their backs run batched after it */
+    unsigned lane;
+    struct batch_times times;
+};
+
+/* Grows *buf (a void ** in disguise), pinned host memory or (device) device memory, to hold
+ * bytes, with room to spare; what: what it holds, for the error. Called between batches only. */
+enum ecg_status bytes_reserve(void *buf_ptr, size_t *cap, size_t bytes, bool device,
+                              const char *what, struct ecg_error *err);
+/* Records member i's failure: its status and error, retry_alone for a lack of memory. */
+void member_fail(struct cuda_batch *b, struct ecg_batch_member *m, unsigned i,
+                 enum ecg_status status);
+
+/* gpu/cuda_batch_small.cu. Step 1 of cuda_batch_run for the members whose front (and back) can
+ * run batched: sets b->small_row, b->n_small and b->back_on, queues the pass on the first such
+ * member's stream; a failure fails those members (handed back). */
+void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *members, size_t n,
+                       size_t total);
+/* Step 2's start: waits for the batched pass; gives its members their beat counts and, after a
+ * batched back, their results (handed back). */
+void small_front_collect(struct cuda_batch *b, struct ecg_batch_member *const *members,
+                         size_t n);
+/* The name of step i of a batched pass (ECG_CUDA_BATCH_TIMES). */
+const char *small_step_name(int i);
+
+#endif /* CUDA_BATCH_CUH */

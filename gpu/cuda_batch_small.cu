@@ -1,0 +1,322 @@
+/*
+ * cuda_batch_small.cu - the batched short pass of a dynamic batch (cuda_batch.cu's step 1 and
+ * the start of its step 2): the members whose lead takes the short path run their fronts, and
+ * then their backs with the quality features of their samples, as one launch per step for all
+ * of them (cuda_small.cuh), one copy of every count and table back, one wait.
+ */
+#include <string.h>
+
+#include "cuda_batch.cuh"
+
+static const char *const gpu_step_names[GPU_STEPS] = {
+    "in", "filter", "steps 1-3", "candidates", "decision", "rhythm check", "steps 6-7", "embed",
+    "vae", "gather", "out"};
+
+const char *small_step_name(int i)
+{
+    return i >= 0 && i < GPU_STEPS ? gpu_step_names[i] : "?";
+}
+
+/* ECG_CUDA_BATCH_TIMES: the end of step i of a batched pass, recorded on its stream. */
+static void step_mark(struct cuda_batch *b, cudaStream_t stream, int i)
+{
+    if (b->times.ev[i] && cudaEventRecord(b->times.ev[i], stream) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+/* ... and, once the pass is waited for, the time between the marks. */
+static void step_times(struct cuda_batch *b)
+{
+    float ms[GPU_STEPS];
+    if (!b->times.ev[0] || !b->back_on)
+        return;
+    for (int i = 0; i < GPU_STEPS; i++)
+        if (cudaEventElapsedTime(&ms[i], b->times.ev[i], b->times.ev[i + 1]) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return;
+        }
+    for (int i = 0; i < GPU_STEPS; i++)
+        b->times.gpu_ms[i] += ms[i];
+    b->times.gpu_passes++;
+}
+
+/*
+ * The batched back's plan for the rows of a batched front (b->h_back, the output's layout,
+ * the slots): whether their backs can run batched after it. Every row must fit the back's
+ * one-block steps (SMALL_BACK_BEATS candidates, SMALL_BACK_SAMPLES samples) and, when it
+ * encodes, the model take the warp path; otherwise their backs run one by one, as before.
+ * *out_bytes: the output's size (the counts, then each row's table at its largest);
+ * *slots: the beat slots; *max_cap: the largest row's. Each row's counts pointer is left to
+ * the caller (the output may move when it grows).
+ */
+static bool small_back_plan(struct cuda_batch *b, struct ecg_batch_member *const *members,
+                            size_t n, size_t rows, size_t *out_bytes, size_t *slots,
+                            size_t *max_cap, size_t *max_win, bool *encode)
+{
+    size_t out = table_align(3 * rows * sizeof(int64_t)), slot = 0, cap_max = 0, win_max = 0;
+    bool any_encode = false;
+    *out_bytes = out;
+    if (!b->small_backs)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (b->small_row[i] < 0)
+            continue;
+        const struct cuda_ctx *ctx = b->member[i];
+        const struct small_front *rec = ctx->small;
+        struct small_back *r = &b->h_back[b->small_row[i]];
+        struct table_layout t;
+        if (rec->max_cand > SMALL_BACK_BEATS || rec->a.n_a > SMALL_BACK_SAMPLES ||
+            (members[i]->with_model && !b->encode_batchable))
+            return false;
+        r->y = rec->a.y;
+        r->peaks_a = rec->a.peaks_a;
+        r->table = (char *)rec->a.peaks_in; /* the table's start: its r_peak column */
+        r->n_a = rec->a.n_a;
+        r->n_in = members[i]->n;
+        r->cap = rec->max_cand;
+        r->slot = slot;
+        r->out = out;
+        r->encode = members[i]->with_model;
+        any_encode = any_encode || r->encode;
+        table_layout(r->cap, ctx->latent_dim, &t);
+        out += t.bytes;
+        slot += r->cap;
+        cap_max = r->cap > cap_max ? r->cap : cap_max;
+        r->x_off = b->off[i];
+        r->quality = ecg_quality_geometry_of(members[i]->n, members[i]->plan->fs_in_hz);
+        r->quality_out = out;
+        if (r->quality.n_win != members[i]->n_win || !members[i]->windows)
+            return false; /* not the engine's windows: its features stay on the host */
+        out += table_align(r->quality.n_win * sizeof(struct ecg_quality_window));
+        win_max = r->quality.n_win > win_max ? r->quality.n_win : win_max;
+    }
+    *out_bytes = out;
+    *slots = slot;
+    *max_cap = cap_max;
+    *max_win = win_max;
+    *encode = any_encode;
+    return true;
+}
+
+/* The batched back of the rows of b->h_back (small_back_plan), queued on stream after their
+ * front: embedding, VAE and score, the tables gathered into d_out with the quality
+ * features of the members' samples. */
+static enum ecg_status small_back_queue(struct cuda_batch *b, cudaStream_t stream,
+                                        const struct ecg_plan *plan, size_t rows, size_t slots,
+                                        size_t max_cap, size_t max_win, size_t max_n_a,
+                                        bool encode, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    const size_t z = b->member[0]->latent_dim;
+    struct small_back_plan p;
+    small_back_plan_of(plan, z, &p);
+    ECG_TRY(bytes_reserve(&b->d_emb, &b->d_emb_bytes, slots * plan->beat_len * sizeof(float),
+                          true, "the batch's embedding", err));
+    if (encode) {
+        ECG_TRY(bytes_reserve(&b->d_latent, &b->d_latent_bytes, slots * z * sizeof(float), true,
+                              "the batch's latents", err));
+        ECG_TRY(bytes_reserve(&b->d_recon, &b->d_recon_bytes, slots * sizeof(double), true,
+                              "the batch's errors", err));
+    }
+    ECG_TRY(small_batch_embed(stream, b->d_back, rows, &p, max_cap, max_n_a, b->d_norms,
+                              b->d_emb, err));
+    step_mark(b, stream, 8);
+    if (encode)
+        ECG_TRY(small_batch_encode(stream, b->dev, b->state->model, b->d_back, rows, slots,
+                                   max_cap, b->d_emb, b->d_latent, b->d_recon, err));
+    step_mark(b, stream, 9);
+    ECG_TRY(small_batch_gather(stream, b->d_back, rows, z, max_cap, b->d_out, err));
+    if (max_win)
+        ECG_TRY(small_batch_quality(stream, b->d_back, rows, max_win, b->d_pack, b->d_out, err));
+out:
+    return status;
+}
+
+/*
+ * Step 1 for the members whose front can run batched (cuda_small.cuh): those whose context's
+ * record is whole for their recording, at the rate of the first of them, when there are at
+ * least two (a lone one replays its own graph). Each gets its row of the tables (small_row; -1
+ * for the others), and the pack's copy, the batched kernels and the copy of the counts are
+ * queued on the first one's stream; then, where small_back_plan allows, their batched back and
+ * the copy of their tables with the counts, so that the host waits once for all of it. A
+ * failure fails those members (handed back at once).
+ */
+void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *members,
+                              size_t n, size_t total)
+{
+    enum ecg_status status = ECG_OK;
+    struct ecg_error local;
+    struct ecg_error *err = &local;
+    const struct ecg_plan *plan = NULL;
+    size_t rows = 0, max_n_in = 0, max_n_a = 0, max_cand = 0, max_blocks = 0;
+    size_t out_bytes = 0, slots = 0, max_cap = 0, max_win = 0;
+    bool encode = false;
+    cudaStream_t stream = NULL;
+    unsigned first = 0;
+    memset(&local, 0, sizeof local);
+    b->n_small = 0;
+    b->back_on = false;
+    for (size_t i = 0; i < n; i++)
+        b->small_row[i] = -1;
+    if (!b->small_fronts || n < 2)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        struct cuda_ctx *ctx = b->member[i];
+        const struct ecg_batch_member *m = members[i];
+        if (plan && m->plan->fs_in_hz != plan->fs_in_hz)
+            continue;
+        /* what queue_front does first; a failure here is left to it */
+        if (ctx_enter(ctx, &local) != ECG_OK)
+            continue;
+        ctx_reset_request(ctx);
+        if (dbuf_reserve(ctx, &ctx->input, m->n * sizeof(float), &local) != ECG_OK)
+            continue;
+        ctx->n_in = m->n;
+        if (!small_record_whole(ctx, m->n, m->plan->fs_in_hz))
+            continue;
+        const struct small_front *rec = ctx->small;
+        if (!plan) {
+            plan = m->plan;
+            stream = ctx->stream;
+            first = (unsigned)i;
+        }
+        b->h_small[rows] = *rec;
+        b->h_small[rows].off = b->off[i];
+        b->small_row[i] = (int)rows++;
+        max_n_in = m->n > max_n_in ? m->n : max_n_in;
+        max_n_a = rec->a.n_a > max_n_a ? rec->a.n_a : max_n_a;
+        max_cand = rec->max_cand > max_cand ? rec->max_cand : max_cand;
+        max_blocks = rec->n_blocks > max_blocks ? rec->n_blocks : max_blocks;
+    }
+    memset(&local, 0, sizeof local);
+    if (rows < 2) {
+        for (size_t i = 0; i < n; i++)
+            b->small_row[i] = -1;
+        return;
+    }
+    ECG_TRY(bytes_reserve(&b->d_pack, &b->d_pack_bytes, total * sizeof(float), true,
+                          "the batch's input", err));
+    b->back_on =
+        small_back_plan(b, members, n, rows, &out_bytes, &slots, &max_cap, &max_win, &encode);
+    ECG_TRY(bytes_reserve(&b->d_out, &b->d_out_bytes, out_bytes, true, "the batch's tables",
+                          err));
+    ECG_TRY(bytes_reserve(&b->h_out, &b->h_out_bytes, out_bytes, false, "the batch's tables",
+                          err));
+    for (size_t r = 0; b->back_on && r < rows; r++)
+        b->h_back[r].counts = (const int64_t *)b->d_out + 3 * r;
+    step_mark(b, stream, 0);
+    CUDA_TRY(cudaMemcpyAsync(b->d_pack, b->h_pack, total * sizeof(float), cudaMemcpyHostToDevice,
+                             stream));
+    CUDA_TRY(cudaMemcpyAsync(b->d_small, b->h_small, rows * sizeof *b->h_small,
+                             cudaMemcpyHostToDevice, stream));
+    if (b->back_on)
+        CUDA_TRY(cudaMemcpyAsync(b->d_back, b->h_back, rows * sizeof *b->h_back,
+                                 cudaMemcpyHostToDevice, stream));
+    step_mark(b, stream, 1);
+    ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, rows, &b->h_small[0], max_n_in,
+                             max_n_a, err));
+    ECG_TRY(small_batch_filter(stream, b->d_small, rows, max_n_a, plan, err));
+    step_mark(b, stream, 2);
+    ECG_TRY(small_batch_detect(stream, b->d_small, rows, max_cand, max_blocks,
+                               (int64_t *)b->d_out, b->times.ev[0] ? &b->times.ev[3] : NULL,
+                               err));
+    step_mark(b, stream, 7);
+    if (b->back_on)
+        ECG_TRY(small_back_queue(b, stream, plan, rows, slots, max_cap, max_win, max_n_a, encode,
+                                 err));
+    else
+        out_bytes = 3 * rows * sizeof(int64_t); /* the counts alone */
+    step_mark(b, stream, 10);
+    CUDA_TRY(cudaMemcpyAsync(b->h_out, b->d_out, out_bytes, cudaMemcpyDeviceToHost, stream));
+    step_mark(b, stream, 11);
+    for (size_t i = 0; i < n; i++) {
+        if (b->small_row[i] < 0)
+            continue;
+        /* the host state the front's stages leave; the beat count comes with the counts */
+        struct cuda_ctx *ctx = b->member[i];
+        ctx->n_a = ctx->small->a.n_a;
+        ctx->n_beats = 0;
+        ctx->emb_len = 0;
+        ctx->encoded = false;
+        ctx->detect_queued = false;
+    }
+    b->small_first = first;
+    b->n_small = rows;
+    b->times.small_rows += rows;
+    if (b->back_on)
+        b->times.back_rows += rows;
+out:
+    if (status != ECG_OK) {
+        (void)cudaGetLastError();
+        b->back_on = false;
+        for (size_t i = 0; i < n; i++) {
+            if (b->small_row[i] < 0)
+                continue;
+            members[i]->err = local;
+            member_fail(b, members[i], (unsigned)i, status);
+            ecg_batch_member_done(members[i]);
+        }
+    }
+}
+
+/* A member of a batched back, its table on the host: its result, handed back. */
+static void small_back_collect(struct cuda_batch *b, struct ecg_batch_member *m, unsigned i)
+{
+    enum ecg_status status = ECG_OK;
+    struct cuda_ctx *ctx = b->member[i];
+    const struct small_back *r = &b->h_back[b->small_row[i]];
+    const size_t k = ctx->n_beats;
+    /* the host state its own back would leave (the embedding is the batch's) */
+    ctx->emb_len = 0;
+    ctx->encoded = m->with_model;
+    if (!ecg_batch_result(m, k))
+        status = ecg_fail(&m->err, ECG_ERR_NOMEM, "out_of_memory", "result for %zu beats", k);
+    else
+        status = table_split(b->h_out + r->out, k, ctx->latent_dim, ctx->encoded, m->result,
+                             &m->err);
+    if (status == ECG_OK) { /* small_back_plan checked that they are the engine's windows */
+        memcpy(m->windows, b->h_out + r->quality_out, m->n_win * sizeof *m->windows);
+        m->windows_done = true;
+    }
+    if (status != ECG_OK)
+        member_fail(b, m, i, status);
+    b->live[i] = false;
+    b->collected[i] = true;
+    ecg_batch_member_done(m);
+}
+
+/* The batched front's end (step 2's start): waits for it and gives its members their beat
+ * counts, and, after a batched back, their results (handed back); a failure fails them. */
+void small_front_collect(struct cuda_batch *b, struct ecg_batch_member *const *members,
+                                size_t n)
+{
+    enum ecg_status status = ECG_OK;
+    struct ecg_error local;
+    struct ecg_error *err = &local;
+    double t0;
+    memset(&local, 0, sizeof local);
+    if (!b->n_small)
+        return;
+    t0 = cuda_now_s();
+    /* the first member's wait: CUDA's own, or ECG_CUDA_BATCH_SPIN_US's (ctx_sync) */
+    status = ctx_sync(b->member[b->small_first], "batched front", err);
+    b->times.wait_count += cuda_now_s() - t0;
+    if (status == ECG_OK)
+        step_times(b);
+    if (status != ECG_OK)
+        (void)cudaGetLastError();
+    for (size_t i = 0; i < n; i++) {
+        if (!b->live[i] || b->small_row[i] < 0)
+            continue;
+        if (status != ECG_OK) {
+            members[i]->err = local;
+            member_fail(b, members[i], (unsigned)i, status);
+            ecg_batch_member_done(members[i]);
+            continue;
+        }
+        const int64_t *h_counts = (const int64_t *)b->h_out;
+        b->member[i]->n_beats = (size_t)h_counts[3 * (size_t)b->small_row[i] + 2];
+        if (b->back_on)
+            small_back_collect(b, members[i], (unsigned)i);
+    }
+}
