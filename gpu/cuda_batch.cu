@@ -120,11 +120,9 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
         (void)cudaFreeHost(b->h_pack);
     if (b->h_small)
         (void)cudaFreeHost(b->h_small);
-    if (b->h_back)
-        (void)cudaFreeHost(b->h_back);
     if (b->h_out)
         (void)cudaFreeHost(b->h_out);
-    void *device_bufs[] = {b->d_small, b->d_back, b->d_norms, b->d_out, b->d_pack,
+    void *device_bufs[] = {b->d_small, b->d_norms, b->d_out, b->d_pack,
                            b->d_emb, b->d_latent, b->d_recon};
     for (size_t i = 0; i < sizeof device_bufs / sizeof *device_bufs; i++)
         if (device_bufs[i])
@@ -178,12 +176,10 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
         goto out;
     }
     if (b->small_fronts) {
-        const size_t fronts = max_batch * sizeof *b->h_small, backs = max_batch * sizeof *b->h_back;
+        const size_t rows = small_rows_bytes(max_batch);
         CUDA_TRY(cudaSetDevice(b->dev->ordinal));
-        CUDA_TRY(cudaMallocHost((void **)&b->h_small, fronts));
-        CUDA_TRY(cudaMalloc((void **)&b->d_small, fronts));
-        CUDA_TRY(cudaMallocHost((void **)&b->h_back, backs));
-        CUDA_TRY(cudaMalloc((void **)&b->d_back, backs));
+        CUDA_TRY(cudaMallocHost((void **)&b->h_small, rows));
+        CUDA_TRY(cudaMalloc((void **)&b->d_small, rows));
         CUDA_TRY(cudaMalloc(&b->d_norms, max_batch * SMALL_BACK_NORM_BYTES));
     }
     for (unsigned i = 0; i < max_batch; i++)

@@ -102,8 +102,10 @@ struct cuda_batch {
     bool encode_batchable;      /* the model's VAE can run in a batched back */
     int *small_row;             /* per member: its row of the tables, -1: its front runs alone */
     bool *collected;            /* per member: handed back from the batched back */
-    struct small_front *h_small, *d_small; /* the fronts' table: pinned, and on the device */
-    struct small_back *h_back, *d_back;    /* the backs' table */
+    /* the fronts' table, pinned and on the device, and the backs' table right after its rows
+     * in the same allocation (small_rows_at), so that one copy takes both */
+    struct small_front *h_small, *d_small;
+    struct small_back *h_back, *d_back;
     void *d_norms;              /* the backs' scratch: SMALL_BACK_NORM_BYTES per row */
     /* what comes back: 3 counts per row (candidates, accepted, beats), then, after a batched
      * back, each row's table; pinned, and on the device */
@@ -128,6 +130,9 @@ enum ecg_status bytes_reserve(void *buf_ptr, size_t *cap, size_t bytes, bool dev
 /* Records member i's failure: its status and error, retry_alone for a lack of memory. */
 void member_fail(struct cuda_batch *b, struct ecg_batch_member *m, unsigned i,
                  enum ecg_status status);
+
+/* The bytes of the row tables' allocation for max_batch rows of each. */
+size_t small_rows_bytes(unsigned max_batch);
 
 /* gpu/cuda_batch_small.cu. Step 1 of cuda_batch_run for the members whose front (and back) can
  * run batched: sets b->small_row, b->n_small and b->back_on, queues the pass on the first such

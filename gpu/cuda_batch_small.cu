@@ -17,6 +17,19 @@ const char *small_step_name(int i)
     return i >= 0 && i < GPU_STEPS ? gpu_step_names[i] : "?";
 }
 
+/* Where the backs' table starts after `rows` rows of the fronts' (bytes, aligned for it). */
+static size_t back_rows_offset(size_t rows)
+{
+    const size_t align = alignof(struct small_back) > 16 ? alignof(struct small_back) : 16;
+    return (rows * sizeof(struct small_front) + align - 1) / align * align;
+}
+
+/* Contract in cuda_batch.cuh. */
+size_t small_rows_bytes(unsigned max_batch)
+{
+    return back_rows_offset(max_batch) + max_batch * sizeof(struct small_back);
+}
+
 /* ECG_CUDA_BATCH_TIMES: the end of step i of a batched pass, recorded on its stream. */
 static void step_mark(struct cuda_batch *b, cudaStream_t stream, int i)
 {
@@ -194,6 +207,9 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
             b->small_row[i] = -1;
         return;
     }
+    /* the backs' rows right after the fronts' (one copy takes both) */
+    b->h_back = (struct small_back *)((char *)b->h_small + back_rows_offset(rows));
+    b->d_back = (struct small_back *)((char *)b->d_small + back_rows_offset(rows));
     ECG_TRY(bytes_reserve(&b->d_pack, &b->d_pack_bytes, total * sizeof(float), true,
                           "the batch's input", err));
     b->back_on =
@@ -207,11 +223,10 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
     step_mark(b, stream, 0);
     CUDA_TRY(cudaMemcpyAsync(b->d_pack, b->h_pack, total * sizeof(float), cudaMemcpyHostToDevice,
                              stream));
-    CUDA_TRY(cudaMemcpyAsync(b->d_small, b->h_small, rows * sizeof *b->h_small,
+    CUDA_TRY(cudaMemcpyAsync(b->d_small, b->h_small,
+                             b->back_on ? back_rows_offset(rows) + rows * sizeof *b->h_back
+                                        : rows * sizeof *b->h_small,
                              cudaMemcpyHostToDevice, stream));
-    if (b->back_on)
-        CUDA_TRY(cudaMemcpyAsync(b->d_back, b->h_back, rows * sizeof *b->h_back,
-                                 cudaMemcpyHostToDevice, stream));
     step_mark(b, stream, 1);
     ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, rows, &b->h_small[0], max_n_in,
                              max_n_a, err));

@@ -248,16 +248,19 @@ static int norm_small_items(size_t n)
     return n <= (size_t)NORM_SMALL_THREADS * 8 ? 8 : n <= (size_t)NORM_SMALL_THREADS * 16 ? 16 : 32;
 }
 
-/* Value v of the embedding (row i = v / beat_len, position t = v % beat_len). */
+/* Value v of the embedding (row i = v / beat_len, position t = v % beat_len). Whether beat i is
+ * kept is segment_one's test on the same onset and end, made here too, so that the embedding
+ * does not wait for the table's kept column. */
 static __device__ float embed_value(const struct segment_args *a, const float *y, float median,
                                     float inv_scale, size_t beat_len, size_t v)
 {
     size_t i = v / beat_len, t = v % beat_len;
     float out = 0.0f;
-    if (a->kept[i]) {
-        int64_t onset = onset_a_of(a, i);
-        int64_t end = end_a_of(a, i, onset);
-        int64_t len = end - onset;
+    const int64_t onset = onset_a_of(a, i);
+    const int64_t end = end_a_of(a, i, onset);
+    const int64_t length = end - onset;
+    if (length >= a->beat_min && length <= a->beat_max) {
+        int64_t len = length;
         if (len > (int64_t)beat_len)
             len = (int64_t)beat_len;
         if (onset + len > (int64_t)a->n_a)
@@ -393,14 +396,6 @@ static __device__ struct segment_args member_segment_args(const struct small_bac
     return a;
 }
 
-static __global__ void segment_batch_kernel(const struct small_back *members,
-                                            struct small_back_plan p)
-{
-    const struct segment_args a = member_segment_args(&members[blockIdx.y], &p);
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.k;
-         i += (size_t)gridDim.x * blockDim.x)
-        segment_one(&a, i);
-}
 
 template <int ITEMS>
 static __global__ void __launch_bounds__(NORM_SMALL_THREADS)
@@ -410,10 +405,11 @@ static __global__ void __launch_bounds__(NORM_SMALL_THREADS)
     norm_small_body<ITEMS>(m->y, m->n_a, &norms[blockIdx.y]);
 }
 
-/* Member blockIdx.y's cap rows from its slot on: its beats' rows, then zeros. */
-static __global__ void embed_batch_kernel(const struct small_back *members,
-                                          struct small_back_plan p, const struct norm *norms,
-                                          float *emb)
+/* Member blockIdx.y's table entries (the thread of each beat's first value) and its cap rows of
+ * the embedding from its slot on: its beats' rows, then zeros. */
+static __global__ void segment_embed_batch_kernel(const struct small_back *members,
+                                                  struct small_back_plan p,
+                                                  const struct norm *norms, float *emb)
 {
     const struct small_back *m = &members[blockIdx.y];
     const struct segment_args a = member_segment_args(m, &p);
@@ -421,8 +417,11 @@ static __global__ void embed_batch_kernel(const struct small_back *members,
     const size_t beats = a.k * p.beat_len, total = m->cap * p.beat_len;
     float *rows = emb + m->slot * p.beat_len;
     for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < total;
-         v += (size_t)gridDim.x * blockDim.x)
+         v += (size_t)gridDim.x * blockDim.x) {
+        if (v < beats && v % p.beat_len == 0)
+            segment_one(&a, v / p.beat_len);
         rows[v] = v < beats ? embed_value(&a, m->y, median, inv_scale, p.beat_len, v) : 0.0f;
+    }
 }
 
 /* Contract in cuda_small.cuh. */
@@ -445,9 +444,6 @@ enum ecg_status small_batch_embed(cudaStream_t stream, const struct small_back *
                                   size_t max_n_a, void *norms, float *emb, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    segment_batch_kernel<<<dim3(grid_for(max_cap), (unsigned)k), CUDA_THREADS, 0, stream>>>(
-        members, *plan);
-    CUDA_LAUNCH_CHECK();
     switch (norm_small_items(max_n_a)) { /* the longest member's */
     case 8:
         norm_small_batch_kernel<8><<<dim3(1, (unsigned)k), NORM_SMALL_THREADS, 0, stream>>>(
@@ -463,8 +459,9 @@ enum ecg_status small_batch_embed(cudaStream_t stream, const struct small_back *
         break;
     }
     CUDA_LAUNCH_CHECK();
-    embed_batch_kernel<<<dim3(grid_for(max_cap * plan->beat_len), (unsigned)k), CUDA_THREADS, 0,
-                         stream>>>(members, *plan, (const struct norm *)norms, emb);
+    segment_embed_batch_kernel<<<dim3(grid_for(max_cap * plan->beat_len), (unsigned)k),
+                                 CUDA_THREADS, 0, stream>>>(members, *plan,
+                                                            (const struct norm *)norms, emb);
     CUDA_LAUNCH_CHECK();
 out:
     return status;
