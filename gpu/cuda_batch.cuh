@@ -103,7 +103,7 @@ struct cuda_batch {
     int *small_row;             /* per member: its row of the tables, -1: its front runs alone */
     bool *collected;            /* per member: handed back from the batched back */
     /* the fronts' table, pinned and on the device, and the backs' table right after its rows
-     * in the same allocation (small_rows_at), so that one copy takes both */
+     * in the same allocation (cuda_batch_small.cu), so that one copy takes both */
     struct small_front *h_small, *d_small;
     struct small_back *h_back, *d_back;
     void *d_norms;              /* the backs' scratch: SMALL_BACK_NORM_BYTES per row */
