@@ -129,7 +129,6 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
             (void)cudaFree(device_bufs[i]);
     free(b->off);
     free(b->small_row);
-    free(b->collected);
     free(b->member);
     free(b->live);
     free(b->graph);
@@ -164,14 +163,12 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->back = (struct back_graph *)calloc(max_batch, sizeof *b->back);
     b->off = (size_t *)calloc(max_batch, sizeof *b->off);
     b->small_row = (int *)calloc(max_batch, sizeof *b->small_row);
-    b->collected = (bool *)calloc(max_batch, sizeof *b->collected);
     b->use_graphs = !graphs_env || strcmp(graphs_env, "0") != 0;
     b->back_graphs = b->use_graphs && cuda_encode_capturable(state->model);
     b->small_fronts = !small_env || strcmp(small_env, "0") != 0;
     b->small_backs = b->small_fronts && !(small_env && !strcmp(small_env, "front"));
     b->encode_batchable = cuda_encode_batchable(state->model);
-    if (!b->member || !b->live || !b->graph || !b->back || !b->off || !b->small_row ||
-        !b->collected) {
+    if (!b->member || !b->live || !b->graph || !b->back || !b->off || !b->small_row) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
         goto out;
     }
@@ -543,7 +540,6 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
         memcpy(b->h_pack + off, members[i]->samples, members[i]->n * sizeof(float));
         off += members[i]->n;
         b->live[i] = true;
-        b->collected[i] = false;
     }
     small_front_queue(b, members, n, total);
     if (b->n_small) {
@@ -599,9 +595,9 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
     b->times.batches++;
     b->times.members += n;
     /* A failed member may have left copies from the pack queued: the next batch rewrites it.
-     * (A member of a batched back has nothing queued left: its stream was waited for.) */
+     * (The members of a batched back were waited for with it: nothing of theirs is queued.) */
     for (size_t i = 0; i < n; i++) {
-        if (b->live[i] || b->collected[i])
+        if (b->live[i] || (b->back_on && b->small_row[i] >= 0))
             continue;
         (void)cudaSetDevice(b->dev->ordinal);
         if (cudaStreamSynchronize(b->member[i]->stream) != cudaSuccess)

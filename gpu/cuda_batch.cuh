@@ -101,7 +101,6 @@ struct cuda_batch {
     bool small_fronts, small_backs;
     bool encode_batchable;      /* the model's VAE can run in a batched back */
     int *small_row;             /* per member: its row of the tables, -1: its front runs alone */
-    bool *collected;            /* per member: handed back from the batched back */
     /* the fronts' table, pinned and on the device, and the backs' table right after its rows
      * in the same allocation (cuda_batch_small.cu), so that one copy takes both */
     struct small_front *h_small, *d_small;

@@ -296,7 +296,6 @@ static void small_back_collect(struct cuda_batch *b, struct ecg_batch_member *m,
     if (status != ECG_OK)
         member_fail(b, m, i, status);
     b->live[i] = false;
-    b->collected[i] = true;
     ecg_batch_member_done(m);
 }
 
