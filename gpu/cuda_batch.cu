@@ -60,6 +60,8 @@ extern "C" void cuda_batch_counts(struct cuda_batch_counts *out)
     out->small_members = __atomic_load_n(&counts.small_members, __ATOMIC_RELAXED);
     out->small_backs = __atomic_load_n(&counts.small_backs, __ATOMIC_RELAXED);
     out->small_back_members = __atomic_load_n(&counts.small_back_members, __ATOMIC_RELAXED);
+    out->pass_captures = __atomic_load_n(&counts.pass_captures, __ATOMIC_RELAXED);
+    out->pass_replays = __atomic_load_n(&counts.pass_replays, __ATOMIC_RELAXED);
 }
 
 extern "C" unsigned cuda_batch_lanes(void *state_ptr)
@@ -74,21 +76,24 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
     if (!b)
         return;
     const char *times = getenv("ECG_CUDA_BATCH_TIMES");
-    if (times && *times == '1' && b->times.batches) {
+    if (times && (*times == '1' || *times == '2') && b->times.batches) {
         const struct batch_times *t = &b->times;
         fprintf(stderr,
                 "cuda batch lane %u: %llu batches, %llu members over %.3f s; seconds in step 1 "
                 "(fronts) %.3f, step 2 (backs) %.3f of which waiting %.3f, step 3 (tables) "
                 "%.3f of which waiting %.3f and handing back %.3f; per member %.1f us; a front "
-                "graph's launch %.2f us (%zu nodes), a back graph's %.2f us (%zu nodes); %llu fronts in "
-                "batched short fronts, %llu backs in batched backs\n",
+                "graph's launch %.2f us (%zu nodes), a back graph's %.2f us (%zu nodes), a batched "
+                "pass's %.2f us (%zu nodes, %llu replays); %llu fronts in batched short fronts, "
+                "%llu backs in batched backs\n",
                 b->lane, t->batches, t->members, cuda_now_s() - t->since, t->front, t->back,
                 t->wait_count, t->fetch, t->wait_table, t->done,
                 1e6 * (t->front + t->back + t->fetch) / (double)t->members,
                 t->front_replays ? 1e6 * t->front_launch / (double)t->front_replays : 0.0,
                 t->front_nodes,
                 t->back_replays ? 1e6 * t->back_launch / (double)t->back_replays : 0.0,
-                t->back_nodes, t->small_rows, t->back_rows);
+                t->back_nodes,
+                t->pass_replays ? 1e6 * t->pass_launch / (double)t->pass_replays : 0.0,
+                t->pass_nodes, t->pass_replays, t->small_rows, t->back_rows);
         if (t->gpu_passes) {
             double sum = 0;
             fprintf(stderr, "cuda batch lane %u: device time per batched pass (%llu):", b->lane,
@@ -105,6 +110,9 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
     for (int i = 0; i <= GPU_STEPS; i++)
         if (b->times.ev[i])
             (void)cudaEventDestroy(b->times.ev[i]);
+    for (unsigned i = 0; b->pass && i < PASS_GRAPHS; i++)
+        if (b->pass[i].exec)
+            (void)cudaGraphExecDestroy(b->pass[i].exec);
     for (unsigned i = 0; b->graph && i < b->max_batch; i++)
         if (b->graph[i].exec)
             (void)cudaGraphExecDestroy(b->graph[i].exec);
@@ -133,6 +141,7 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
     free(b->live);
     free(b->graph);
     free(b->back);
+    free(b->pass);
     free(b);
 }
 
@@ -163,12 +172,14 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->back = (struct back_graph *)calloc(max_batch, sizeof *b->back);
     b->off = (size_t *)calloc(max_batch, sizeof *b->off);
     b->small_row = (int *)calloc(max_batch, sizeof *b->small_row);
+    b->pass = (struct pass_graph *)calloc(PASS_GRAPHS, sizeof *b->pass);
     b->use_graphs = !graphs_env || strcmp(graphs_env, "0") != 0;
     b->back_graphs = b->use_graphs && cuda_encode_capturable(state->model);
     b->small_fronts = !small_env || strcmp(small_env, "0") != 0;
     b->small_backs = b->small_fronts && !(small_env && !strcmp(small_env, "front"));
     b->encode_batchable = cuda_encode_batchable(state->model);
-    if (!b->member || !b->live || !b->graph || !b->back || !b->off || !b->small_row) {
+    b->pass_graphs = b->use_graphs && !(times_env && *times_env == '1');
+    if (!b->member || !b->live || !b->graph || !b->back || !b->off || !b->small_row || !b->pass) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
         goto out;
     }
@@ -547,6 +558,9 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
         __atomic_fetch_add(&counts.small_members, (unsigned long long)b->n_small,
                            __ATOMIC_RELAXED);
     }
+    if (b->pass_ran)
+        __atomic_fetch_add(b->pass_ran == 1 ? &counts.pass_replays : &counts.pass_captures, 1ull,
+                           __ATOMIC_RELAXED);
     if (b->back_on) {
         __atomic_fetch_add(&counts.small_backs, 1ull, __ATOMIC_RELAXED);
         __atomic_fetch_add(&counts.small_back_members, (unsigned long long)b->n_small,

@@ -56,11 +56,46 @@ struct back_graph {
     bool last_clean;            /* ... and whether it moved nothing */
 };
 
+/*
+ * A batched short pass's kernels (cuda_batch_small.cu: the batched front and back, between the
+ * copies in and the copy out) as one CUDA graph: one launch instead of about fifteen, and the
+ * kernels run back to back on the device instead of each waiting for the host's next launch.
+ * What the kernels are launched with is a function of the pass's shape alone (struct
+ * pass_key): its rows, the grids' extents (the largest member's samples, candidates, blocks,
+ * beat slots and quality windows), the rate (the plan's taps and the resampler's table size),
+ * whether the backs and the VAE run, and where the batch's buffers are. Every member's own
+ * values (its buffers, lengths, counts) are read on the device from the row tables, which are
+ * copied before the graph runs, so one graph serves every batch of its shape, bit for bit as
+ * the launches it holds. A shape's graph is captured the second time the shape runs (a shape
+ * seen once costs no more than its launches) and kept, PASS_GRAPHS per batch object, the least
+ * recently used out. Strips from a fleet of devices repeat a few shapes (one length, one rate),
+ * so the graphs are few and replay.
+ */
+#define PASS_GRAPHS 96
+#define PASS_BUFS 7
+
+struct pass_key {                 /* zeroed before it is filled: compared with memcmp */
+    size_t rows, max_n_in, max_n_a, max_cand, max_blocks, max_cap, slots, max_win;
+    double fs_in_hz;
+    const void *plan;
+    const void *bufs[PASS_BUFS];  /* d_pack, d_small, d_out, d_emb, d_latent, d_recon, d_norms */
+    bool back, encode;
+};
+
+struct pass_graph {
+    struct pass_key key;
+    bool used;                    /* the entry holds a key */
+    bool failed;                  /* its capture failed: its shape runs launch by launch */
+    cudaGraphExec_t exec;         /* NULL: seen once, not captured yet */
+    uint64_t last_use;
+};
+
 #define GPU_STEPS 11
 
 /*
- * Where a lane's time goes (ECG_CUDA_BATCH_TIMES=1 prints it when the batch object is
- * destroyed, at shutdown): seconds in each step of cuda_batch_run, and the part of steps 2
+ * Where a lane's time goes (ECG_CUDA_BATCH_TIMES=1 or 2 prints it when the batch object is
+ * destroyed, at shutdown; =1 adds the device's time by step, and runs the batched passes
+ * launch by launch): seconds in each step of cuda_batch_run, and the part of steps 2
  * and 3 spent waiting for the device. Kept by the lane's own thread: no atomics.
  */
 struct batch_times {
@@ -70,7 +105,8 @@ struct batch_times {
     double done;                /* ... of step 3: handing members back */
     double front_launch;        /* ... of step 1: cudaGraphLaunch of replayed fronts */
     double back_launch;         /* ... of step 2: cudaGraphLaunch of replayed backs */
-    unsigned long long batches, members, front_replays, back_replays;
+    double pass_launch;         /* ... of step 1: cudaGraphLaunch of replayed batched passes */
+    unsigned long long batches, members, front_replays, back_replays, pass_replays;
     unsigned long long small_rows;  /* members whose front ran in a batched short front */
     unsigned long long back_rows;   /* ... and whose back ran in a batched back */
     /* the device's time in the steps of the batched passes (events on their stream, waited
@@ -80,7 +116,7 @@ struct batch_times {
     cudaEvent_t ev[GPU_STEPS + 1];
     double gpu_ms[GPU_STEPS];
     unsigned long long gpu_passes;
-    size_t front_nodes, back_nodes; /* in the last front and back graph captured */
+    size_t front_nodes, back_nodes, pass_nodes; /* in the last front, back and pass graph captured */
 };
 
 struct cuda_batch {
@@ -115,6 +151,13 @@ struct cuda_batch {
     float *d_emb, *d_latent;    /* a batched back's embedding and latents, per slot */
     double *d_recon;            /* ... and reconstruction errors */
     size_t d_emb_bytes, d_latent_bytes, d_recon_bytes;
+    /* the batched passes' graphs (struct pass_graph): use_graphs, unless ECG_CUDA_BATCH_TIMES=1
+     * (whose events time the steps launch by launch; =2 prints the host's times alone) */
+    bool pass_graphs;
+    struct pass_graph *pass;    /* PASS_GRAPHS */
+    uint64_t pass_clock;
+    int pass_ran;               /* the batch being run's pass: 0 launch by launch, 1 its graph
+                                 * replayed, 2 captured (and launched) */
     unsigned small_first;       /* the member on whose stream the batched front runs */
     size_t n_small;             /* rows in the batch being run */
     bool back_on;               /* ... and their backs run batched after it */

@@ -111,18 +111,14 @@ static bool small_back_plan(struct cuda_batch *b, struct ecg_batch_member *const
     return true;
 }
 
-/* The batched back of the rows of b->h_back (small_back_plan), queued on stream after their
- * front: embedding, VAE and score, the tables gathered into d_out with the quality
- * features of the members' samples. */
-static enum ecg_status small_back_queue(struct cuda_batch *b, cudaStream_t stream,
-                                        const struct ecg_plan *plan, size_t rows, size_t slots,
-                                        size_t max_cap, size_t max_win, size_t max_n_a,
-                                        bool encode, struct ecg_error *err)
+/* The batched back's buffers (embedding, latents, errors) for slots beat slots: reserved
+ * before any of the pass is queued, so that the pass's launches move nothing (a graph holds
+ * their addresses). */
+static enum ecg_status back_reserve(struct cuda_batch *b, const struct ecg_plan *plan,
+                                    size_t slots, bool encode, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     const size_t z = b->member[0]->latent_dim;
-    struct small_back_plan p;
-    small_back_plan_of(plan, z, &p);
     ECG_TRY(bytes_reserve(&b->d_emb, &b->d_emb_bytes, slots * plan->beat_len * sizeof(float),
                           true, "the batch's embedding", err));
     if (encode) {
@@ -131,16 +127,140 @@ static enum ecg_status small_back_queue(struct cuda_batch *b, cudaStream_t strea
         ECG_TRY(bytes_reserve(&b->d_recon, &b->d_recon_bytes, slots * sizeof(double), true,
                               "the batch's errors", err));
     }
-    ECG_TRY(small_batch_embed(stream, b->d_back, rows, &p, max_cap, max_n_a, b->d_norms,
-                              b->d_emb, err));
+out:
+    return status;
+}
+
+/*
+ * The batched pass of shape s on stream, between the copies in and the copy out: the front's
+ * kernels for the rows of b->d_small, then, when s->back, the back's for the rows of b->d_back
+ * (small_back_plan): embedding, VAE and score, the tables gathered into d_out with the quality
+ * features of the members' samples. What a pass graph holds (struct pass_graph); its launches
+ * depend on s and plan's rate alone. The step marks are ECG_CUDA_BATCH_TIMES's, which runs
+ * without pass graphs.
+ */
+static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
+                                     const struct ecg_plan *plan, const struct pass_key *s,
+                                     struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    const size_t z = b->member[0]->latent_dim;
+    struct small_back_plan p;
+    ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, s->rows, &b->h_small[0],
+                             s->max_n_in, s->max_n_a, err));
+    ECG_TRY(small_batch_filter(stream, b->d_small, s->rows, s->max_n_a, plan, err));
+    step_mark(b, stream, 2);
+    ECG_TRY(small_batch_detect(stream, b->d_small, s->rows, s->max_cand, s->max_blocks,
+                               (int64_t *)b->d_out, b->times.ev[0] ? &b->times.ev[3] : NULL,
+                               err));
+    step_mark(b, stream, 7);
+    if (!s->back)
+        goto out;
+    small_back_plan_of(plan, z, &p);
+    ECG_TRY(small_batch_embed(stream, b->d_back, s->rows, &p, s->max_cap, s->max_n_a,
+                              b->d_norms, b->d_emb, err));
     step_mark(b, stream, 8);
-    if (encode)
-        ECG_TRY(small_batch_encode(stream, b->dev, b->state->model, b->d_back, rows, slots,
-                                   max_cap, b->d_emb, b->d_latent, b->d_recon, err));
+    if (s->encode)
+        ECG_TRY(small_batch_encode(stream, b->dev, b->state->model, b->d_back, s->rows, s->slots,
+                                   s->max_cap, b->d_emb, b->d_latent, b->d_recon, err));
     step_mark(b, stream, 9);
-    ECG_TRY(small_batch_gather(stream, b->d_back, rows, z, max_cap, b->d_out, err));
-    if (max_win)
-        ECG_TRY(small_batch_quality(stream, b->d_back, rows, max_win, b->d_pack, b->d_out, err));
+    ECG_TRY(small_batch_gather(stream, b->d_back, s->rows, z, s->max_cap, b->d_out, err));
+    if (s->max_win)
+        ECG_TRY(small_batch_quality(stream, b->d_back, s->rows, s->max_win, b->d_pack, b->d_out,
+                                    err));
+out:
+    return status;
+}
+
+/* The entry of b->pass for key: *found when it has one, else one made for it (an unused
+ * entry, else the least recently used one's, its graph destroyed). */
+static struct pass_graph *pass_entry(struct cuda_batch *b, const struct pass_key *key,
+                                     bool *found)
+{
+    struct pass_graph *pick = &b->pass[0];
+    for (unsigned i = 0; i < PASS_GRAPHS; i++) {
+        struct pass_graph *g = &b->pass[i];
+        if (g->used && !memcmp(&g->key, key, sizeof *key)) {
+            *found = true;
+            return g;
+        }
+        if (pick->used && (!g->used || g->last_use < pick->last_use))
+            pick = g;
+    }
+    *found = false;
+    if (pick->exec)
+        (void)cudaGraphExecDestroy(pick->exec);
+    memset(pick, 0, sizeof *pick);
+    pick->key = *key;
+    pick->used = true;
+    return pick;
+}
+
+/* Captures the pass of shape s into *exec (not launched); ECG_ERR_UNSUPPORTED when it could
+ * not be made (nothing was queued). */
+static enum ecg_status pass_capture(struct cuda_batch *b, cudaStream_t stream,
+                                    const struct ecg_plan *plan, const struct pass_key *s,
+                                    cudaGraphExec_t *exec)
+{
+    struct ecg_error ignored;
+    cudaGraph_t graph = NULL;
+    enum ecg_status status;
+    cudaError_t code;
+    memset(&ignored, 0, sizeof ignored);
+    *exec = NULL;
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return ECG_ERR_UNSUPPORTED;
+    }
+    status = pass_launches(b, stream, plan, s, &ignored);
+    code = cudaStreamEndCapture(stream, &graph);
+    if (status != ECG_OK || code != cudaSuccess || !graph ||
+        cudaGraphInstantiate(exec, graph, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *exec = NULL;
+        if (graph)
+            (void)cudaGraphDestroy(graph);
+        return ECG_ERR_UNSUPPORTED;
+    }
+    if (cudaGraphGetNodes(graph, NULL, &b->times.pass_nodes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        b->times.pass_nodes = 0;
+    }
+    (void)cudaGraphDestroy(graph);
+    return ECG_OK;
+}
+
+/* The pass of shape s on stream: its graph replayed when there is one, captured when the shape
+ * ran before (struct pass_graph), else launch by launch. Sets b->pass_ran. */
+static enum ecg_status pass_run(struct cuda_batch *b, cudaStream_t stream,
+                                const struct ecg_plan *plan, const struct pass_key *s,
+                                struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    struct pass_graph *g;
+    bool found = false;
+    double t0;
+    b->pass_ran = 0;
+    if (!b->pass_graphs)
+        return pass_launches(b, stream, plan, s, err);
+    g = pass_entry(b, s, &found);
+    g->last_use = ++b->pass_clock;
+    if (g->exec) {
+        t0 = cuda_now_s();
+        CUDA_TRY(cudaGraphLaunch(g->exec, stream));
+        b->times.pass_launch += cuda_now_s() - t0;
+        b->times.pass_replays++;
+        b->pass_ran = 1;
+        goto out;
+    }
+    if (!found || g->failed)
+        return pass_launches(b, stream, plan, s, err);
+    if (pass_capture(b, stream, plan, s, &g->exec) != ECG_OK) {
+        g->failed = true; /* its shape runs launch by launch from now on */
+        return pass_launches(b, stream, plan, s, err);
+    }
+    b->pass_ran = 2;
+    CUDA_TRY(cudaGraphLaunch(g->exec, stream));
 out:
     return status;
 }
@@ -161,14 +281,15 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
     struct ecg_error local;
     struct ecg_error *err = &local;
     const struct ecg_plan *plan = NULL;
-    size_t rows = 0, max_n_in = 0, max_n_a = 0, max_cand = 0, max_blocks = 0;
-    size_t out_bytes = 0, slots = 0, max_cap = 0, max_win = 0;
-    bool encode = false;
+    struct pass_key s;           /* the pass's shape (memcmp'd: zeroed first) */
+    size_t rows = 0, out_bytes = 0;
     cudaStream_t stream = NULL;
     unsigned first = 0;
     memset(&local, 0, sizeof local);
+    memset(&s, 0, sizeof s);
     b->n_small = 0;
     b->back_on = false;
+    b->pass_ran = 0;
     for (size_t i = 0; i < n; i++)
         b->small_row[i] = -1;
     if (!b->small_fronts || n < 2)
@@ -196,10 +317,10 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
         b->h_small[rows] = *rec;
         b->h_small[rows].off = b->off[i];
         b->small_row[i] = (int)rows++;
-        max_n_in = m->n > max_n_in ? m->n : max_n_in;
-        max_n_a = rec->a.n_a > max_n_a ? rec->a.n_a : max_n_a;
-        max_cand = rec->max_cand > max_cand ? rec->max_cand : max_cand;
-        max_blocks = rec->n_blocks > max_blocks ? rec->n_blocks : max_blocks;
+        s.max_n_in = m->n > s.max_n_in ? m->n : s.max_n_in;
+        s.max_n_a = rec->a.n_a > s.max_n_a ? rec->a.n_a : s.max_n_a;
+        s.max_cand = rec->max_cand > s.max_cand ? rec->max_cand : s.max_cand;
+        s.max_blocks = rec->n_blocks > s.max_blocks ? rec->n_blocks : s.max_blocks;
     }
     memset(&local, 0, sizeof local);
     if (rows < 2) {
@@ -212,14 +333,29 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
     b->d_back = (struct small_back *)((char *)b->d_small + back_rows_offset(rows));
     ECG_TRY(bytes_reserve(&b->d_pack, &b->d_pack_bytes, total * sizeof(float), true,
                           "the batch's input", err));
-    b->back_on =
-        small_back_plan(b, members, n, rows, &out_bytes, &slots, &max_cap, &max_win, &encode);
+    b->back_on = small_back_plan(b, members, n, rows, &out_bytes, &s.slots, &s.max_cap,
+                                 &s.max_win, &s.encode);
+    if (!b->back_on)
+        out_bytes = 3 * rows * sizeof(int64_t); /* the counts alone */
     ECG_TRY(bytes_reserve(&b->d_out, &b->d_out_bytes, out_bytes, true, "the batch's tables",
                           err));
     ECG_TRY(bytes_reserve(&b->h_out, &b->h_out_bytes, out_bytes, false, "the batch's tables",
                           err));
+    if (b->back_on)
+        ECG_TRY(back_reserve(b, plan, s.slots, s.encode, err));
     for (size_t r = 0; b->back_on && r < rows; r++)
         b->h_back[r].counts = (const int64_t *)b->d_out + 3 * r;
+    s.rows = rows;
+    s.back = b->back_on;
+    s.fs_in_hz = plan->fs_in_hz;
+    s.plan = plan;
+    s.bufs[0] = b->d_pack;
+    s.bufs[1] = b->d_small;
+    s.bufs[2] = b->d_out;
+    s.bufs[3] = b->d_emb;
+    s.bufs[4] = b->d_latent;
+    s.bufs[5] = b->d_recon;
+    s.bufs[6] = b->d_norms;
     step_mark(b, stream, 0);
     CUDA_TRY(cudaMemcpyAsync(b->d_pack, b->h_pack, total * sizeof(float), cudaMemcpyHostToDevice,
                              stream));
@@ -228,19 +364,7 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
                                         : rows * sizeof *b->h_small,
                              cudaMemcpyHostToDevice, stream));
     step_mark(b, stream, 1);
-    ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, rows, &b->h_small[0], max_n_in,
-                             max_n_a, err));
-    ECG_TRY(small_batch_filter(stream, b->d_small, rows, max_n_a, plan, err));
-    step_mark(b, stream, 2);
-    ECG_TRY(small_batch_detect(stream, b->d_small, rows, max_cand, max_blocks,
-                               (int64_t *)b->d_out, b->times.ev[0] ? &b->times.ev[3] : NULL,
-                               err));
-    step_mark(b, stream, 7);
-    if (b->back_on)
-        ECG_TRY(small_back_queue(b, stream, plan, rows, slots, max_cap, max_win, max_n_a, encode,
-                                 err));
-    else
-        out_bytes = 3 * rows * sizeof(int64_t); /* the counts alone */
+    ECG_TRY(pass_run(b, stream, plan, &s, err));
     step_mark(b, stream, 10);
     CUDA_TRY(cudaMemcpyAsync(b->h_out, b->d_out, out_bytes, cudaMemcpyDeviceToHost, stream));
     step_mark(b, stream, 11);

@@ -29,11 +29,13 @@ int cuda_parse_token_host(const char *s, const char *e, float *out);
  * started: batches run, analyses in them, fronts captured as CUDA graphs and graphs replayed,
  * and the same for the backs (embed, encode, the table's copy); batched short fronts
  * (gpu/cuda_small.cuh) run, and the analyses whose front ran in one; the same for the
- * batched backs that follow them. */
+ * batched backs that follow them; batched passes (front and back) captured as one CUDA graph,
+ * and graphs of batched passes replayed. */
 struct cuda_batch_counts {
     unsigned long long batches, members, captures, replays, back_captures, back_replays;
     unsigned long long small_fronts, small_members;
     unsigned long long small_backs, small_back_members; /* batched backs, and their analyses */
+    unsigned long long pass_captures, pass_replays;
 };
 void cuda_batch_counts(struct cuda_batch_counts *out);
 

@@ -8,9 +8,11 @@
  * from two fixed strips (two beat counts) several times over, so that the backs (embed,
  * encode, the table's copy: a graph per beat count) are captured and replayed too, with the
  * same check: as shipped (the short strips' fronts and backs batched, gpu/cuda_small.cuh), with
- * batched fronts alone (ECG_CUDA_BATCH_SMALL=front) and with neither (=0). The batched engine
- * has the default batchers per device (2: each batch takes every other request); run-device.sh runs the quick mode again with ECG_CUDA_BATCH_LANES=1. Skips,
- * visibly, where there is no device.
+ * batched fronts alone (ECG_CUDA_BATCH_SMALL=front) and with neither (=0). As shipped, a
+ * batched pass whose shape ran before replays as one graph (struct pass_graph): the test
+ * asserts that some were captured and replayed. The batched engine has the default batchers
+ * per device (2: each batch takes every other request); run-device.sh runs the quick mode again
+ * with ECG_CUDA_BATCH_LANES=1. Skips, visibly, where there is no device.
  *
  * ECG_BATCH_TEST_MODEL may name another model file. ECG_GPU_DATA overrides the records' place;
  * ECG_GPU_QUICK=1 (compute-sanitizer) runs fewer rounds; ECG_GPU_ONLY=PATTERN runs the
@@ -127,12 +129,16 @@ static int graph_rounds(const char *small, struct cuda_batch_counts *grown)
     grown->small_members = after.small_members - before.small_members;
     grown->small_backs = after.small_backs - before.small_backs;
     grown->small_back_members = after.small_back_members - before.small_back_members;
+    grown->pass_captures = after.pass_captures - before.pass_captures;
+    grown->pass_replays = after.pass_replays - before.pass_replays;
     printf("# ECG_CUDA_BATCH_SMALL=%s: %llu batches of %llu analyses, %llu fronts captured, %llu "
            "replayed, %llu backs captured, %llu replayed, %llu batched short fronts of %llu "
-           "analyses, %llu batched backs of %llu\n",
+           "analyses, %llu batched backs of %llu, %llu batched passes captured, %llu "
+           "replayed\n",
            small ? small : "(default)", grown->batches, grown->members, grown->captures,
            grown->replays, grown->back_captures, grown->back_replays, grown->small_fronts,
-           grown->small_members, grown->small_backs, grown->small_back_members);
+           grown->small_members, grown->small_backs, grown->small_back_members,
+           grown->pass_captures, grown->pass_replays);
     engines_close(&e);
     return rounds;
 }
@@ -149,6 +155,11 @@ static void test_cuda_batch_graphs_match_lone_answers(void **state)
     assert_true(grown.small_members > 0);
     assert_true(grown.small_back_members > 0);
     assert_true(grown.small_back_members <= grown.small_members);
+    /* one shape's rounds repeat their batches' shapes: the batched passes are captured as
+     * graphs (the second time a shape runs) and replayed, and the answers stay the lone ones */
+    assert_true(grown.pass_captures > 0);
+    assert_true(grown.pass_replays > 0);
+    assert_true(grown.pass_captures + grown.pass_replays <= grown.small_fronts);
 #else
     printf("# this build has no CUDA backend\n");
     skip();
