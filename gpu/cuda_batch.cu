@@ -26,7 +26,8 @@
  *      (ecg_batch_member_done): its thread renders its answer while the batch goes on.
  * The fronts, and the backs (embed, encode, the table's copy) of a known beat count, replay as
  * CUDA graphs (struct front_graph, struct back_graph): one launch each instead of about twenty
- * and ten. A member that fails keeps its error; the others go on. A failure to get memory is the
+ * and ten; a batched short pass whose shape ran before, as one graph of its ~15 kernels
+ * (struct pass_graph, cuda_batch_small.cu). A member that fails keeps its error; the others go on. A failure to get memory is the
  * batch's, not the input's: that member is marked retry_alone and the engine runs it on its
  * own pass.
  *
@@ -178,7 +179,7 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->small_fronts = !small_env || strcmp(small_env, "0") != 0;
     b->small_backs = b->small_fronts && !(small_env && !strcmp(small_env, "front"));
     b->encode_batchable = cuda_encode_batchable(state->model);
-    b->pass_graphs = b->use_graphs && !(times_env && *times_env == '1');
+    b->pass_graphs = b->use_graphs;
     if (!b->member || !b->live || !b->graph || !b->back || !b->off || !b->small_row || !b->pass) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
         goto out;

@@ -90,12 +90,12 @@ struct pass_graph {
     uint64_t last_use;
 };
 
-#define GPU_STEPS 11
+#define GPU_STEPS 12
 
 /*
  * Where a lane's time goes (ECG_CUDA_BATCH_TIMES=1 or 2 prints it when the batch object is
- * destroyed, at shutdown; =1 adds the device's time by step, and runs the batched passes
- * launch by launch): seconds in each step of cuda_batch_run, and the part of steps 2
+ * destroyed, at shutdown; =1 adds the device's time by step, from events recorded between
+ * the steps, in the pass graphs too): seconds in each step of cuda_batch_run, and the part of steps 2
  * and 3 spent waiting for the device. Kept by the lane's own thread: no atomics.
  */
 struct batch_times {
@@ -110,9 +110,9 @@ struct batch_times {
     unsigned long long small_rows;  /* members whose front ran in a batched short front */
     unsigned long long back_rows;   /* ... and whose back ran in a batched back */
     /* the device's time in the steps of the batched passes (events on their stream, waited
-     * for with the pass): copies in, resample + filter, the detector's steps 1-3, candidates,
-     * decision, rhythm check and steps 6-7, embedding, VAE + score, tables + quality gathered,
-     * copy out */
+     * for with the pass): copies in, the samples to each member's input (and resampled),
+     * filter, the detector's steps 1-3, candidates, decision, rhythm check and steps 6-7,
+     * embedding, VAE + score, tables + quality gathered, copy out */
     cudaEvent_t ev[GPU_STEPS + 1];
     double gpu_ms[GPU_STEPS];
     unsigned long long gpu_passes;
@@ -151,9 +151,7 @@ struct cuda_batch {
     float *d_emb, *d_latent;    /* a batched back's embedding and latents, per slot */
     double *d_recon;            /* ... and reconstruction errors */
     size_t d_emb_bytes, d_latent_bytes, d_recon_bytes;
-    /* the batched passes' graphs (struct pass_graph): use_graphs, unless ECG_CUDA_BATCH_TIMES=1
-     * (whose events time the steps launch by launch; =2 prints the host's times alone) */
-    bool pass_graphs;
+    bool pass_graphs;           /* the batched passes' graphs (struct pass_graph): use_graphs */
     struct pass_graph *pass;    /* PASS_GRAPHS */
     uint64_t pass_clock;
     int pass_ran;               /* the batch being run's pass: 0 launch by launch, 1 its graph

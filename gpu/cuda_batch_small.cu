@@ -2,15 +2,17 @@
  * cuda_batch_small.cu - the batched short pass of a dynamic batch (cuda_batch.cu's step 1 and
  * the start of its step 2): the members whose lead takes the short path run their fronts, and
  * then their backs with the quality features of their samples, as one launch per step for all
- * of them (cuda_small.cuh), one copy of every count and table back, one wait.
+ * of them (cuda_small.cuh), one copy of every count and table back, one wait. The kernels
+ * between the copies replay as one CUDA graph once their shape has run before (struct
+ * pass_graph).
  */
 #include <string.h>
 
 #include "cuda_batch.cuh"
 
 static const char *const gpu_step_names[GPU_STEPS] = {
-    "in", "filter", "steps 1-3", "candidates", "decision", "rhythm check", "steps 6-7", "embed",
-    "vae", "gather", "out"};
+    "in", "scatter", "filter", "steps 1-3", "candidates", "decision", "rhythm check", "steps 6-7",
+    "embed", "vae", "gather", "out"};
 
 const char *small_step_name(int i)
 {
@@ -30,11 +32,11 @@ size_t small_rows_bytes(unsigned max_batch)
     return back_rows_offset(max_batch) + max_batch * sizeof(struct small_back);
 }
 
-/* ECG_CUDA_BATCH_TIMES: the end of step i of a batched pass, recorded on its stream. */
+/* ECG_CUDA_BATCH_TIMES=1: the end of step i of a batched pass, on its stream (small_mark). */
 static void step_mark(struct cuda_batch *b, cudaStream_t stream, int i)
 {
-    if (b->times.ev[i] && cudaEventRecord(b->times.ev[i], stream) != cudaSuccess)
-        (void)cudaGetLastError();
+    if (b->times.ev[i])
+        small_mark(b->times.ev[i], stream);
 }
 
 /* ... and, once the pass is waited for, the time between the marks. */
@@ -136,8 +138,8 @@ out:
  * kernels for the rows of b->d_small, then, when s->back, the back's for the rows of b->d_back
  * (small_back_plan): embedding, VAE and score, the tables gathered into d_out with the quality
  * features of the members' samples. What a pass graph holds (struct pass_graph); its launches
- * depend on s and plan's rate alone. The step marks are ECG_CUDA_BATCH_TIMES's, which runs
- * without pass graphs.
+ * depend on s and plan's rate alone. The step marks are ECG_CUDA_BATCH_TIMES=1's (in a graph,
+ * event nodes).
  */
 static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
                                      const struct ecg_plan *plan, const struct pass_key *s,
@@ -148,22 +150,23 @@ static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
     struct small_back_plan p;
     ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, s->rows, &b->h_small[0],
                              s->max_n_in, s->max_n_a, err));
-    ECG_TRY(small_batch_filter(stream, b->d_small, s->rows, s->max_n_a, plan, err));
     step_mark(b, stream, 2);
+    ECG_TRY(small_batch_filter(stream, b->d_small, s->rows, s->max_n_a, plan, err));
+    step_mark(b, stream, 3);
     ECG_TRY(small_batch_detect(stream, b->d_small, s->rows, s->max_cand, s->max_blocks,
-                               (int64_t *)b->d_out, b->times.ev[0] ? &b->times.ev[3] : NULL,
+                               (int64_t *)b->d_out, b->times.ev[0] ? &b->times.ev[4] : NULL,
                                err));
-    step_mark(b, stream, 7);
+    step_mark(b, stream, 8);
     if (!s->back)
         goto out;
     small_back_plan_of(plan, z, &p);
     ECG_TRY(small_batch_embed(stream, b->d_back, s->rows, &p, s->max_cap, s->max_n_a,
                               b->d_norms, b->d_emb, err));
-    step_mark(b, stream, 8);
+    step_mark(b, stream, 9);
     if (s->encode)
         ECG_TRY(small_batch_encode(stream, b->dev, b->state->model, b->d_back, s->rows, s->slots,
                                    s->max_cap, b->d_emb, b->d_latent, b->d_recon, err));
-    step_mark(b, stream, 9);
+    step_mark(b, stream, 10);
     ECG_TRY(small_batch_gather(stream, b->d_back, s->rows, z, s->max_cap, b->d_out, err));
     if (s->max_win)
         ECG_TRY(small_batch_quality(stream, b->d_back, s->rows, s->max_win, b->d_pack, b->d_out,
@@ -365,9 +368,9 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
                              cudaMemcpyHostToDevice, stream));
     step_mark(b, stream, 1);
     ECG_TRY(pass_run(b, stream, plan, &s, err));
-    step_mark(b, stream, 10);
-    CUDA_TRY(cudaMemcpyAsync(b->h_out, b->d_out, out_bytes, cudaMemcpyDeviceToHost, stream));
     step_mark(b, stream, 11);
+    CUDA_TRY(cudaMemcpyAsync(b->h_out, b->d_out, out_bytes, cudaMemcpyDeviceToHost, stream));
+    step_mark(b, stream, 12);
     for (size_t i = 0; i < n; i++) {
         if (b->small_row[i] < 0)
             continue;

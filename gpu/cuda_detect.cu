@@ -836,18 +836,18 @@ enum ecg_status small_batch_detect(cudaStream_t stream, const struct small_front
     front_small_batch_kernel<<<dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream>>>(members);
     CUDA_LAUNCH_CHECK();
     if (marks)
-        CUDA_TRY(cudaEventRecord(marks[0], stream));
+        small_mark(marks[0], stream);
     candidate_batch_kernel<<<dim3(grid_for(max_cand), (unsigned)k), CUDA_THREADS, 0, stream>>>(
         members);
     CUDA_LAUNCH_CHECK();
     if (marks)
-        CUDA_TRY(cudaEventRecord(marks[1], stream));
+        small_mark(marks[1], stream);
     ECG_TRY(small_batch_decide(stream, members, k, max_blocks, err));
     if (marks)
-        CUDA_TRY(cudaEventRecord(marks[2], stream));
+        small_mark(marks[2], stream);
     ECG_TRY(small_batch_insert(stream, members, k, err));
     if (marks)
-        CUDA_TRY(cudaEventRecord(marks[3], stream));
+        small_mark(marks[3], stream);
     settle_small_batch_kernel<<<dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream>>>(
         members, counts);
     CUDA_LAUNCH_CHECK();

@@ -57,6 +57,20 @@ struct small_front {
     size_t n_win, max_cand, n_blocks;
 };
 
+/* ECG_CUDA_BATCH_TIMES=1's marks between the steps of a batched pass: ev recorded on stream,
+ * as an event node when the stream is being captured into a graph (external: its replays
+ * record it); a failure only loses the mark. */
+static inline void small_mark(cudaEvent_t ev, cudaStream_t stream)
+{
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess)
+        capturing = cudaStreamCaptureStatusNone;
+    if ((capturing == cudaStreamCaptureStatusActive
+             ? cudaEventRecordWithFlags(ev, stream, cudaEventRecordExternal)
+             : cudaEventRecord(ev, stream)) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
 /* ctx's record (made on first use); NULL when out of memory (nothing is recorded then). */
 struct small_front *small_record(struct cuda_ctx *ctx);
 /* Whether ctx's record is whole for n_in samples at fs_in_hz (see above). */

@@ -150,16 +150,20 @@ static void test_cuda_batch_graphs_match_lone_answers(void **state)
 {
 #ifdef ECG_HAVE_CUDA
     struct cuda_batch_counts grown;
-    if (!graph_rounds(NULL, &grown))
+    const int rounds = graph_rounds(NULL, &grown);
+    if (!rounds)
         skip();
     assert_true(grown.small_members > 0);
     assert_true(grown.small_back_members > 0);
     assert_true(grown.small_back_members <= grown.small_members);
-    /* one shape's rounds repeat their batches' shapes: the batched passes are captured as
-     * graphs (the second time a shape runs) and replayed, and the answers stay the lone ones */
-    assert_true(grown.pass_captures > 0);
-    assert_true(grown.pass_replays > 0);
     assert_true(grown.pass_captures + grown.pass_replays <= grown.small_fronts);
+    /* one shape's rounds repeat their batches' shapes: the batched passes are captured as
+     * graphs (the second time a shape runs) and replayed, and the answers stay the lone ones
+     * (the quick mode, under compute-sanitizer, may end before a shape comes round again) */
+    if (rounds >= 6) {
+        assert_true(grown.pass_captures > 0);
+        assert_true(grown.pass_replays > 0);
+    }
 #else
     printf("# this build has no CUDA backend\n");
     skip();
