@@ -209,7 +209,10 @@ print("workers %d, max_batch %d, batch_window_us %d, batch_lanes %d" % (
 
 rows=$tmp/rows
 : >"$rows"
-echo "# bench_strips: $(date -u +%Y-%m-%dT%H:%MZ) commit $(git rev-parse --short HEAD 2>/dev/null), $cpus CPUs, wrk -t $WRK_THREADS, $DURATION per cell"
+# the commit of the binaries measured: a bundle's (tests/gpu/bundle.sh writes COMMIT beside
+# them), else the checkout's
+commit=$(cat "$(dirname "$ECGD")/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)
+echo "# bench_strips: $(date -u +%Y-%m-%dT%H:%MZ) commit $commit, $cpus CPUs, wrk -t $WRK_THREADS, $DURATION per cell"
 for backend in $BACKENDS; do
     start_ecgd "$backend"
     for size in $SIZES; do
