@@ -90,7 +90,7 @@ struct pass_graph {
     uint64_t last_use;
 };
 
-#define GPU_STEPS 12
+#define GPU_STEPS 16
 
 /*
  * Where a lane's time goes (ECG_CUDA_BATCH_TIMES=1 or 2 prints it when the batch object is
@@ -110,9 +110,10 @@ struct batch_times {
     unsigned long long small_rows;  /* members whose front ran in a batched short front */
     unsigned long long back_rows;   /* ... and whose back ran in a batched back */
     /* the device's time in the steps of the batched passes (events on their stream, waited
-     * for with the pass): copies in, the samples to each member's input (and resampled),
-     * filter, the detector's steps 1-3, candidates, decision, rhythm check and steps 6-7,
-     * embedding, VAE + score, tables + quality gathered, copy out */
+     * for with the pass): copies in, the samples to each member's input (and resampled), the
+     * filter's direct responses and band, the detector's steps 1-3, candidates, decision
+     * blocks and their merge, rhythm check and steps 6-7, normalisation, embedding, VAE,
+     * score, tables + quality gathered, copy out */
     cudaEvent_t ev[GPU_STEPS + 1];
     double gpu_ms[GPU_STEPS];
     unsigned long long gpu_passes;

@@ -11,8 +11,8 @@
 #include "cuda_batch.cuh"
 
 static const char *const gpu_step_names[GPU_STEPS] = {
-    "in", "scatter", "filter", "steps 1-3", "candidates", "decision", "rhythm check", "steps 6-7",
-    "embed", "vae", "gather", "out"};
+    "in", "scatter", "direct", "band", "steps 1-3", "candidates", "decision", "merge",
+    "rhythm check", "steps 6-7", "normalise", "embed", "vae", "score", "gather", "out"};
 
 const char *small_step_name(int i)
 {
@@ -151,22 +151,26 @@ static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
     ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, s->rows, &b->h_small[0],
                              s->max_n_in, s->max_n_a, err));
     step_mark(b, stream, 2);
-    ECG_TRY(small_batch_filter(stream, b->d_small, s->rows, s->max_n_a, plan, err));
-    step_mark(b, stream, 3);
-    ECG_TRY(small_batch_detect(stream, b->d_small, s->rows, s->max_cand, s->max_blocks,
-                               (int64_t *)b->d_out, b->times.ev[0] ? &b->times.ev[4] : NULL,
+    ECG_TRY(small_batch_filter(stream, b->d_small, s->rows, s->max_n_a, plan, b->times.ev[3],
                                err));
-    step_mark(b, stream, 8);
+    step_mark(b, stream, 4);
+    ECG_TRY(small_batch_detect(stream, b->d_small, s->rows, s->max_cand, s->max_blocks,
+                               (int64_t *)b->d_out, b->times.ev[0] ? &b->times.ev[5] : NULL,
+                               err));
+    step_mark(b, stream, 10);
     if (!s->back)
         goto out;
     small_back_plan_of(plan, z, &p);
     ECG_TRY(small_batch_embed(stream, b->d_back, s->rows, &p, s->max_cap, s->max_n_a,
-                              b->d_norms, b->d_emb, err));
-    step_mark(b, stream, 9);
+                              b->d_norms, b->d_emb, b->times.ev[11], err));
+    step_mark(b, stream, 12);
     if (s->encode)
         ECG_TRY(small_batch_encode(stream, b->dev, b->state->model, b->d_back, s->rows, s->slots,
-                                   s->max_cap, b->d_emb, b->d_latent, b->d_recon, err));
-    step_mark(b, stream, 10);
+                                   s->max_cap, b->d_emb, b->d_latent, b->d_recon,
+                                   b->times.ev[13], err));
+    else
+        step_mark(b, stream, 13);
+    step_mark(b, stream, 14);
     ECG_TRY(small_batch_gather(stream, b->d_back, s->rows, z, s->max_cap, b->d_out, err));
     if (s->max_win)
         ECG_TRY(small_batch_quality(stream, b->d_back, s->rows, s->max_win, b->d_pack, b->d_out,
@@ -368,9 +372,9 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
                              cudaMemcpyHostToDevice, stream));
     step_mark(b, stream, 1);
     ECG_TRY(pass_run(b, stream, plan, &s, err));
-    step_mark(b, stream, 11);
+    step_mark(b, stream, 15);
     CUDA_TRY(cudaMemcpyAsync(b->h_out, b->d_out, out_bytes, cudaMemcpyDeviceToHost, stream));
-    step_mark(b, stream, 12);
+    step_mark(b, stream, 16);
     for (size_t i = 0; i < n; i++) {
         if (b->small_row[i] < 0)
             continue;

@@ -343,11 +343,14 @@ out:
 
 /* Contract in cuda_small.cuh. */
 enum ecg_status small_batch_decide(cudaStream_t stream, const struct small_front *members,
-                                   size_t k, size_t max_blocks, struct ecg_error *err)
+                                   size_t k, size_t max_blocks, cudaEvent_t mark,
+                                   struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     block_batch_kernel<<<dim3((unsigned)max_blocks, (unsigned)k), 1, 0, stream>>>(members);
     CUDA_LAUNCH_CHECK();
+    if (mark)
+        small_mark(mark, stream);
     merge_batch_kernel<<<dim3(1, (unsigned)k), MERGE_THREADS, 0, stream>>>(members);
     CUDA_LAUNCH_CHECK();
 out:

@@ -418,6 +418,13 @@ struct max_of {
     __device__ float operator()(float x, float y) const { return x < y ? y : x; }
 };
 
+/*
+ * The steps read around each sample (the envelope sums |f| over a window, the crest statistics
+ * walk each one-second window on one thread, NMS looks at its neighbours): they read the
+ * block's own copies of absf and then env in shared memory (stage), written as the global ones
+ * are, instead of the global ones, whose every load would wait for the L2. Same values, same
+ * order: the same bits.
+ */
 static __device__ __forceinline__ void front_small_body(struct detect_args a, size_t n_win)
 {
     typedef cub::BlockReduce<float, DETECT_SMALL_THREADS> block_max;
@@ -426,11 +433,17 @@ static __device__ __forceinline__ void front_small_body(struct detect_args a, si
         detect_small_scan::TempStorage scan;
     } temp;
     __shared__ float peak;
+    __shared__ float stage[SMALL_MAX]; /* absf, then env */
     const size_t n = a.n_a;
+    struct detect_args staged = a;     /* the same arguments, reading the staged copy */
+    float env[SMALL_ITEMS];
+    staged.absf = stage;
+    staged.env = stage;
     float local = -INFINITY;
     for (size_t i = threadIdx.x; i < n; i += DETECT_SMALL_THREADS) {
         const float v = abs_value(&a, i);
         a.absf[i] = v;
+        stage[i] = v;
         local = max_of()(local, v);
     }
     const float top = block_max(temp.max).Reduce(local, max_of());
@@ -440,12 +453,25 @@ static __device__ __forceinline__ void front_small_body(struct detect_args a, si
     }
     __syncthreads(); /* absf and peak; temp is reused below */
     const struct envelope_scale e = envelope_scale_of(&a, peak);
-    for (size_t i = threadIdx.x; i < n; i += DETECT_SMALL_THREADS)
-        a.env[i] = envelope_value(&a, &e, i);
+#pragma unroll
+    for (int k = 0; k < SMALL_ITEMS; k++) { /* env[] in registers: n <= SMALL_MAX */
+        const size_t i = threadIdx.x + (size_t)k * DETECT_SMALL_THREADS;
+        if (i < n) {
+            env[k] = envelope_value(&staged, &e, i);
+            a.env[i] = env[k];
+        }
+    }
+    __syncthreads(); /* every read of the staged absf done */
+#pragma unroll
+    for (int k = 0; k < SMALL_ITEMS; k++) {
+        const size_t i = threadIdx.x + (size_t)k * DETECT_SMALL_THREADS;
+        if (i < n)
+            stage[i] = env[k];
+    }
     __syncthreads();
     for (size_t j = threadIdx.x; j < n_win; j += DETECT_SMALL_THREADS) {
         float p;
-        fuse_window_stats(a.env, a.n_a, a.crest_win, j, &p, &a.crest_mean[j]);
+        fuse_window_stats(stage, a.n_a, a.crest_win, j, &p, &a.crest_mean[j]);
         a.crest_peak[j] = p;
     }
     __syncthreads();
@@ -453,7 +479,7 @@ static __device__ __forceinline__ void front_small_body(struct detect_args a, si
         a.crest[j] = noise_crest(a.crest_peak, a.crest_mean, n_win, j);
     __syncthreads();
     for (size_t i = threadIdx.x; i < n; i += DETECT_SMALL_THREADS)
-        a.flag[i] = nms_flag(&a, i);
+        a.flag[i] = nms_flag(&staged, i);
     __syncthreads();
     block_compact(a.flag, n, index_of(), a.cpos, a.n_cand, temp.scan);
 }
@@ -842,12 +868,12 @@ enum ecg_status small_batch_detect(cudaStream_t stream, const struct small_front
     CUDA_LAUNCH_CHECK();
     if (marks)
         small_mark(marks[1], stream);
-    ECG_TRY(small_batch_decide(stream, members, k, max_blocks, err));
-    if (marks)
-        small_mark(marks[2], stream);
-    ECG_TRY(small_batch_insert(stream, members, k, err));
+    ECG_TRY(small_batch_decide(stream, members, k, max_blocks, marks ? marks[2] : NULL, err));
     if (marks)
         small_mark(marks[3], stream);
+    ECG_TRY(small_batch_insert(stream, members, k, err));
+    if (marks)
+        small_mark(marks[4], stream);
     settle_small_batch_kernel<<<dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream>>>(
         members, counts);
     CUDA_LAUNCH_CHECK();

@@ -482,6 +482,43 @@ static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
     filter_small_band(m->filtered, m->band);
 }
 
+/* The most samples whose three responses the staged band kernel holds in shared memory (the
+ * default 48 KiB a block). */
+#define BAND_STAGE_MAX ((size_t)4096)
+
+/*
+ * filter_band_batch_kernel with the member's three responses staged in shared memory first
+ * (the block copies them at once, coalesced): the band step's window sums run on one thread
+ * per one-second window, in sample order (the CPU's), and from global memory each of their
+ * loads waits for the L2; from shared memory the same sums read the same values sooner. The
+ * mix reads the staged copies too and writes the filtered lead. Same operations on the same
+ * values: the same bits.
+ */
+static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
+    filter_band_staged_batch_kernel(const struct small_front *ms)
+{
+    __shared__ float stage[3 * BAND_STAGE_MAX];
+    const struct small_front *m = &ms[blockIdx.y];
+    const struct band_layout &b = m->band;
+    float *f = m->filtered;
+    float *s_f = stage, *s_hi = stage + BAND_STAGE_MAX, *s_lo = stage + 2 * BAND_STAGE_MAX;
+    for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS) {
+        s_f[i] = f[i];
+        s_hi[i] = b.f_hi[i];
+        s_lo[i] = b.f_lo[i];
+    }
+    __syncthreads();
+    for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
+        noise_band_window(s_f, s_hi, s_lo, b.n, b.win, j, &b.lo[j], &b.hi[j], &b.peak[j],
+                          &b.peak_hi[j]);
+    __syncthreads();
+    for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
+        noise_band_gains(b.lo, b.hi, b.peak, b.peak_hi, b.n_win, j, &b.keep[j], &b.take[j]);
+    __syncthreads();
+    for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS)
+        f[i] = noise_band_mix(b.keep, b.take, b.n_win, b.win, i, s_f[i], s_hi[i]);
+}
+
 static enum ecg_status filter_small(struct cuda_ctx *ctx, const struct ecg_plan *plan,
                                     struct ecg_error *err)
 {
@@ -511,7 +548,7 @@ out:
 /* Contract in cuda_small.cuh. */
 enum ecg_status small_batch_filter(cudaStream_t stream, const struct small_front *members,
                                    size_t k, size_t max_n_a, const struct ecg_plan *plan,
-                                   struct ecg_error *err)
+                                   cudaEvent_t mark, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     struct direct_taps g, g_hi, g_lo;
@@ -523,7 +560,14 @@ enum ecg_status small_batch_filter(cudaStream_t stream, const struct small_front
                                            plan->ricker_lo_len, cuda_host_has_avx2_fma(), g,
                                            g_hi, g_lo);
     CUDA_LAUNCH_CHECK();
-    filter_band_batch_kernel<<<dim3(1, (unsigned)k), FILTER_SMALL_THREADS, 0, stream>>>(members);
+    if (mark)
+        small_mark(mark, stream);
+    if (max_n_a <= BAND_STAGE_MAX) /* a strip of up to 16 s at 250 Hz */
+        filter_band_staged_batch_kernel<<<dim3(1, (unsigned)k), FILTER_SMALL_THREADS, 0,
+                                          stream>>>(members);
+    else
+        filter_band_batch_kernel<<<dim3(1, (unsigned)k), FILTER_SMALL_THREADS, 0, stream>>>(
+            members);
     CUDA_LAUNCH_CHECK();
 out:
     return status;

@@ -81,8 +81,10 @@ bool small_record_whole(const struct cuda_ctx *ctx, size_t n_in, double fs_in_hz
  * members) are whole for the same plan, i.e. the same rate. samples: the batch's samples on the
  * device (member j's at members[j].off). counts: 3 int64 per member (candidates, accepted,
  * beats: what each context's own front copies to its h_stage). The max_* are the largest of
- * the members' values (the grids). marks (NULL: none): 4 events recorded between the
- * detector's steps (steps 1-3 | candidates | decision | rhythm check | steps 6-7), for timing.
+ * the members' values (the grids). marks (NULL: none): 5 events recorded between the
+ * detector's steps (steps 1-3 | candidates | decision blocks | their merge | rhythm check |
+ * steps 6-7), for timing; mark (NULL: none), the one between a step's two kernels (the direct
+ * responses and the band; the decision blocks and their merge).
  */
 enum ecg_status small_batch_load(cudaStream_t stream, const float *samples,
                                  const struct small_front *members, size_t k,
@@ -90,12 +92,13 @@ enum ecg_status small_batch_load(cudaStream_t stream, const float *samples,
                                  size_t max_n_a, struct ecg_error *err);
 enum ecg_status small_batch_filter(cudaStream_t stream, const struct small_front *members,
                                    size_t k, size_t max_n_a, const struct ecg_plan *plan,
-                                   struct ecg_error *err);
+                                   cudaEvent_t mark, struct ecg_error *err);
 enum ecg_status small_batch_detect(cudaStream_t stream, const struct small_front *members,
                                    size_t k, size_t max_cand, size_t max_blocks, int64_t *counts,
                                    cudaEvent_t *marks, struct ecg_error *err);
 enum ecg_status small_batch_decide(cudaStream_t stream, const struct small_front *members,
-                                   size_t k, size_t max_blocks, struct ecg_error *err);
+                                   size_t k, size_t max_blocks, cudaEvent_t mark,
+                                   struct ecg_error *err);
 enum ecg_status small_batch_insert(cudaStream_t stream, const struct small_front *members,
                                    size_t k, struct ecg_error *err);
 
@@ -143,18 +146,21 @@ struct small_back_plan {
 void small_back_plan_of(const struct ecg_plan *plan, size_t z_dim, struct small_back_plan *p);
 /* Segmentation, the normalisation and the embedding of every member (cuda_embed.cu): emb gets
  * cap rows of beat_len values per member from its slot on (rows past its count are zero);
- * max_n_a: the most analysis samples of any; norms is scratch, SMALL_BACK_NORM_BYTES per member. */
+ * max_n_a: the most analysis samples of any; norms is scratch, SMALL_BACK_NORM_BYTES per member;
+ * mark (NULL: none) is recorded between the normalisation and the embedding, for timing. */
 enum ecg_status small_batch_embed(cudaStream_t stream, const struct small_back *members,
                                   size_t k, const struct small_back_plan *plan, size_t max_cap,
-                                  size_t max_n_a, void *norms, float *emb, struct ecg_error *err);
+                                  size_t max_n_a, void *norms, float *emb, cudaEvent_t mark,
+                                  struct ecg_error *err);
 /* The VAE over every slot and the score of the members that encode (cuda_vae.cu): latent (z
  * per slot) and recon (one per slot) are scratch; the latents of the kept beats go to each
- * member's table with the scores. */
+ * member's table with the scores; mark (NULL: none) is recorded between the VAE and the
+ * score, for timing. */
 enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device *dev,
                                    const struct ecg_model *model,
                                    const struct small_back *members, size_t k, size_t slots,
                                    size_t max_cap, const float *emb, float *latent,
-                                   double *recon, struct ecg_error *err);
+                                   double *recon, cudaEvent_t mark, struct ecg_error *err);
 /* Every member's quality windows (gpu/cuda_quality.cu's kernel, per member; max_win: the most
  * windows of any) to out + its quality_out. */
 enum ecg_status small_batch_quality(cudaStream_t stream, const struct small_back *members,

@@ -538,7 +538,7 @@ enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device
                                    const struct ecg_model *model,
                                    const struct small_back *members, size_t k, size_t slots,
                                    size_t max_cap, const float *emb, float *latent,
-                                   double *recon, struct ecg_error *err)
+                                   double *recon, cudaEvent_t mark, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     struct score_args base;
@@ -547,6 +547,8 @@ enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device
     status = vae_warp_launch_on(stream, dev, model, emb, slots, latent, recon, err);
     if (status != ECG_OK)
         return status;
+    if (mark)
+        small_mark(mark, stream);
     const dim3 grid(1, (unsigned)k), block(SCORE_SMALL_THREADS);
     if (max_cap <= SCORE_SMALL_THREADS)
         score_batch_kernel<1><<<grid, block, 0, stream>>>(members, base, latent, recon);
