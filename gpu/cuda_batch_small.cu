@@ -166,8 +166,7 @@ static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
     step_mark(b, stream, 12);
     if (s->encode)
         ECG_TRY(small_batch_encode(stream, b->dev, b->state->model, b->d_back, s->rows, s->slots,
-                                   s->max_cap, b->d_emb, b->d_latent, b->d_recon,
-                                   b->times.ev[13], err));
+                                   b->d_emb, b->d_latent, b->d_recon, b->times.ev[13], err));
     else
         step_mark(b, stream, 13);
     step_mark(b, stream, 14);

@@ -14,6 +14,7 @@
  * Nothing returns to the host.
  */
 #include <math.h>
+#include <type_traits>
 
 #include <cub/cub.cuh>
 
@@ -177,7 +178,7 @@ static __global__ void scale_kernel(const float *sorted_dev, size_t n, struct no
  * 10-second strip cost far more than the arithmetic). Same sort order (CUB's float radix
  * order), same middle values, same scale arithmetic: the same norm bit for bit.
  */
-#define NORM_SMALL_THREADS 256
+#define NORM_SMALL_THREADS 256 /* 1,024 threads of 2-8 keys sort slower here (H100: 24 -> 39 us) */
 #define NORM_SMALL_ITEMS 32
 #define NORM_SMALL_MAX ((size_t)NORM_SMALL_THREADS * NORM_SMALL_ITEMS)
 
@@ -242,10 +243,18 @@ static __global__ void __launch_bounds__(NORM_SMALL_THREADS)
     norm_small_body<ITEMS>(y, n, out);
 }
 
-/* The items per thread of the one-block sort of n keys (at most NORM_SMALL_MAX). */
-static int norm_small_items(size_t n)
+/* launch(items) with the items per thread of the one-block sort of n keys (at most
+ * NORM_SMALL_MAX): the fewest of 8, 16 and 32 that hold n (a std::integral_constant, for the
+ * kernel's template argument). */
+template <typename Launch>
+static void norm_small_launch(size_t n, Launch launch)
 {
-    return n <= (size_t)NORM_SMALL_THREADS * 8 ? 8 : n <= (size_t)NORM_SMALL_THREADS * 16 ? 16 : 32;
+    if (n <= (size_t)NORM_SMALL_THREADS * 8)
+        launch(std::integral_constant<int, 8>());
+    else if (n <= (size_t)NORM_SMALL_THREADS * 16)
+        launch(std::integral_constant<int, 16>());
+    else
+        launch(std::integral_constant<int, NORM_SMALL_ITEMS>());
 }
 
 /* Value v of the embedding (row i = v / beat_len, position t = v % beat_len). Whether beat i is
@@ -323,11 +332,10 @@ extern "C" enum ecg_status cuda_embed(void *ctx_ptr, const struct ecg_plan *plan
         ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, 256, err));
         d_norm = (struct norm *)ctx->scratch.ptr;
         const float *y = (const float *)ctx->resampled.ptr;
-        switch (norm_small_items(n_a)) {
-        case 8: norm_small_kernel<8><<<1, NORM_SMALL_THREADS, 0, ctx->stream>>>(y, n_a, d_norm); break;
-        case 16: norm_small_kernel<16><<<1, NORM_SMALL_THREADS, 0, ctx->stream>>>(y, n_a, d_norm); break;
-        default: norm_small_kernel<32><<<1, NORM_SMALL_THREADS, 0, ctx->stream>>>(y, n_a, d_norm); break;
-        }
+        norm_small_launch(n_a, [&](auto items) {
+            norm_small_kernel<decltype(items)::value>
+                <<<1, NORM_SMALL_THREADS, 0, ctx->stream>>>(y, n_a, d_norm);
+        });
         CUDA_LAUNCH_CHECK();
         goto embed;
     }
@@ -445,20 +453,11 @@ enum ecg_status small_batch_embed(cudaStream_t stream, const struct small_back *
                                   struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    switch (norm_small_items(max_n_a)) { /* the longest member's */
-    case 8:
-        norm_small_batch_kernel<8><<<dim3(1, (unsigned)k), NORM_SMALL_THREADS, 0, stream>>>(
-            members, (struct norm *)norms);
-        break;
-    case 16:
-        norm_small_batch_kernel<16><<<dim3(1, (unsigned)k), NORM_SMALL_THREADS, 0, stream>>>(
-            members, (struct norm *)norms);
-        break;
-    default:
-        norm_small_batch_kernel<32><<<dim3(1, (unsigned)k), NORM_SMALL_THREADS, 0, stream>>>(
-            members, (struct norm *)norms);
-        break;
-    }
+    norm_small_launch(max_n_a, [&](auto items) { /* the longest member's */
+        norm_small_batch_kernel<decltype(items)::value>
+            <<<dim3(1, (unsigned)k), NORM_SMALL_THREADS, 0, stream>>>(members,
+                                                                      (struct norm *)norms);
+    });
     CUDA_LAUNCH_CHECK();
     if (mark)
         small_mark(mark, stream);

@@ -159,8 +159,8 @@ enum ecg_status small_batch_embed(cudaStream_t stream, const struct small_back *
 enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device *dev,
                                    const struct ecg_model *model,
                                    const struct small_back *members, size_t k, size_t slots,
-                                   size_t max_cap, const float *emb, float *latent,
-                                   double *recon, cudaEvent_t mark, struct ecg_error *err);
+                                   const float *emb, float *latent, double *recon,
+                                   cudaEvent_t mark, struct ecg_error *err);
 /* Every member's quality windows (gpu/cuda_quality.cu's kernel, per member; max_win: the most
  * windows of any) to out + its quality_out. */
 enum ecg_status small_batch_quality(cudaStream_t stream, const struct small_back *members,

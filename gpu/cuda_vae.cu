@@ -466,27 +466,31 @@ bool cuda_encode_capturable(const struct ecg_model *model)
 /* ---------------------------------------------------------------- batched backs */
 
 /*
- * The score of the members of a batched back, a block each: the level from a block-wide radix
- * sort of the masked errors (CUB's order, as the device-wide sort of launch_score; the slots
- * past the member's count hold the largest key, a NaN that sorts after every other, so the
- * first k sorted values are the same), then score_one per beat, with the kept beats' latents
- * copied from the batch's slots to the member's table, where its own VAE would have put them.
+ * The score of the members of a batched back, a block each: the level from the masked errors
+ * in CUB's radix order (as the device-wide sort of launch_score), then score_one per beat, with
+ * the kept beats' latents copied from the batch's slots to the member's table, where its own
+ * VAE would have put them. A member has at most SMALL_BACK_BEATS beats, so the order is taken
+ * by rank instead of by a radix sort (sixteen passes over 64-bit keys, each waiting on its
+ * block scan): each beat's rank is the number of beats before it in that order, ties broken by
+ * index, as the stable radix sort breaks them; its value goes to its rank. The same sorted
+ * values, so the same level, bit for bit.
  */
 #define SCORE_SMALL_THREADS 256
-static_assert(SMALL_BACK_BEATS == 4 * SCORE_SMALL_THREADS, "ITEMS of 1, 2 or 4 hold every beat");
 
-/* ITEMS per thread: members of at most SCORE_SMALL_THREADS * ITEMS slots (the fewer, the
- * shorter the sort: the padding sorts last, so the first k keys do not depend on ITEMS). */
-template <int ITEMS>
+/* A double's place in CUB's radix order for doubles (its TwiddleIn): the bits, sign flipped,
+ * or every bit flipped for a negative sign; compared as unsigned integers. */
+static __device__ __forceinline__ unsigned long long radix_order(double v)
+{
+    const unsigned long long bits = (unsigned long long)__double_as_longlong(v);
+    return bits >> 63 ? ~bits : bits | 0x8000000000000000ull;
+}
+
 static __global__ void __launch_bounds__(SCORE_SMALL_THREADS)
     score_batch_kernel(const struct small_back *members, struct score_args base,
                        const float *latents, const double *recons)
 {
-    typedef cub::BlockRadixSort<double, SCORE_SMALL_THREADS, ITEMS> block_sort;
-    __shared__ union {
-        typename block_sort::TempStorage sort;
-        double sorted[SCORE_SMALL_THREADS * ITEMS];
-    } sh;
+    __shared__ unsigned long long order[SMALL_BACK_BEATS];
+    __shared__ double sorted[SMALL_BACK_BEATS];
     __shared__ double level;
     const struct small_back *m = &members[blockIdx.y];
     if (!m->encode)
@@ -503,18 +507,19 @@ static __global__ void __launch_bounds__(SCORE_SMALL_THREADS)
     a.score = (float *)(m->table + t.score);
     a.outlier = (uint8_t *)(m->table + t.outlier);
     a.level = &level;
-    double keys[ITEMS];
-    for (int j = 0; j < ITEMS; j++) {
-        const size_t i = (size_t)threadIdx.x * ITEMS + j;
-        keys[j] = i < k ? (a.kept[i] ? a.recon[i] : NAN) : __longlong_as_double(0x7fffffffffffffffLL);
+    for (size_t i = threadIdx.x; i < k; i += SCORE_SMALL_THREADS)
+        order[i] = radix_order(a.kept[i] ? a.recon[i] : NAN);
+    __syncthreads();
+    for (size_t i = threadIdx.x; i < k; i += SCORE_SMALL_THREADS) {
+        const unsigned long long key = order[i];
+        size_t rank = 0;
+        for (size_t j = 0; j < k; j++)
+            rank += order[j] < key || (order[j] == key && j < i);
+        sorted[rank] = a.kept[i] ? a.recon[i] : NAN;
     }
-    block_sort(sh.sort).Sort(keys);
-    __syncthreads(); /* the sort's storage becomes the sorted values */
-    for (int j = 0; j < ITEMS; j++)
-        sh.sorted[threadIdx.x * ITEMS + j] = keys[j];
     __syncthreads();
     if (threadIdx.x == 0)
-        level = level_of_sorted(sh.sorted, k);
+        level = level_of_sorted(sorted, k);
     __syncthreads();
     for (size_t i = threadIdx.x; i < k; i += blockDim.x) {
         if (a.kept[i])
@@ -537,8 +542,8 @@ bool cuda_encode_batchable(const struct ecg_model *model)
 enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device *dev,
                                    const struct ecg_model *model,
                                    const struct small_back *members, size_t k, size_t slots,
-                                   size_t max_cap, const float *emb, float *latent,
-                                   double *recon, cudaEvent_t mark, struct ecg_error *err)
+                                   const float *emb, float *latent, double *recon,
+                                   cudaEvent_t mark, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     struct score_args base;
@@ -549,13 +554,8 @@ enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device
         return status;
     if (mark)
         small_mark(mark, stream);
-    const dim3 grid(1, (unsigned)k), block(SCORE_SMALL_THREADS);
-    if (max_cap <= SCORE_SMALL_THREADS)
-        score_batch_kernel<1><<<grid, block, 0, stream>>>(members, base, latent, recon);
-    else if (max_cap <= 2 * SCORE_SMALL_THREADS)
-        score_batch_kernel<2><<<grid, block, 0, stream>>>(members, base, latent, recon);
-    else
-        score_batch_kernel<4><<<grid, block, 0, stream>>>(members, base, latent, recon);
+    score_batch_kernel<<<dim3(1, (unsigned)k), SCORE_SMALL_THREADS, 0, stream>>>(members, base,
+                                                                                latent, recon);
     CUDA_LAUNCH_CHECK();
 out:
     return status;
