@@ -422,18 +422,21 @@ static __device__ __forceinline__ void filter_small_direct(const float *y, float
     b.f_lo[i] = direct_at(y, b.n, taps_lo, i, fma_path, g_lo);
 }
 
-/* The band step on the three responses, in one block (FILTER_SMALL_THREADS). */
-static __device__ __forceinline__ void filter_small_band(float *f, const struct band_layout &b)
+/* The band step on the three responses (in, in_hi, in_lo: f and the band's f_hi and f_lo, or
+ * a block's copies of them), in one block (FILTER_SMALL_THREADS); the mix goes to f. */
+static __device__ __forceinline__ void filter_small_band(const float *in, const float *in_hi,
+                                                         const float *in_lo, float *f,
+                                                         const struct band_layout &b)
 {
     for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
-        noise_band_window(f, b.f_hi, b.f_lo, b.n, b.win, j, &b.lo[j], &b.hi[j], &b.peak[j],
+        noise_band_window(in, in_hi, in_lo, b.n, b.win, j, &b.lo[j], &b.hi[j], &b.peak[j],
                           &b.peak_hi[j]);
     __syncthreads();
     for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
         noise_band_gains(b.lo, b.hi, b.peak, b.peak_hi, b.n_win, j, &b.keep[j], &b.take[j]);
     __syncthreads();
     for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS)
-        f[i] = noise_band_mix(b.keep, b.take, b.n_win, b.win, i, f[i], b.f_hi[i]);
+        f[i] = noise_band_mix(b.keep, b.take, b.n_win, b.win, i, in[i], in_hi[i]);
 }
 
 static __device__ __forceinline__ void filter_small_body(const float *y, float *f,
@@ -447,7 +450,7 @@ static __device__ __forceinline__ void filter_small_body(const float *y, float *
     for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS)
         filter_small_direct(y, f, b, taps, taps_hi, taps_lo, fma_path, g, g_hi, g_lo, i);
     __syncthreads();
-    filter_small_band(f, b);
+    filter_small_band(f, b.f_hi, b.f_lo, f, b);
 }
 
 static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
@@ -479,7 +482,7 @@ static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
     filter_band_batch_kernel(const struct small_front *ms)
 {
     const struct small_front *m = &ms[blockIdx.y];
-    filter_small_band(m->filtered, m->band);
+    filter_small_band(m->filtered, m->band.f_hi, m->band.f_lo, m->filtered, m->band);
 }
 
 /* The most samples whose three responses the staged band kernel holds in shared memory (the
@@ -508,15 +511,7 @@ static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
         s_lo[i] = b.f_lo[i];
     }
     __syncthreads();
-    for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
-        noise_band_window(s_f, s_hi, s_lo, b.n, b.win, j, &b.lo[j], &b.hi[j], &b.peak[j],
-                          &b.peak_hi[j]);
-    __syncthreads();
-    for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
-        noise_band_gains(b.lo, b.hi, b.peak, b.peak_hi, b.n_win, j, &b.keep[j], &b.take[j]);
-    __syncthreads();
-    for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS)
-        f[i] = noise_band_mix(b.keep, b.take, b.n_win, b.win, i, s_f[i], s_hi[i]);
+    filter_small_band(s_f, s_hi, s_lo, f, b);
 }
 
 static enum ecg_status filter_small(struct cuda_ctx *ctx, const struct ecg_plan *plan,
