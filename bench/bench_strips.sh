@@ -8,7 +8,9 @@
 #
 # Prints "RESULT name=strip ..." per cell (rps, p50/p99, the sink's, ratio = ecgd / sink; the
 # server's CPU time per request (user + system, /proc/PID/stat), the cores it kept busy and its
-# threads' context switches per request (/proc/PID/task/*/status) over the cell) and a closing
+# threads' context switches per request (/proc/PID/task/*/status) over the cell; host_cores and
+# sink_host_cores: the whole machine's busy CPUs during the cell and during its sink's, wrk
+# included, to tell a cell bound by the host's CPUs from one bound by latency) and a closing
 # markdown table (the scaling table: requests/s, p50/p99, samples/s and CPU per request).
 #
 # Usage: bench/bench_strips.sh [BUILD_DIR]      (from the repository root; default build)
@@ -128,6 +130,22 @@ proc_usage() {
     echo "${ticks:-0} ${csw:-0}"
 }
 
+# host_ticks -> "busy_ticks total_ticks": the whole machine's CPU clock ticks (/proc/stat),
+# busy (everything but idle and iowait) and all: how close a cell came to the host's CPUs
+host_ticks() {
+    awk '/^cpu / {busy = 0; for (i = 2; i <= NF; i++) if (i != 5 && i != 6) busy += $i;
+                  total = 0; for (i = 2; i <= NF; i++) total += $i; print busy, total}' /proc/stat
+}
+
+# host_cores BEFORE AFTER -> the CPUs' worth of busy time between two host_ticks lines (of
+# all the host has: 16 = all 16 busy)
+host_cores() {
+    python3 -c "
+import os, sys
+b0, t0, b1, t1 = (float(v) for v in sys.argv[1:])
+print('%.2f' % ((b1 - b0) / (t1 - t0) * os.cpu_count() if t1 > t0 else 0))" $1 $2
+}
+
 # thread_ticks PID -> "http=T work=T lane=T other=T": user + system clock ticks of the threads
 # alive now, by pool (their names: libmicrohttpd's MHD-*, ecgd-worker, ecgd-lane; other is
 # the main thread, the reaper and the CUDA driver's threads)
@@ -228,15 +246,19 @@ for backend in $BACKENDS; do
                    --data-binary @"$file" "$url")
             [ "$code" = 200 ] || { echo "bench_strips: $backend $size s $fmt answered $code: $(head -c 300 "$tmp/answer")" >&2; exit 1; }
             s0_ticks=$(proc_usage "$sink_pid")
+            h0=$(host_ticks)
             read -r s_rps s_p50 s_p99 s_n s_bad s_err <<<"$(wrk_cell "$sink/v1/analyze?fs=250" "$file" "$type" "$conns")"
             s1_ticks=$(proc_usage "$sink_pid")
+            sink_host=$(host_cores "$h0" "$(host_ticks)")
             sink_cpu_us=$(python3 -c "import os, sys; n = float(sys.argv[3]); print('%.1f' % (1e6 * (int(sys.argv[2]) - int(sys.argv[1])) / os.sysconf('SC_CLK_TCK') / n if n else 0))" "${s0_ticks%% *}" "${s1_ticks%% *}" "${s_n:-0}")
             b0=$(batch_sums "$base")
             t0_pools=$(thread_ticks "$server_pid")
             read -r u0_ticks u0_csw <<<"$(proc_usage "$server_pid")"
             u0_t=$(date +%s.%N)
+            h0=$(host_ticks)
             read -r e_rps e_p50 e_p99 e_n e_bad e_err <<<"$(wrk_cell "$url" "$file" "$type" "$conns")"
             u1_t=$(date +%s.%N)
+            host=$(host_cores "$h0" "$(host_ticks)")
             read -r u1_ticks u1_csw <<<"$(proc_usage "$server_pid")"
             pools=$(per_request "$t0_pools" "$(thread_ticks "$server_pid")" "${e_n:-0}")
             read -r batched batch_mean delay_us <<<"$(python3 -c "
@@ -251,7 +273,7 @@ ticks, csw, n, wall = (float(v) for v in sys.argv[1:])
 cpu_s = ticks / os.sysconf('SC_CLK_TCK')
 print('%.1f %.2f %.2f' % (1e6 * cpu_s / n if n else 0, cpu_s / wall if wall else 0, csw / n if n else 0))
 " "$((u1_ticks - u0_ticks))" "$((u1_csw - u0_csw))" "${e_n:-0}" "$(python3 -c "print($u1_t - $u0_t)")")"
-            line="backend=$backend size_s=$size format=$fmt conns=$conns bytes=$(stat -c %s "$file") rps=${e_rps:-0} p50_ms=${e_p50:-0} p99_ms=${e_p99:-0} requests=${e_n:-0} non2xx=${e_bad:-?} socket_errors=${e_err:-?} sink_rps=${s_rps:-0} sink_p50_ms=${s_p50:-0} sink_p99_ms=${s_p99:-0} cpu_us=$cpu_us cores=$cores csw=$csw sink_cpu_us=$sink_cpu_us batched=$batched batch_mean=$batch_mean batch_delay_us=$delay_us $(echo "$pools" | sed -E 's/(^| )/\1cpu_us_/g')"
+            line="backend=$backend size_s=$size format=$fmt conns=$conns bytes=$(stat -c %s "$file") rps=${e_rps:-0} p50_ms=${e_p50:-0} p99_ms=${e_p99:-0} requests=${e_n:-0} non2xx=${e_bad:-?} socket_errors=${e_err:-?} sink_rps=${s_rps:-0} sink_p50_ms=${s_p50:-0} sink_p99_ms=${s_p99:-0} cpu_us=$cpu_us cores=$cores csw=$csw sink_cpu_us=$sink_cpu_us host_cores=$host sink_host_cores=$sink_host batched=$batched batch_mean=$batch_mean batch_delay_us=$delay_us $(echo "$pools" | sed -E 's/(^| )/\1cpu_us_/g')"
             ratio=$(python3 -c "import sys; s=float(sys.argv[2]); print('%.3f' % (float(sys.argv[1]) / s if s > 0 else 0))" "${e_rps:-0}" "${s_rps:-0}")
             echo "RESULT name=strip $line ratio=$ratio"
             echo "$line ratio=$ratio" >>"$rows"
