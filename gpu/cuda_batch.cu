@@ -108,6 +108,12 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
         }
     }
     (void)cudaSetDevice(b->dev->ordinal);
+    cudaEvent_t branch_events[] = {b->fork, b->filtered, b->join};
+    for (size_t i = 0; i < sizeof branch_events / sizeof *branch_events; i++)
+        if (branch_events[i])
+            (void)cudaEventDestroy(branch_events[i]);
+    if (b->side)
+        (void)cudaStreamDestroy(b->side);
     for (int i = 0; i <= GPU_STEPS; i++)
         if (b->times.ev[i])
             (void)cudaEventDestroy(b->times.ev[i]);
@@ -180,6 +186,7 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->small_backs = b->small_fronts && !(small_env && !strcmp(small_env, "front"));
     b->encode_batchable = cuda_encode_batchable(state->model);
     b->pass_graphs = b->use_graphs;
+    b->branch = !getenv("ECG_CUDA_BATCH_BRANCH") || strcmp(getenv("ECG_CUDA_BATCH_BRANCH"), "0");
     if (!b->member || !b->live || !b->graph || !b->back || !b->off || !b->small_row || !b->pass) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
         goto out;
@@ -190,6 +197,10 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
         CUDA_TRY(cudaMallocHost((void **)&b->h_small, rows));
         CUDA_TRY(cudaMalloc((void **)&b->d_small, rows));
         CUDA_TRY(cudaMalloc(&b->d_norms, max_batch * SMALL_BACK_NORM_BYTES));
+        CUDA_TRY(cudaStreamCreateWithFlags(&b->side, cudaStreamNonBlocking));
+        CUDA_TRY(cudaEventCreateWithFlags(&b->fork, cudaEventDisableTiming));
+        CUDA_TRY(cudaEventCreateWithFlags(&b->filtered, cudaEventDisableTiming));
+        CUDA_TRY(cudaEventCreateWithFlags(&b->join, cudaEventDisableTiming));
     }
     for (unsigned i = 0; i < max_batch; i++)
         ECG_TRY(cuda_ctx_create_on(state, b->dev, true, &b->member[i], err));

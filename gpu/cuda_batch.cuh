@@ -112,8 +112,9 @@ struct batch_times {
     /* the device's time in the steps of the batched passes (events on their stream, waited
      * for with the pass): copies in, the samples to each member's input (and resampled), the
      * filter's direct responses and band, the detector's steps 1-3, candidates, decision
-     * blocks and their merge, rhythm check and steps 6-7, normalisation, embedding, VAE,
-     * score, tables + quality gathered, copy out */
+     * blocks and their merge, rhythm check and steps 6-7, the wait for the side branch (quality
+     * features, normalisation: pass_launches), embedding, VAE, score, tables gathered, copy
+     * out */
     cudaEvent_t ev[GPU_STEPS + 1];
     double gpu_ms[GPU_STEPS];
     unsigned long long gpu_passes;
@@ -162,6 +163,11 @@ struct cuda_batch {
     bool back_on;               /* ... and their backs run batched after it */
     unsigned lane;
     struct batch_times times;
+    /* the side branch of a batched pass with backs (pass_launches): the quality features from
+     * the start, the normalisation once the filter is done, joined before the embedding */
+    bool branch;                /* unless ECG_CUDA_BATCH_BRANCH=0 (then in line) */
+    cudaStream_t side;
+    cudaEvent_t fork, filtered, join;
 };
 
 /* Grows *buf (a void ** in disguise), pinned host memory or (device) device memory, to hold

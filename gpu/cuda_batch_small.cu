@@ -4,7 +4,8 @@
  * then their backs with the quality features of their samples, as one launch per step for all
  * of them (cuda_small.cuh), one copy of every count and table back, one wait. The kernels
  * between the copies replay as one CUDA graph once their shape has run before (struct
- * pass_graph).
+ * pass_graph); the quality features and the normalisation, which need only the samples and
+ * the filtered leads, run on a side branch beside the detection.
  */
 #include <string.h>
 
@@ -12,7 +13,7 @@
 
 static const char *const gpu_step_names[GPU_STEPS] = {
     "in", "scatter", "direct", "band", "steps 1-3", "candidates", "decision", "merge",
-    "rhythm check", "steps 6-7", "normalise", "embed", "vae", "score", "gather", "out"};
+    "rhythm check", "steps 6-7", "join", "embed", "vae", "score", "gather", "out"};
 
 const char *small_step_name(int i)
 {
@@ -148,21 +149,45 @@ static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
     enum ecg_status status = ECG_OK;
     const size_t z = b->member[0]->latent_dim;
     struct small_back_plan p;
+    bool forked = false;
+    /* the side branch (on the pass's own stream, in line, with ECG_CUDA_BATCH_BRANCH=0) */
+    const cudaStream_t side = b->branch ? b->side : stream;
+    if (s->back && b->branch) { /* the side branch: the quality features need only the pack */
+        CUDA_TRY(cudaEventRecord(b->fork, stream));
+        CUDA_TRY(cudaStreamWaitEvent(side, b->fork, 0));
+        forked = true;
+    }
+    if (s->back && s->max_win)
+        ECG_TRY(small_batch_quality(side, b->d_back, s->rows, s->max_win, b->d_pack, b->d_out,
+                                    err));
     ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, s->rows, &b->h_small[0],
                              s->max_n_in, s->max_n_a, err));
     step_mark(b, stream, 2);
     ECG_TRY(small_batch_filter(stream, b->d_small, s->rows, s->max_n_a, plan, b->times.ev[3],
                                err));
     step_mark(b, stream, 4);
+    if (s->back) { /* ... and the normalisation, which needs only the filtered lead */
+        if (forked) {
+            CUDA_TRY(cudaEventRecord(b->filtered, stream));
+            CUDA_TRY(cudaStreamWaitEvent(side, b->filtered, 0));
+        }
+        ECG_TRY(small_batch_norm(side, b->d_back, s->rows, s->max_n_a, b->d_norms, err));
+    }
     ECG_TRY(small_batch_detect(stream, b->d_small, s->rows, s->max_cand, s->max_blocks,
                                (int64_t *)b->d_out, b->times.ev[0] ? &b->times.ev[5] : NULL,
                                err));
     step_mark(b, stream, 10);
     if (!s->back)
         goto out;
+    if (forked) {
+        CUDA_TRY(cudaEventRecord(b->join, side));
+        CUDA_TRY(cudaStreamWaitEvent(stream, b->join, 0));
+        forked = false;
+    }
+    step_mark(b, stream, 11); /* the normalisation: what the detection waited for the branch */
     small_back_plan_of(plan, z, &p);
-    ECG_TRY(small_batch_embed(stream, b->d_back, s->rows, &p, s->max_cap, s->max_n_a,
-                              b->d_norms, b->d_emb, b->times.ev[11], err));
+    ECG_TRY(small_batch_embed(stream, b->d_back, s->rows, &p, s->max_cap, b->d_norms, b->d_emb,
+                              err));
     step_mark(b, stream, 12);
     if (s->encode)
         ECG_TRY(small_batch_encode(stream, b->dev, b->state->model, b->d_back, s->rows, s->slots,
@@ -171,10 +196,12 @@ static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
         step_mark(b, stream, 13);
     step_mark(b, stream, 14);
     ECG_TRY(small_batch_gather(stream, b->d_back, s->rows, z, s->max_cap, b->d_out, err));
-    if (s->max_win)
-        ECG_TRY(small_batch_quality(stream, b->d_back, s->rows, s->max_win, b->d_pack, b->d_out,
-                                    err));
 out:
+    if (forked) { /* a failure left the branch open: join it (a capture must end joined) */
+        if (cudaEventRecord(b->join, b->side) != cudaSuccess ||
+            cudaStreamWaitEvent(stream, b->join, 0) != cudaSuccess)
+            (void)cudaGetLastError();
+    }
     return status;
 }
 

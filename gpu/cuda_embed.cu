@@ -447,10 +447,8 @@ void small_back_plan_of(const struct ecg_plan *plan, size_t z_dim, struct small_
 
 /* Contract in cuda_small.cuh. Every member has at most NORM_SMALL_MAX analysis samples (the
  * short path's bound), so its normalisation takes the one-block sort, as its own back's would. */
-enum ecg_status small_batch_embed(cudaStream_t stream, const struct small_back *members,
-                                  size_t k, const struct small_back_plan *plan, size_t max_cap,
-                                  size_t max_n_a, void *norms, float *emb, cudaEvent_t mark,
-                                  struct ecg_error *err)
+enum ecg_status small_batch_norm(cudaStream_t stream, const struct small_back *members,
+                                 size_t k, size_t max_n_a, void *norms, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     norm_small_launch(max_n_a, [&](auto items) { /* the longest member's */
@@ -459,8 +457,16 @@ enum ecg_status small_batch_embed(cudaStream_t stream, const struct small_back *
                                                                       (struct norm *)norms);
     });
     CUDA_LAUNCH_CHECK();
-    if (mark)
-        small_mark(mark, stream);
+out:
+    return status;
+}
+
+/* Contract in cuda_small.cuh. */
+enum ecg_status small_batch_embed(cudaStream_t stream, const struct small_back *members,
+                                  size_t k, const struct small_back_plan *plan, size_t max_cap,
+                                  const void *norms, float *emb, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
     segment_embed_batch_kernel<<<dim3(grid_for(max_cap * plan->beat_len), (unsigned)k),
                                  CUDA_THREADS, 0, stream>>>(members, *plan,
                                                             (const struct norm *)norms, emb);

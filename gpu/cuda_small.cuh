@@ -144,14 +144,17 @@ struct small_back_plan {
 
 /* What segmentation and the embedding take from plan (cuda_embed.cu's rules). */
 void small_back_plan_of(const struct ecg_plan *plan, size_t z_dim, struct small_back_plan *p);
-/* Segmentation, the normalisation and the embedding of every member (cuda_embed.cu): emb gets
- * cap rows of beat_len values per member from its slot on (rows past its count are zero);
- * max_n_a: the most analysis samples of any; norms is scratch, SMALL_BACK_NORM_BYTES per member;
- * mark (NULL: none) is recorded between the normalisation and the embedding, for timing. */
+/* Segmentation and the embedding of every member (cuda_embed.cu), with the normalisation
+ * constants small_batch_norm left in norms: emb gets cap rows of beat_len values per member
+ * from its slot on (rows past its count are zero). */
 enum ecg_status small_batch_embed(cudaStream_t stream, const struct small_back *members,
                                   size_t k, const struct small_back_plan *plan, size_t max_cap,
-                                  size_t max_n_a, void *norms, float *emb, cudaEvent_t mark,
-                                  struct ecg_error *err);
+                                  const void *norms, float *emb, struct ecg_error *err);
+/* Every member's normalisation constants (median and scale of its filtered lead: one block
+ * each) to norms, SMALL_BACK_NORM_BYTES per member; max_n_a: the most analysis samples of
+ * any. Needs only the filtered leads: it may run beside the detection. */
+enum ecg_status small_batch_norm(cudaStream_t stream, const struct small_back *members,
+                                 size_t k, size_t max_n_a, void *norms, struct ecg_error *err);
 /* The VAE over every slot and the score of the members that encode (cuda_vae.cu): latent (z
  * per slot) and recon (one per slot) are scratch; the latents of the kept beats go to each
  * member's table with the scores; mark (NULL: none) is recorded between the VAE and the
