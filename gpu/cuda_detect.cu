@@ -163,48 +163,47 @@ static __global__ void nms_kernel(struct detect_args a)
  * describe_candidates), and flag[k] cleared so that the flags can mark accepted candidates
  * next (the NMS flags were consumed by the compaction). The valley between two candidates is
  * the minimum of env over [pos[k], pos[k + 1]]; thread k scans its two valleys itself. */
+static __device__ __forceinline__ void candidate_one(const struct detect_args *a, size_t k)
+{
+    const size_t n_cand = (size_t)*a->n_cand;
+    a->flag[k] = 0;
+    if (k >= n_cand)
+        return;
+    const size_t c = (size_t)a->cpos[k];
+    const size_t prev = k > 0 ? (size_t)a->cpos[k - 1] : 0;
+    const size_t next = k + 1 < n_cand ? (size_t)a->cpos[k + 1] : a->n_a - 1;
+    const float *env = a->env;
+    float left_valley = env[prev];
+    for (size_t i = prev + 1; i <= c; i++)
+        left_valley = env[i] < left_valley ? env[i] : left_valley;
+    float right_valley = env[c];
+    for (size_t i = c + 1; i <= next; i++)
+        right_valley = env[i] < right_valley ? env[i] : right_valley;
+    const float valley = left_valley > right_valley ? left_valley : right_valley;
+    size_t lo = c > a->slope_win ? c - a->slope_win : 0;
+    size_t hi = c + a->slope_win < a->n_a - 1 ? c + a->slope_win : a->n_a - 1;
+    float s = 0.0f;
+    for (size_t i = lo; i < hi; i++) {
+        float d = fabsf(__fsub_rn(a->y[i + 1], a->y[i]));
+        s = d > s ? d : s;
+    }
+    float prominence = __fsub_rn(env[c], valley);
+    if ((double)prominence < DMUL(DETECT_MIN_PROMINENCE, (double)env[c]))
+        prominence = 0.0f; /* a ripple on a plateau, not a peak */
+    a->height[k] = prominence;
+    a->slope[k] = s;
+}
+
 static __device__ __forceinline__ void candidate_body(struct detect_args a, size_t max_cand)
 {
-    const size_t n_cand = (size_t)*a.n_cand;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < max_cand;
-         k += (size_t)gridDim.x * blockDim.x) {
-        a.flag[k] = 0;
-        if (k >= n_cand)
-            continue;
-        const size_t c = (size_t)a.cpos[k];
-        const size_t prev = k > 0 ? (size_t)a.cpos[k - 1] : 0;
-        const size_t next = k + 1 < n_cand ? (size_t)a.cpos[k + 1] : a.n_a - 1;
-        float left_valley = a.env[prev];
-        for (size_t i = prev + 1; i <= c; i++)
-            left_valley = a.env[i] < left_valley ? a.env[i] : left_valley;
-        float right_valley = a.env[c];
-        for (size_t i = c + 1; i <= next; i++)
-            right_valley = a.env[i] < right_valley ? a.env[i] : right_valley;
-        const float valley = left_valley > right_valley ? left_valley : right_valley;
-        size_t lo = c > a.slope_win ? c - a.slope_win : 0;
-        size_t hi = c + a.slope_win < a.n_a - 1 ? c + a.slope_win : a.n_a - 1;
-        float s = 0.0f;
-        for (size_t i = lo; i < hi; i++) {
-            float d = fabsf(__fsub_rn(a.y[i + 1], a.y[i]));
-            s = d > s ? d : s;
-        }
-        float prominence = __fsub_rn(a.env[c], valley);
-        if ((double)prominence < DMUL(DETECT_MIN_PROMINENCE, (double)a.env[c]))
-            prominence = 0.0f; /* a ripple on a plateau, not a peak */
-        a.height[k] = prominence;
-        a.slope[k] = s;
-    }
+         k += (size_t)gridDim.x * blockDim.x)
+        candidate_one(&a, k);
 }
 
 static __global__ void candidate_kernel(struct detect_args a, size_t max_cand)
 {
     candidate_body(a, max_cand);
-}
-
-/* The batched front's (cuda_small.cuh): member blockIdx.y's candidates. */
-static __global__ void candidate_batch_kernel(const struct small_front *ms)
-{
-    candidate_body(ms[blockIdx.y].a, ms[blockIdx.y].max_cand);
 }
 
 /* ---------------------------------------------------------------- 6-7: refinement */
@@ -425,7 +424,8 @@ struct max_of {
  * are, instead of the global ones, whose every load would wait for the L2. Same values, same
  * order: the same bits.
  */
-static __device__ __forceinline__ void front_small_body(struct detect_args a, size_t n_win)
+static __device__ __forceinline__ void front_small_body(struct detect_args a, size_t n_win,
+                                                        size_t max_cand)
 {
     typedef cub::BlockReduce<float, DETECT_SMALL_THREADS> block_max;
     __shared__ union {
@@ -482,19 +482,27 @@ static __device__ __forceinline__ void front_small_body(struct detect_args a, si
         a.flag[i] = nms_flag(&staged, i);
     __syncthreads();
     block_compact(a.flag, n, index_of(), a.cpos, a.n_cand, temp.scan);
+    if (!max_cand)
+        return;
+    /* step 4 in the same block (the batched front): the candidates' valleys walk the staged
+     * env; the compaction's flags, positions and count are read after the barrier */
+    __syncthreads();
+    for (size_t k = threadIdx.x; k < max_cand; k += DETECT_SMALL_THREADS)
+        candidate_one(&staged, k);
 }
 
 static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
     front_small_kernel(struct detect_args a, size_t n_win)
 {
-    front_small_body(a, n_win);
+    front_small_body(a, n_win, 0);
 }
 
-/* The batched front's (cuda_small.cuh): member blockIdx.y's steps 1-3. */
+/* The batched front's (cuda_small.cuh): member blockIdx.y's steps 1-3 and its candidates'
+ * features (step 4). */
 static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
     front_small_batch_kernel(const struct small_front *ms)
 {
-    front_small_body(ms[blockIdx.y].a, ms[blockIdx.y].n_win);
+    front_small_body(ms[blockIdx.y].a, ms[blockIdx.y].n_win, ms[blockIdx.y].max_cand);
 }
 
 /* Steps 6 and 7 in one block (a short lead, with front_small_kernel): the accepted
@@ -859,15 +867,13 @@ enum ecg_status small_batch_detect(cudaStream_t stream, const struct small_front
                                    cudaEvent_t *marks, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
+    /* steps 1-4: the candidates' features in the same block as steps 1-3 */
     front_small_batch_kernel<<<dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream>>>(members);
     CUDA_LAUNCH_CHECK();
-    if (marks)
+    if (marks) {
         small_mark(marks[0], stream);
-    candidate_batch_kernel<<<dim3(grid_for(max_cand), (unsigned)k), CUDA_THREADS, 0, stream>>>(
-        members);
-    CUDA_LAUNCH_CHECK();
-    if (marks)
         small_mark(marks[1], stream);
+    }
     ECG_TRY(small_batch_decide(stream, members, k, max_blocks, marks ? marks[2] : NULL, err));
     if (marks)
         small_mark(marks[3], stream);
