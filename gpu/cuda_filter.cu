@@ -464,18 +464,51 @@ static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
 
 /* The batched front's (cuda_small.cuh): member blockIdx.y's direct responses, a thread per
  * sample over the whole grid (a batch has the device to itself: one block per member would
- * leave most of it idle), then its band step in one block. */
-static __global__ void filter_direct_batch_kernel(const struct small_front *ms, size_t taps,
-                                                  size_t taps_hi, size_t taps_lo, bool fma_path,
-                                                  const struct direct_taps g,
-                                                  const struct direct_taps g_hi,
-                                                  const struct direct_taps g_lo)
+ * leave most of it idle), then its band step in one block. Each block first copies the inputs
+ * its outputs reach (zero outside the lead, as direct_at reads them) to shared memory, then
+ * each thread walks its rows of the copy: the same values in the same order as direct_at, with
+ * neither the bound tests nor the global loads per tap. */
+static __device__ __forceinline__ size_t taps_half(size_t taps)
 {
+    return taps ? (taps - 1) / 2 : 0;
+}
+
+static __global__ void __launch_bounds__(CUDA_THREADS)
+    filter_direct_batch_kernel(const struct small_front *ms, size_t taps, size_t taps_hi,
+                               size_t taps_lo, bool fma_path, const struct direct_taps g,
+                               const struct direct_taps g_hi, const struct direct_taps g_lo)
+{
+    __shared__ float stage[CUDA_THREADS + FILTER_DIRECT_MAX_TAPS + 1];
     const struct small_front *m = &ms[blockIdx.y];
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < m->band.n;
-         i += (size_t)gridDim.x * blockDim.x)
-        filter_small_direct(m->rs.y, m->filtered, m->band, taps, taps_hi, taps_lo, fma_path, &g,
-                            &g_hi, &g_lo, i);
+    const struct band_layout &b = m->band;
+    const float *y = m->rs.y;
+    const size_t n = b.n, h = taps_half(taps), h_hi = taps_half(taps_hi), h_lo = taps_half(taps_lo);
+    /* the taps reach hw = taps_half(taps) before a sample and taps - 1 - hw after it */
+    const size_t reach = h > h_hi ? (h > h_lo ? h : h_lo) : (h_hi > h_lo ? h_hi : h_lo);
+    size_t after = taps ? taps - 1 - h : 0;
+    after = taps_hi && taps_hi - 1 - h_hi > after ? taps_hi - 1 - h_hi : after;
+    after = taps_lo && taps_lo - 1 - h_lo > after ? taps_lo - 1 - h_lo : after;
+    const size_t width = blockDim.x + reach + after; /* at most FILTER_DIRECT_MAX_TAPS more */
+    for (size_t base = blockIdx.x * (size_t)blockDim.x; base < n;
+         base += (size_t)gridDim.x * blockDim.x) {
+        __syncthreads(); /* the previous round's reads are done */
+        for (size_t t = threadIdx.x; t < width; t += blockDim.x) /* y[base + t - reach] */
+            stage[t] = base + t >= reach && base + t - reach < n ? y[base + t - reach] : 0.0f;
+        __syncthreads();
+        const size_t i = base + threadIdx.x;
+        if (i >= n)
+            continue;
+        /* at stage + threadIdx.x + reach is y[i]: a response of half-width hw reads
+         * y[i - hw + k] = (stage + threadIdx.x + reach - hw)[k] */
+        const float *at = stage + threadIdx.x + reach;
+        const float *row = at - h, *row_hi = at - h_hi, *row_lo = at - h_lo;
+        m->filtered[i] = direct_value([row](size_t k) { return row[k]; }, n, taps, i, fma_path,
+                                      &g);
+        b.f_hi[i] = direct_value([row_hi](size_t k) { return row_hi[k]; }, n, taps_hi, i,
+                                 fma_path, &g_hi);
+        b.f_lo[i] = direct_value([row_lo](size_t k) { return row_lo[k]; }, n, taps_lo, i,
+                                 fma_path, &g_lo);
+    }
 }
 
 static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
