@@ -83,8 +83,9 @@ bool small_record_whole(const struct cuda_ctx *ctx, size_t n_in, double fs_in_hz
  * beats: what each context's own front copies to its h_stage). The max_* are the largest of
  * the members' values (the grids). marks (NULL: none): 5 events recorded between the
  * detector's steps (steps 1-3 | candidates | decision blocks | their merge | rhythm check |
- * steps 6-7), for timing; mark (NULL: none), the one between a step's two kernels (the direct
- * responses and the band; the decision blocks and their merge).
+ * steps 6-7; the candidates' features are computed in steps 1-3's kernel, so their two marks
+ * follow one another), for timing; mark (NULL: none), the one between a step's two kernels
+ * (the direct responses and the band; the decision blocks and their merge).
  */
 enum ecg_status small_batch_load(cudaStream_t stream, const float *samples,
                                  const struct small_front *members, size_t k,
