@@ -18,7 +18,8 @@
 # and a CPU-backed server on the same machine in one run, every figure also as a ratio to the sink, then one client's p50 on
 # 10-s strips (server time and wall) on each (STRIP_SIZES (default "2 10 80": 30 min and 20 h,
 # "1800 72000", are never batched and take long), STRIP_BACKENDS, STRIP_DURATION (default 5s
-# per cell), BIG_CONNS, WRK_THREADS, ONE_CLIENT=0 override). "tests" includes test_gpu_batch (batched answers against lone ones);
+# per cell), BIG_CONNS, WRK_THREADS, ONE_CLIENT=0 override). "tests" includes test_gpu_batch (batched answers against lone ones;
+# also with one batcher, and with the batched pass's side branch in line);
 # "sanitize" runs memcheck and racecheck over it.
 # "fuzz" (not in the default set) runs the fuzzing campaign of the libFuzzer harnesses
 # (tests/fuzz/campaign.sh; FUZZ_SECONDS per harness (50), FUZZ_RUNS (10 M), FUZZ_JOBS (all CPUs)).
@@ -81,6 +82,10 @@ if [[ " $parts " == *" tests "* ]] && [ -x "$dir/test_gpu_batch" ]; then
     echo "== dynamic batching, one batcher per device (ECG_CUDA_BATCH_LANES=1: the widest batches)"
     ECG_CUDA_BATCH_LANES=1 ECG_GPU_QUICK=1 CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_batch" 2>&1 |
         tee "$out/batch-lanes1.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    echo "== dynamic batching, the pass's side branch in line (ECG_CUDA_BATCH_BRANCH=0)"
+    ECG_CUDA_BATCH_BRANCH=0 ECG_GPU_QUICK=1 CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_batch" \
+        2>&1 | tee "$out/batch-inline.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
