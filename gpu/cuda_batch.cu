@@ -161,6 +161,7 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     const char *graphs_env = getenv("ECG_CUDA_BATCH_GRAPHS");
     const char *small_env = getenv("ECG_CUDA_BATCH_SMALL");
     const char *times_env = getenv("ECG_CUDA_BATCH_TIMES");
+    const char *branch_env = getenv("ECG_CUDA_BATCH_BRANCH");
     *batch_out = NULL;
     if (lane >= cuda_batch_lanes(state) || max_batch == 0)
         return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cuda batch: lane %u of %u", lane,
@@ -186,7 +187,7 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->small_backs = b->small_fronts && !(small_env && !strcmp(small_env, "front"));
     b->encode_batchable = cuda_encode_batchable(state->model);
     b->pass_graphs = b->use_graphs;
-    b->branch = !getenv("ECG_CUDA_BATCH_BRANCH") || strcmp(getenv("ECG_CUDA_BATCH_BRANCH"), "0");
+    b->branch = !branch_env || strcmp(branch_env, "0") != 0;
     if (!b->member || !b->live || !b->graph || !b->back || !b->off || !b->small_row || !b->pass) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
         goto out;

@@ -61,6 +61,15 @@ static __device__ float direct_value(Input in, size_t n, size_t taps, size_t i, 
     return acc;
 }
 
+/* The inputs of a block's outputs [base, base + blockDim.x) for taps reaching half before a
+ * sample: stage[t] = y[base + t - half] for t < width, zero outside [0, n). */
+static __device__ __forceinline__ void stage_inputs(float *stage, const float *y, size_t n,
+                                                    size_t base, size_t half, size_t width)
+{
+    for (size_t t = threadIdx.x; t < width; t += blockDim.x)
+        stage[t] = base + t >= half && base + t - half < n ? y[base + t - half] : 0.0f;
+}
+
 /* Thread i computes f[i] from the reversed kernel, as filter.c's tile code would. The block's
  * inputs (its outputs' span plus the kernel's reach) are staged in shared memory first, so each
  * input is read from global memory once per block instead of once per tap. */
@@ -71,9 +80,7 @@ static __global__ void filter_direct_kernel(const float *y, size_t n, size_t tap
     const size_t half = (taps - 1) / 2, width = blockDim.x + taps - 1;
     for (size_t base = blockIdx.x * (size_t)blockDim.x; base < n;
          base += (size_t)gridDim.x * blockDim.x) {
-        /* stage[t] = y[base + t - half], zero outside [0, n) */
-        for (size_t t = threadIdx.x; t < width; t += blockDim.x)
-            stage[t] = base + t >= half && base + t - half < n ? y[base + t - half] : 0.0f;
+        stage_inputs(stage, y, n, base, half, width);
         __syncthreads();
         const size_t i = base + threadIdx.x;
         if (i < n) {
@@ -464,10 +471,10 @@ static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
 
 /* The batched front's (cuda_small.cuh): member blockIdx.y's direct responses, a thread per
  * sample over the whole grid (a batch has the device to itself: one block per member would
- * leave most of it idle), then its band step in one block. Each block first copies the inputs
- * its outputs reach (zero outside the lead, as direct_at reads them) to shared memory, then
- * each thread walks its rows of the copy: the same values in the same order as direct_at, with
- * neither the bound tests nor the global loads per tap. */
+ * leave most of it idle), then its band step in one block. Each block stages the inputs its
+ * outputs reach for the longest of the three kernels (stage_inputs, as filter_direct_kernel
+ * does for one), and each response reads its rows of that copy: the same values in the same
+ * order as direct_at, with neither the bound tests nor the global loads per tap. */
 static __device__ __forceinline__ size_t taps_half(size_t taps)
 {
     return taps ? (taps - 1) / 2 : 0;
@@ -481,33 +488,29 @@ static __global__ void __launch_bounds__(CUDA_THREADS)
     __shared__ float stage[CUDA_THREADS + FILTER_DIRECT_MAX_TAPS + 1];
     const struct small_front *m = &ms[blockIdx.y];
     const struct band_layout &b = m->band;
-    const float *y = m->rs.y;
-    const size_t n = b.n, h = taps_half(taps), h_hi = taps_half(taps_hi), h_lo = taps_half(taps_lo);
-    /* the taps reach hw = taps_half(taps) before a sample and taps - 1 - hw after it */
-    const size_t reach = h > h_hi ? (h > h_lo ? h : h_lo) : (h_hi > h_lo ? h_hi : h_lo);
-    size_t after = taps ? taps - 1 - h : 0;
-    after = taps_hi && taps_hi - 1 - h_hi > after ? taps_hi - 1 - h_hi : after;
-    after = taps_lo && taps_lo - 1 - h_lo > after ? taps_lo - 1 - h_lo : after;
-    const size_t width = blockDim.x + reach + after; /* at most FILTER_DIRECT_MAX_TAPS more */
+    const size_t n = b.n;
+    /* the longest kernel reaches furthest on both sides: the others' rows lie inside its span */
+    const size_t most = taps > taps_hi ? (taps > taps_lo ? taps : taps_lo)
+                                       : (taps_hi > taps_lo ? taps_hi : taps_lo);
+    const size_t half = taps_half(most), width = blockDim.x + (most ? most - 1 : 0);
     for (size_t base = blockIdx.x * (size_t)blockDim.x; base < n;
          base += (size_t)gridDim.x * blockDim.x) {
-        __syncthreads(); /* the previous round's reads are done */
-        for (size_t t = threadIdx.x; t < width; t += blockDim.x) /* y[base + t - reach] */
-            stage[t] = base + t >= reach && base + t - reach < n ? y[base + t - reach] : 0.0f;
+        stage_inputs(stage, m->rs.y, n, base, half, width);
         __syncthreads();
         const size_t i = base + threadIdx.x;
-        if (i >= n)
-            continue;
-        /* at stage + threadIdx.x + reach is y[i]: a response of half-width hw reads
-         * y[i - hw + k] = (stage + threadIdx.x + reach - hw)[k] */
-        const float *at = stage + threadIdx.x + reach;
-        const float *row = at - h, *row_hi = at - h_hi, *row_lo = at - h_lo;
-        m->filtered[i] = direct_value([row](size_t k) { return row[k]; }, n, taps, i, fma_path,
-                                      &g);
-        b.f_hi[i] = direct_value([row_hi](size_t k) { return row_hi[k]; }, n, taps_hi, i,
-                                 fma_path, &g_hi);
-        b.f_lo[i] = direct_value([row_lo](size_t k) { return row_lo[k]; }, n, taps_lo, i,
-                                 fma_path, &g_lo);
+        if (i < n) {
+            /* y[i] is at stage + threadIdx.x + half; a kernel of half-width hw reads y[i - hw + k] */
+            const float *at = stage + threadIdx.x + half;
+            const float *row = at - taps_half(taps), *row_hi = at - taps_half(taps_hi),
+                        *row_lo = at - taps_half(taps_lo);
+            m->filtered[i] = direct_value([row](size_t k) { return row[k]; }, n, taps, i,
+                                          fma_path, &g);
+            b.f_hi[i] = direct_value([row_hi](size_t k) { return row_hi[k]; }, n, taps_hi, i,
+                                     fma_path, &g_hi);
+            b.f_lo[i] = direct_value([row_lo](size_t k) { return row_lo[k]; }, n, taps_lo, i,
+                                     fma_path, &g_lo);
+        }
+        __syncthreads(); /* the copy is read before the next round writes it */
     }
 }
 
