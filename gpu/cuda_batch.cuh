@@ -111,8 +111,9 @@ struct batch_times {
     unsigned long long back_rows;   /* ... and whose back ran in a batched back */
     /* the device's time in the steps of the batched passes (events on their stream, waited
      * for with the pass): copies in, the samples to each member's input (and resampled), the
-     * filter's direct responses and band, the detector's steps 1-3, candidates, decision
-     * blocks and their merge, rhythm check and steps 6-7, the wait for the side branch (quality
+     * filter's direct responses and band, the detector's steps 1-4, decision blocks and their
+     * merge, steps 5-7 (rhythm check, refinement, order; two marks between them come
+     * consecutively: cuda_small.cuh), the wait for the side branch (quality
      * features, normalisation: pass_launches), embedding, VAE, score, tables gathered, copy
      * out */
     cudaEvent_t ev[GPU_STEPS + 1];

@@ -12,8 +12,8 @@
 #include "cuda_batch.cuh"
 
 static const char *const gpu_step_names[GPU_STEPS] = {
-    "in", "scatter", "direct", "band", "steps 1-3", "candidates", "decision", "merge",
-    "rhythm check", "steps 6-7", "join", "embed", "vae", "score", "gather", "out"};
+    "in", "scatter", "direct", "band", "steps 1-4", "mark", "decision", "merge", "mark",
+    "steps 5-7", "join", "embed", "vae", "score", "gather", "out"};
 
 const char *small_step_name(int i)
 {

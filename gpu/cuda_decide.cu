@@ -27,13 +27,38 @@
 
 /* ---------------------------------------------------------------- 1: the pass by blocks */
 
+/*
+ * Where the decision pass reads the candidates (positions, heights, slopes) and the crest
+ * factors: the global arrays (a long record's blocks: every load waits for the L2), or a copy
+ * the CUDA block staged in shared memory (a batched short lead: all its candidates fit), read
+ * at shared-memory latency. The same values either way.
+ */
+struct cand_global {
+    const int64_t *cpos;
+    const float *height, *slope, *crest;
+    __device__ int64_t pos(size_t k) const { return __ldg(&cpos[k]); }
+    __device__ float h(size_t k) const { return __ldg(&height[k]); }
+    __device__ float sl(size_t k) const { return __ldg(&slope[k]); }
+    __device__ float cr(size_t w) const { return __ldg(&crest[w]); }
+};
+
+struct cand_staged {
+    const int64_t *cpos; /* shared memory, all of the lead's candidates and windows */
+    const float *height, *slope, *crest;
+    __device__ int64_t pos(size_t k) const { return cpos[k]; }
+    __device__ float h(size_t k) const { return height[k]; }
+    __device__ float sl(size_t k) const { return slope[k]; }
+    __device__ float cr(size_t w) const { return crest[w]; }
+};
+
 /* The first candidate at or after pos (n_cand if none): decide.c's first_candidate_from(). */
-static __device__ size_t first_candidate_from(const int64_t *cpos, size_t n_cand, int64_t pos)
+template <class Src>
+static __device__ size_t first_candidate_from(const Src &src, size_t n_cand, int64_t pos)
 {
     size_t lo = 0, hi = n_cand;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (__ldg(&cpos[mid]) < pos)
+        if (src.pos(mid) < pos)
             lo = mid + 1;
         else
             hi = mid;
@@ -42,8 +67,8 @@ static __device__ size_t first_candidate_from(const int64_t *cpos, size_t n_cand
 }
 
 /*
- * Thread b (one per CUDA block, so that no two runs share a warp and diverge): the sequential
- * decision pass over block b's window, decide.c's cpu_decide_block_window() and
+ * One thread (one per CUDA block, so that no two runs share a warp and diverge), reading the
+ * candidates from src: the sequential decision pass over block b's window, decide.c's cpu_decide_block_window() and
  * cpu_decide_window() (read there why the pass runs by blocks): fresh state at the origin
  * (block start minus the warm-up), levels learnt from the candidates of its first
  * DETECT_LEARN_S, candidates seen up to the horizon, beats marked only inside the block, and a
@@ -57,23 +82,18 @@ static __device__ size_t first_candidate_from(const int64_t *cpos, size_t n_cand
  * whole numbers of samples, so every partial sum is an exact integer in double and both give
  * the same sum, hence the same mean.
  */
-static __device__ __forceinline__ void block_body(struct detect_args a, size_t n_blocks)
+template <class Src>
+static __device__ __forceinline__ void block_body(struct detect_args a, size_t b, size_t n_cand,
+                                                  const Src &src)
 {
-    const size_t b = blockIdx.x;
-    if (b >= n_blocks || threadIdx.x != 0)
-        return;
-    const int64_t *__restrict__ cpos = a.cpos;
-    const float *__restrict__ height = a.height;
-    const float *__restrict__ slope = a.slope;
     uint8_t *__restrict__ flag = a.flag;
-    const size_t n_cand = (size_t)*a.n_cand;
 
     /* the window (cpu_decide_block_window) */
     const int64_t emit_lo = (int64_t)b * a.block, emit_hi = emit_lo + a.block;
     const int64_t origin = emit_lo > a.warmup ? emit_lo - a.warmup : 0;
     const int64_t horizon = emit_hi + a.tail < (int64_t)a.n_a ? emit_hi + a.tail
                                                              : (int64_t)a.n_a;
-    const size_t k_lo = first_candidate_from(cpos, n_cand, origin);
+    const size_t k_lo = first_candidate_from(src, n_cand, origin);
 
     double spk = 0.0, npk = 0.0, rr_mean = a.fs, rr_sum = 0.0;
     double r0 = 0, r1 = 0, r2 = 0, r3 = 0, r4 = 0, r5 = 0, r6 = 0, r7 = 0; /* newest first */
@@ -95,8 +115,8 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t n
         float heights[64], top0 = 0.0f, top1 = 0.0f, top2 = 0.0f;
         size_t m = 0;
         const int64_t learn_end = origin + a.learn;
-        for (size_t k = k_lo; k < n_cand && __ldg(&cpos[k]) < learn_end; k++) {
-            float h = __ldg(&height[k]);
+        for (size_t k = k_lo; k < n_cand && src.pos(k) < learn_end; k++) {
+            float h = src.h(k);
             if (m < 64)
                 heights[m++] = h;
             /* insert into top0 >= top1 >= top2 as decide.c's loop does */
@@ -128,14 +148,14 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t n
 #define ACCEPT(kk, gain)                                                                   \
     do {                                                                                   \
         const size_t acc_k = (kk);                                                         \
-        const int64_t acc_pos = __ldg(&cpos[acc_k]);                                       \
+        const int64_t acc_pos = src.pos(acc_k);                                       \
         if (acc_pos >= emit_lo && acc_pos < emit_hi) {                                     \
             flag[acc_k] = 1;                                                               \
             if (first_mark == SIZE_MAX)                                                    \
                 first_mark = acc_k;                                                        \
             last_mark = acc_k;                                                             \
         }                                                                                  \
-        spk = DADD(DMUL((gain), (double)__ldg(&height[acc_k])), DMUL(1.0 - (gain), spk));  \
+        spk = DADD(DMUL((gain), (double)src.h(acc_k)), DMUL(1.0 - (gain), spk));  \
         if (last >= 0) {                                                                   \
             const double rr_new = (double)(acc_pos - last);                                \
             if (n_rr >= DETECT_RR_COUNT)                                                   \
@@ -154,17 +174,17 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t n
         sb_limit = DMUL(DETECT_SEARCHBACK_RR, rr_mean);                                    \
         last = acc_pos;                                                                    \
         last_decay = acc_pos;                                                              \
-        last_slope = __ldg(&slope[acc_k]);                                                 \
+        last_slope = src.sl(acc_k);                                                 \
         slope_level = DADD(DMUL(DETECT_LEVEL_GAIN, (double)last_slope),                    \
                            DMUL(1.0 - DETECT_LEVEL_GAIN, slope_level));                    \
         if ((gain) == DETECT_LEVEL_GAIN)                                                   \
-            beat_level = DADD(DMUL(DETECT_LEVEL_GAIN, (double)__ldg(&height[acc_k])),      \
+            beat_level = DADD(DMUL(DETECT_LEVEL_GAIN, (double)src.h(acc_k)),      \
                               DMUL(1.0 - DETECT_LEVEL_GAIN, beat_level));                  \
         after_last = acc_k + 1;                                                            \
     } while (0)
 
     for (size_t k = k_lo;; k++) {
-        const int64_t pos_k = k < n_cand ? __ldg(&cpos[k]) : 0;
+        const int64_t pos_k = k < n_cand ? src.pos(k) : 0;
         const bool end = k == n_cand || pos_k >= horizon;
         const int64_t pos = end ? horizon : pos_k;
         /* search back (from the origin until the first beat), possibly for several missed
@@ -177,13 +197,13 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t n
                 best = SIZE_MAX;
             }
             for (; scanned < k; scanned++) {
-                const int64_t gap = __ldg(&cpos[scanned]) - last;
+                const int64_t gap = src.pos(scanned) - last;
                 if (last >= 0 && gap < a.refractory)
                     continue;
                 if (last >= 0 && gap < a.twave &&
-                    (double)__ldg(&slope[scanned]) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))
+                    (double)src.sl(scanned) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))
                     continue; /* a T wave is no missed beat */
-                const float hs = __ldg(&height[scanned]);
+                const float hs = src.h(scanned);
                 if (best == SIZE_MAX || hs > best_h) {
                     best = scanned;
                     best_h = hs;
@@ -210,13 +230,13 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t n
             break;
         if (last >= 0 && pos - last < a.refractory)
             continue;
-        const float h = __ldg(&height[k]);
+        const float h = src.h(k);
         /* the threshold rises where noise fills the floor between beats (noise_core.h) */
-        const float crest = __ldg(&a.crest[(size_t)pos / a.crest_win]);
+        const float crest = src.cr((size_t)pos / a.crest_win);
         const double threshold = noise_threshold(spk, npk, crest, DETECT_THRESHOLD);
         if ((double)h <= threshold ||
             (last >= 0 && pos - last < a.twave &&
-             (double)__ldg(&slope[k]) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))) {
+             (double)src.sl(k) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))) {
             npk = DADD(DMUL(DETECT_LEVEL_GAIN, (double)h), DMUL(1.0 - DETECT_LEVEL_GAIN, npk));
             continue;
         }
@@ -231,9 +251,9 @@ done:
     for (int e = 0; e < 2; e++) {
         const size_t k = e == 0 ? first_mark : last_mark;
         ends[e].k = k;
-        ends[e].pos = k != SIZE_MAX ? __ldg(&cpos[k]) : 0;
-        ends[e].height = k != SIZE_MAX ? __ldg(&height[k]) : 0.0f;
-        ends[e].slope = k != SIZE_MAX ? __ldg(&slope[k]) : 0.0f;
+        ends[e].pos = k != SIZE_MAX ? src.pos(k) : 0;
+        ends[e].height = k != SIZE_MAX ? src.h(k) : 0.0f;
+        ends[e].slope = k != SIZE_MAX ? src.sl(k) : 0.0f;
     }
     a.block_first[b] = ends[0];
     a.block_last[b] = ends[1];
@@ -241,13 +261,52 @@ done:
 
 static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
 {
-    block_body(a, n_blocks);
+    const size_t b = blockIdx.x;
+    if (b >= n_blocks || threadIdx.x != 0)
+        return;
+    const struct cand_global src = {a.cpos, a.height, a.slope, a.crest};
+    block_body(a, b, (size_t)*a.n_cand, src);
 }
 
-/* The batched front's (cuda_small.cuh): member blockIdx.y's decision blocks. */
-static __global__ void block_batch_kernel(const struct small_front *ms)
+/*
+ * The batched front's (cuda_small.cuh): member blockIdx.y's decision block blockIdx.x. A short
+ * lead's candidates and crest windows fit in shared memory: the block's DECIDE_THREADS threads
+ * copy them there, and the pass's thread reads the copy, instead of waiting for the L2 at
+ * every candidate (two dependent loads each: the position, then its window's crest factor).
+ * A lead with more falls back to the global arrays. Same values, same order: the same flags.
+ */
+#define DECIDE_THREADS 128
+#define DECIDE_STAGE 1024 /* candidates staged (16 bytes each) */
+#define DECIDE_CREST 256  /* crest windows staged */
+
+static __global__ void __launch_bounds__(DECIDE_THREADS)
+    block_batch_kernel(const struct small_front *ms)
 {
-    block_body(ms[blockIdx.y].a, ms[blockIdx.y].n_blocks);
+    __shared__ int64_t s_pos[DECIDE_STAGE];
+    __shared__ float s_height[DECIDE_STAGE], s_slope[DECIDE_STAGE], s_crest[DECIDE_CREST];
+    const struct small_front *m = &ms[blockIdx.y];
+    const struct detect_args a = m->a;
+    const size_t b = blockIdx.x;
+    if (b >= m->n_blocks)
+        return; /* the whole CUDA block: no barrier below is left waiting */
+    const size_t n_cand = (size_t)*a.n_cand;
+    if (n_cand > DECIDE_STAGE || m->n_win > DECIDE_CREST) {
+        const struct cand_global src = {a.cpos, a.height, a.slope, a.crest};
+        if (threadIdx.x == 0)
+            block_body(a, b, n_cand, src);
+        return;
+    }
+    for (size_t k = threadIdx.x; k < n_cand; k += DECIDE_THREADS) {
+        s_pos[k] = a.cpos[k];
+        s_height[k] = a.height[k];
+        s_slope[k] = a.slope[k];
+    }
+    for (size_t w = threadIdx.x; w < m->n_win; w += DECIDE_THREADS)
+        s_crest[w] = a.crest[w];
+    __syncthreads();
+    const struct cand_staged src = {s_pos, s_height, s_slope, s_crest};
+    if (threadIdx.x == 0)
+        block_body(a, b, n_cand, src);
 }
 
 /* ---------------------------------------------------------------- 2: boundary merge */
@@ -347,10 +406,15 @@ enum ecg_status small_batch_decide(cudaStream_t stream, const struct small_front
                                    struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    block_batch_kernel<<<dim3((unsigned)max_blocks, (unsigned)k), 1, 0, stream>>>(members);
+    block_batch_kernel<<<dim3((unsigned)max_blocks, (unsigned)k), DECIDE_THREADS, 0, stream>>>(
+        members);
     CUDA_LAUNCH_CHECK();
     if (mark)
         small_mark(mark, stream);
+    /* one decision block per member (every lead under CPU_DETECT_BLOCK_S): no boundary to
+     * merge (merge_body keeps a lone block's beats as they are) */
+    if (max_blocks < 2)
+        goto out;
     merge_batch_kernel<<<dim3(1, (unsigned)k), MERGE_THREADS, 0, stream>>>(members);
     CUDA_LAUNCH_CHECK();
 out:

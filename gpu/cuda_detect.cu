@@ -550,12 +550,17 @@ static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
     settle_small_body(a, max_cand);
 }
 
-/* The batched front's (cuda_small.cuh): member blockIdx.y's steps 6-7, then its counts
- * (candidates, accepted, beats) into counts[3 * member], as its own front copies them. */
+/* The batched front's (cuda_small.cuh): member blockIdx.y's rhythm check (step 5, what
+ * cuda_insert.cu's insert_small_kernel runs) and steps 6-7 in one block, then its counts
+ * (candidates, accepted, beats) into counts[3 * member], as its own front copies them. The
+ * barrier between them makes the check's cleared flags visible to the compaction, as the
+ * kernel boundary of a lone front does. */
 static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
     settle_small_batch_kernel(const struct small_front *ms, int64_t *counts)
 {
     const struct small_front *m = &ms[blockIdx.y];
+    insert_small_body(m->a, m->max_cand);
+    __syncthreads();
     settle_small_body(m->a, m->max_cand);
     __syncthreads();
     if (threadIdx.x == 0)
@@ -877,8 +882,7 @@ enum ecg_status small_batch_detect(cudaStream_t stream, const struct small_front
     ECG_TRY(small_batch_decide(stream, members, k, max_blocks, marks ? marks[2] : NULL, err));
     if (marks)
         small_mark(marks[3], stream);
-    ECG_TRY(small_batch_insert(stream, members, k, err));
-    if (marks)
+    if (marks) /* the rhythm check runs in steps 6-7's block */
         small_mark(marks[4], stream);
     settle_small_batch_kernel<<<dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream>>>(
         members, counts);

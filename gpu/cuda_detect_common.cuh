@@ -16,6 +16,7 @@
 
 #include <cub/cub.cuh>
 
+#include "cpu/insert_core.h" /* the rhythm check (insert_small_body) */
 #include "cuda_internal.h"
 
 /* Double operations rounded to nearest, never contracted into an FMA: the CPU's arithmetic. */
@@ -127,6 +128,33 @@ static __device__ void block_compact(const uint8_t *flag, size_t n, Value value,
             out[offset++] = value(i);
     if (threadIdx.x == 0)
         *count = total;
+}
+
+static __device__ __forceinline__ void gather_beat(const struct detect_args *a, size_t b)
+{
+    const size_t k = (size_t)a->ins_k[b];
+    a->ins_pos[b] = a->cpos[k];
+    a->ins_h[b] = a->height[k];
+}
+
+/* The rhythm check's steps 1-4 (cuda_insert.cu) in one block, for a short lead: the same
+ * functions between block barriers, the compaction by block_compact (the same indices in the
+ * same order). */
+static __device__ __forceinline__ void insert_small_body(struct detect_args a, size_t max_cand)
+{
+    __shared__ detect_small_scan::TempStorage temp;
+    block_compact(a.flag, max_cand, index_of(), a.ins_k, a.n_ins, temp);
+    __syncthreads();
+    const size_t n = (size_t)*a.n_ins;
+    for (size_t b = threadIdx.x; b < max_cand && b < n; b += DETECT_SMALL_THREADS)
+        gather_beat(&a, b);
+    __syncthreads();
+    for (size_t b = threadIdx.x; b < max_cand && b < n; b += DETECT_SMALL_THREADS)
+        a.ins_mark[b] = insert_is_artefact(a.ins_pos, a.ins_h, n, b);
+    __syncthreads();
+    for (size_t b = threadIdx.x; b < max_cand && b < n; b += DETECT_SMALL_THREADS)
+        if (a.ins_mark[b])
+            a.flag[a.ins_k[b]] = 0;
 }
 
 /* cpu_median_inplace() of n <= 64 values: sorted in place, middle or mean of the two middle. */

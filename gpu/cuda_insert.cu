@@ -6,7 +6,8 @@
  *   2. their positions and heights                             one thread per beat
  *   3. each beat's verdict, from the decision's beats alone    one thread per beat
  *   4. the flags of the insertions cleared                     one thread per beat
- * A short lead takes the four steps in one block (insert_small_kernel).
+ * A short lead takes the four steps in one block (insert_small_kernel; insert_small_body is
+ * cuda_detect_common.cuh's, which a batched pass runs in steps 6-7's block).
  */
 #include <cub/cub.cuh>
 #include <thrust/iterator/counting_iterator.h>
@@ -14,13 +15,6 @@
 #include "cpu/insert_core.h"
 #include "cuda_detect_common.cuh"
 #include "cuda_small.cuh"
-
-static __device__ void gather_beat(const struct detect_args *a, size_t b)
-{
-    const size_t k = (size_t)a->ins_k[b];
-    a->ins_pos[b] = a->cpos[k];
-    a->ins_h[b] = a->height[k];
-}
 
 static __global__ void gather_kernel(struct detect_args a, size_t max_cand)
 {
@@ -47,48 +41,10 @@ static __global__ void clear_kernel(struct detect_args a, size_t max_cand)
             a.flag[a.ins_k[b]] = 0;
 }
 
-/* Steps 1-4 in one block (a short lead): the same functions between block barriers, the
- * compaction by block_compact (the same indices in the same order). */
-static __device__ __forceinline__ void insert_small_body(struct detect_args a, size_t max_cand)
-{
-    __shared__ detect_small_scan::TempStorage temp;
-    block_compact(a.flag, max_cand, index_of(), a.ins_k, a.n_ins, temp);
-    __syncthreads();
-    const size_t n = (size_t)*a.n_ins;
-    for (size_t b = threadIdx.x; b < max_cand && b < n; b += DETECT_SMALL_THREADS)
-        gather_beat(&a, b);
-    __syncthreads();
-    for (size_t b = threadIdx.x; b < max_cand && b < n; b += DETECT_SMALL_THREADS)
-        a.ins_mark[b] = insert_is_artefact(a.ins_pos, a.ins_h, n, b);
-    __syncthreads();
-    for (size_t b = threadIdx.x; b < max_cand && b < n; b += DETECT_SMALL_THREADS)
-        if (a.ins_mark[b])
-            a.flag[a.ins_k[b]] = 0;
-}
-
 static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
     insert_small_kernel(struct detect_args a, size_t max_cand)
 {
     insert_small_body(a, max_cand);
-}
-
-/* The batched front's (cuda_small.cuh): member blockIdx.y's rhythm check. */
-static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
-    insert_small_batch_kernel(const struct small_front *ms)
-{
-    insert_small_body(ms[blockIdx.y].a, ms[blockIdx.y].max_cand);
-}
-
-/* Contract in cuda_small.cuh. */
-enum ecg_status small_batch_insert(cudaStream_t stream, const struct small_front *members,
-                                   size_t k, struct ecg_error *err)
-{
-    enum ecg_status status = ECG_OK;
-    insert_small_batch_kernel<<<dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream>>>(
-        members);
-    CUDA_LAUNCH_CHECK();
-out:
-    return status;
 }
 
 /* Contract in cuda_detect_common.cuh. */

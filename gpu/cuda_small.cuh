@@ -82,10 +82,11 @@ bool small_record_whole(const struct cuda_ctx *ctx, size_t n_in, double fs_in_hz
  * device (member j's at members[j].off). counts: 3 int64 per member (candidates, accepted,
  * beats: what each context's own front copies to its h_stage). The max_* are the largest of
  * the members' values (the grids). marks (NULL: none): 5 events recorded between the
- * detector's steps (steps 1-3 | candidates | decision blocks | their merge | rhythm check |
- * steps 6-7; the candidates' features are computed in steps 1-3's kernel, so their two marks
- * follow one another), for timing; mark (NULL: none), the one between a step's two kernels
- * (the direct responses and the band; the decision blocks and their merge).
+ * detector's steps (steps 1-4 | decision blocks | their merge | steps 5-7: the candidates'
+ * features (step 4) are computed in steps 1-3's kernel and the rhythm check (step 5) in steps
+ * 6-7's, so marks 0 and 1, and 3 and 4, follow one another; with one decision block per
+ * member the merge does not run), for timing; mark (NULL: none), the one between a step's two
+ * kernels (the direct responses and the band; the decision blocks and their merge).
  */
 enum ecg_status small_batch_load(cudaStream_t stream, const float *samples,
                                  const struct small_front *members, size_t k,
@@ -100,9 +101,6 @@ enum ecg_status small_batch_detect(cudaStream_t stream, const struct small_front
 enum ecg_status small_batch_decide(cudaStream_t stream, const struct small_front *members,
                                    size_t k, size_t max_blocks, cudaEvent_t mark,
                                    struct ecg_error *err);
-enum ecg_status small_batch_insert(cudaStream_t stream, const struct small_front *members,
-                                   size_t k, struct ecg_error *err);
-
 /*
  * The batched back: the members of a batched front go on, on the same stream and with no wait
  * for their beat counts, through segmentation, normalisation, embedding, the VAE and the score,
