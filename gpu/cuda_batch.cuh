@@ -103,6 +103,10 @@ struct batch_times {
     double front, back, fetch;  /* steps 1, 2, 3 (seconds, all batches) */
     double wait_count, wait_table; /* ... of which waiting for counts / tables */
     double done;                /* ... of step 3: handing members back */
+    double pack;                /* ... of step 1: the members' samples into the pack */
+    double rows;                /* ... of step 1: a batched pass's rows (small_front_queue) */
+    double small_split, small_done; /* ... of step 2: a batched back's members' tables split
+                                     * into their results, and their hand-back */
     double front_launch;        /* ... of step 1: cudaGraphLaunch of replayed fronts */
     double back_launch;         /* ... of step 2: cudaGraphLaunch of replayed backs */
     double pass_launch;         /* ... of step 1: cudaGraphLaunch of replayed batched passes */

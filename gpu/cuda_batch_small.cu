@@ -327,6 +327,7 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
         b->small_row[i] = -1;
     if (!b->small_fronts || n < 2)
         return;
+    const double t0 = cuda_now_s();
     for (size_t i = 0; i < n; i++) {
         struct cuda_ctx *ctx = b->member[i];
         const struct ecg_batch_member *m = members[i];
@@ -355,6 +356,7 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
         s.max_cand = rec->max_cand > s.max_cand ? rec->max_cand : s.max_cand;
         s.max_blocks = rec->n_blocks > s.max_blocks ? rec->n_blocks : s.max_blocks;
     }
+    b->times.rows += cuda_now_s() - t0;
     memset(&local, 0, sizeof local);
     if (rows < 2) {
         for (size_t i = 0; i < n; i++)
@@ -438,6 +440,7 @@ static void small_back_collect(struct cuda_batch *b, struct ecg_batch_member *m,
     struct cuda_ctx *ctx = b->member[i];
     const struct small_back *r = &b->h_back[b->small_row[i]];
     const size_t k = ctx->n_beats;
+    const double t0 = cuda_now_s();
     /* the host state its own back would leave (the embedding is the batch's) */
     ctx->emb_len = 0;
     ctx->encoded = m->with_model;
@@ -453,7 +456,10 @@ static void small_back_collect(struct cuda_batch *b, struct ecg_batch_member *m,
     if (status != ECG_OK)
         member_fail(b, m, i, status);
     b->live[i] = false;
+    const double t1 = cuda_now_s();
+    b->times.small_split += t1 - t0;
     ecg_batch_member_done(m);
+    b->times.small_done += cuda_now_s() - t1;
 }
 
 /* The batched front's end (step 2's start): waits for it and gives its members their beat

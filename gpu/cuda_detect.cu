@@ -309,6 +309,122 @@ static __global__ void refine_kernel(struct detect_args a)
 
 /* Whether refined beat b could be dropped by the ordering test (refine_all's): it was dropped
  * itself, or it is not at least 2 samples after the one before it in both grids. */
+/*
+ * refine_beat(a, b, n_acc) by the 32 lanes of one warp (a short lead's steps 6-7): each loop
+ * over the beat's samples is split among the lanes, each lane taking every 32nd index in
+ * ascending order, and the lanes' partial results are combined by shuffles into exactly the
+ * sequential loop's: the largest and smallest lobe values and deviations from 0 (a maximum
+ * does not depend on the order it is taken in; a lane starts from 0 as the loop does, so a
+ * signed zero never differs), and the first index of the largest deviation (the lanes' own
+ * first, then the lowest index among equal values: the loop's strict ">"). The baseline's
+ * points are gathered by the lanes and their median taken by lane 0 with median_small, as the
+ * loop does. Lane 0 writes ref_in[b] and ref_a[b]. pts: the warp's scratch for the points.
+ * One thread per beat walked ~150 samples in order while the block's other warps waited
+ * (ncu: most of the step's time); the warp takes about 5 per lane.
+ */
+#define LANES 32u
+static __device__ void refine_beat_warp(const struct detect_args *a, size_t b, size_t n_acc,
+                                        unsigned lane, float *pts)
+{
+    const int64_t n_in = (int64_t)a->n_in, n_a = (int64_t)a->n_a;
+    const int64_t c = a->beats_c[b];
+    const int64_t ci = clamp64(to_input(c, a->up, a->down), 0, n_in - 1);
+    int64_t lo = ci - a->reach_in, hi = ci + a->reach_in;
+    if (b > 0) {
+        int64_t mid = (to_input(a->beats_c[b - 1], a->up, a->down) + ci) / 2 + 1;
+        if (lo < mid)
+            lo = mid;
+    }
+    if (b + 1 < n_acc) {
+        int64_t mid = (ci + to_input(a->beats_c[b + 1], a->up, a->down)) / 2;
+        if (hi > mid)
+            hi = mid;
+    }
+    lo = clamp64(lo, 0, n_in - 1);
+    hi = clamp64(hi, 0, n_in - 1);
+    if (lane == 0)
+        a->ref_in[b] = -1;
+    if (lo > hi)
+        return;
+    /* polarity of the larger lobe of f */
+    float f_max = 0.0f, f_min = 0.0f;
+    const int64_t l_lo = clamp64(c - a->lobe_reach, 0, n_a - 1);
+    const int64_t l_hi = clamp64(c + a->lobe_reach, 0, n_a - 1);
+    for (int64_t i = l_lo + lane; i <= l_hi; i += LANES) {
+        const float v = a->f[i];
+        if (v > f_max)
+            f_max = v;
+        if (v < f_min)
+            f_min = v;
+    }
+    for (unsigned o = LANES / 2; o > 0; o /= 2) {
+        const float hi_o = __shfl_xor_sync(0xffffffffu, f_max, o);
+        const float lo_o = __shfl_xor_sync(0xffffffffu, f_min, o);
+        f_max = hi_o > f_max ? hi_o : f_max;
+        f_min = lo_o < f_min ? lo_o : f_min;
+    }
+    int sign = f_max >= -f_min ? 1 : -1;
+    /* baseline: median of every stride-th sample around ci */
+    const int64_t b_lo = clamp64(ci - a->base_reach, 0, n_in - 1);
+    const int64_t b_hi = clamp64(ci + a->base_reach, 0, n_in - 1);
+    const int64_t stride = (b_hi - b_lo) / DETECT_BASELINE_POINTS + 1;
+    const size_t nb = (size_t)((b_hi - b_lo) / stride + 1); /* the loop's count, <= 17 */
+    if (lane < nb)
+        pts[lane] = a->x[b_lo + (int64_t)lane * stride];
+    __syncwarp();
+    float base = 0.0f;
+    if (lane == 0)
+        base = median_small(pts, nb);
+    base = __shfl_sync(0xffffffffu, base, 0);
+    __syncwarp(); /* pts is free for the next beat */
+    float up = 0.0f, down = 0.0f;
+    for (int64_t i = lo + lane; i <= hi; i += LANES) {
+        const float dev = __fsub_rn(a->x[i], base);
+        if (dev > up)
+            up = dev;
+        if (-dev > down)
+            down = -dev;
+    }
+    for (unsigned o = LANES / 2; o > 0; o /= 2) {
+        const float up_o = __shfl_xor_sync(0xffffffffu, up, o);
+        const float down_o = __shfl_xor_sync(0xffffffffu, down, o);
+        up = up_o > up ? up_o : up;
+        down = down_o > down ? down_o : down;
+    }
+    if (sign > 0 && (double)down > DMUL(DETECT_POLARITY_SWITCH, (double)up))
+        sign = -1;
+    else if (sign < 0 && (double)up > DMUL(DETECT_POLARITY_SWITCH, (double)down))
+        sign = 1;
+    int64_t best = lo;
+    float best_dev = -INFINITY;
+    for (int64_t i = lo + lane; i <= hi; i += LANES) {
+        const float dev = __fmul_rn((float)sign, __fsub_rn(a->x[i], base));
+        if (dev > best_dev) {
+            best_dev = dev;
+            best = i;
+        }
+    }
+    for (unsigned o = LANES / 2; o > 0; o /= 2) {
+        const float dev_o = __shfl_xor_sync(0xffffffffu, best_dev, o);
+        const int64_t best_o = __shfl_xor_sync(0xffffffffu, best, o);
+        if (dev_o > best_dev || (dev_o == best_dev && best_o < best)) {
+            best_dev = dev_o;
+            best = best_o;
+        }
+    }
+    if (lane != 0)
+        return;
+    /* to_analysis(): round(i * up / down), halves up */
+    int64_t r_a = (2 * best * (int64_t)a->up + (int64_t)a->down) / (2 * (int64_t)a->down);
+    if (r_a > n_a - 1)
+        r_a = n_a - 1;
+    if (best < 1 || r_a < 1)
+        return;
+    a->ref_in[b] = best;
+    a->ref_a[b] = r_a;
+}
+#undef LANES
+
 static __device__ bool order_suspect(const struct detect_args *a, size_t b)
 {
     bool bad = a->ref_in[b] < 0;
@@ -506,13 +622,14 @@ static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
 }
 
 /* Steps 6 and 7 in one block (a short lead, with front_small_kernel): the accepted
- * candidates compacted (block_compact: the same positions in the same order), each refined,
- * then the ordering check and the copy or the sequential test, in place of the order flag's
+ * candidates compacted (block_compact: the same positions in the same order), each refined
+ * by a warp (refine_beat_warp), then the ordering check and the copy or the sequential test, in place of the order flag's
  * memset and six launches. Same functions, same peaks. */
 static __device__ __forceinline__ void settle_small_body(struct detect_args a, size_t max_cand)
 {
     __shared__ detect_small_scan::TempStorage temp;
     __shared__ int bad;
+    __shared__ float pts[DETECT_SMALL_THREADS / 32][DETECT_BASELINE_POINTS + 2];
     cpos_of positions;
     positions.cpos = a.cpos;
     block_compact(a.flag, max_cand, positions, a.beats_c, a.n_acc, temp);
@@ -520,8 +637,10 @@ static __device__ __forceinline__ void settle_small_body(struct detect_args a, s
         bad = 0;
     __syncthreads();
     const size_t n_acc = (size_t)*a.n_acc;
-    for (size_t b = threadIdx.x; b < n_acc; b += DETECT_SMALL_THREADS)
-        refine_beat(&a, b, n_acc);
+    /* a warp per beat (refine_beat_warp: the same peaks as refine_beat) */
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (size_t b = warp; b < n_acc; b += DETECT_SMALL_THREADS / 32)
+        refine_beat_warp(&a, b, n_acc, lane, pts[warp]);
     __syncthreads();
     for (size_t b = threadIdx.x; b < n_acc; b += DETECT_SMALL_THREADS)
         if (order_suspect(&a, b))

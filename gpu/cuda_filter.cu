@@ -538,8 +538,11 @@ static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
 {
     __shared__ float stage[3 * BAND_STAGE_MAX];
     const struct small_front *m = &ms[blockIdx.y];
-    const struct band_layout &b = m->band;
-    float *f = m->filtered;
+    /* the layout held in registers: its fields are not loaded again from the table in global
+     * memory after every barrier, on which ncu showed the block's warps waiting for most of
+     * the step (bench/RESULTS.md) */
+    const struct band_layout b = m->band;
+    float *const f = m->filtered;
     float *s_f = stage, *s_hi = stage + BAND_STAGE_MAX, *s_lo = stage + 2 * BAND_STAGE_MAX;
     for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS) {
         s_f[i] = f[i];
