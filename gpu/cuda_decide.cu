@@ -21,17 +21,19 @@
 #include <stdint.h>
 
 #include "cpu/detect_params.h" /* the detector's constants, shared with decide.c */
-#include "cpu/noise_core.h"    /* noise_threshold */
+#include "cpu/noise_core.h"    /* noise_threshold_factor, noise_threshold_at */
 #include "cuda_detect_common.cuh"
 #include "cuda_small.cuh"
 
 /* ---------------------------------------------------------------- 1: the pass by blocks */
 
 /*
- * Where the decision pass reads the candidates (positions, heights, slopes) and the crest
- * factors: the global arrays (a long record's blocks: every load waits for the L2), or a copy
- * the CUDA block staged in shared memory (a batched short lead: all its candidates fit), read
- * at shared-memory latency. The same values either way.
+ * Where the decision pass reads the candidates (positions, heights, slopes) and each crest
+ * window's threshold factor (noise_threshold_factor): the global arrays, the factor taken from
+ * the window's crest at each candidate (a long record's blocks: every load waits for the L2),
+ * or a copy the CUDA block staged in shared memory with the factors it took once per window
+ * (a batched short lead: all its candidates fit), read at shared-memory latency, which also
+ * takes the factor's division off the pass's one thread. The same values either way.
  */
 struct cand_global {
     const int64_t *cpos;
@@ -39,16 +41,20 @@ struct cand_global {
     __device__ int64_t pos(size_t k) const { return __ldg(&cpos[k]); }
     __device__ float h(size_t k) const { return __ldg(&height[k]); }
     __device__ float sl(size_t k) const { return __ldg(&slope[k]); }
-    __device__ float cr(size_t w) const { return __ldg(&crest[w]); }
+    __device__ double factor(size_t w) const
+    {
+        return noise_threshold_factor(__ldg(&crest[w]), DETECT_THRESHOLD);
+    }
 };
 
 struct cand_staged {
     const int64_t *cpos; /* shared memory, all of the lead's candidates and windows */
-    const float *height, *slope, *crest;
+    const float *height, *slope;
+    const double *factors;
     __device__ int64_t pos(size_t k) const { return cpos[k]; }
     __device__ float h(size_t k) const { return height[k]; }
     __device__ float sl(size_t k) const { return slope[k]; }
-    __device__ float cr(size_t w) const { return crest[w]; }
+    __device__ double factor(size_t w) const { return factors[w]; }
 };
 
 /* The first candidate at or after pos (n_cand if none): decide.c's first_candidate_from(). */
@@ -232,8 +238,8 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
             continue;
         const float h = src.h(k);
         /* the threshold rises where noise fills the floor between beats (noise_core.h) */
-        const float crest = src.cr((size_t)pos / a.crest_win);
-        const double threshold = noise_threshold(spk, npk, crest, DETECT_THRESHOLD);
+        const double threshold =
+            noise_threshold_at(spk, npk, src.factor((size_t)pos / a.crest_win));
         if ((double)h <= threshold ||
             (last >= 0 && pos - last < a.twave &&
              (double)src.sl(k) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))) {
@@ -271,8 +277,9 @@ static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
 /*
  * The batched front's (cuda_small.cuh): member blockIdx.y's decision block blockIdx.x. A short
  * lead's candidates and crest windows fit in shared memory: the block's DECIDE_THREADS threads
- * copy them there, and the pass's thread reads the copy, instead of waiting for the L2 at
- * every candidate (two dependent loads each: the position, then its window's crest factor).
+ * copy the candidates there and take each window's threshold factor, and the pass's thread
+ * reads them, instead of waiting for the L2 at every candidate (two dependent loads each: the
+ * position, then its window's crest) and dividing for the factor there.
  * A lead with more falls back to the global arrays. Same values, same order: the same flags.
  */
 #define DECIDE_THREADS 128
@@ -283,7 +290,8 @@ static __global__ void __launch_bounds__(DECIDE_THREADS)
     block_batch_kernel(const struct small_front *ms)
 {
     __shared__ int64_t s_pos[DECIDE_STAGE];
-    __shared__ float s_height[DECIDE_STAGE], s_slope[DECIDE_STAGE], s_crest[DECIDE_CREST];
+    __shared__ float s_height[DECIDE_STAGE], s_slope[DECIDE_STAGE];
+    __shared__ double s_factor[DECIDE_CREST];
     const struct small_front *m = &ms[blockIdx.y];
     const struct detect_args a = m->a;
     const size_t b = blockIdx.x;
@@ -302,9 +310,9 @@ static __global__ void __launch_bounds__(DECIDE_THREADS)
         s_slope[k] = a.slope[k];
     }
     for (size_t w = threadIdx.x; w < m->n_win; w += DECIDE_THREADS)
-        s_crest[w] = a.crest[w];
+        s_factor[w] = noise_threshold_factor(a.crest[w], DETECT_THRESHOLD);
     __syncthreads();
-    const struct cand_staged src = {s_pos, s_height, s_slope, s_crest};
+    const struct cand_staged src = {s_pos, s_height, s_slope, s_factor};
     if (threadIdx.x == 0)
         block_body(a, b, n_cand, src);
 }

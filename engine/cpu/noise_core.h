@@ -156,15 +156,29 @@ FUSE_FN float noise_crest(const double *peak, const double *mean, size_t n_win, 
     return (float)FUSE_DDIV(s, a);
 }
 
+/* Step 2's factor for a window of this crest factor: base where the crest is clean, rising to
+ * NOISE_THRESHOLD_NOISY where it is noisy. base is DETECT_THRESHOLD. It depends on the window
+ * alone, so a pass may take it once per window (the CUDA decision does). */
+FUSE_FN double noise_threshold_factor(float crest, double base)
+{
+    const double u = noise_ramp(FUSE_DSUB(NOISE_CREST_CLEAN, (double)crest), 0.0,
+                                NOISE_CREST_CLEAN - NOISE_CREST_NOISY);
+    return u > 0.0 ? FUSE_DADD(base, FUSE_DMUL(NOISE_THRESHOLD_NOISY - base, u)) : base;
+}
+
+/* Step 2: the threshold a candidate at a window of factor t (noise_threshold_factor) must
+ * exceed, from the pass's levels (NPK + t (SPK - NPK)). */
+FUSE_FN double noise_threshold_at(double spk, double npk, double t)
+{
+    return FUSE_DADD(npk, FUSE_DMUL(t, FUSE_DSUB(spk, npk)));
+}
+
 /* Step 2: the threshold a candidate at a window of this crest factor must exceed, from the
  * pass's levels (same operations as NPK + DETECT_THRESHOLD (SPK - NPK) where the crest is
  * clean). base is DETECT_THRESHOLD. */
 FUSE_FN double noise_threshold(double spk, double npk, float crest, double base)
 {
-    const double u = noise_ramp(FUSE_DSUB(NOISE_CREST_CLEAN, (double)crest), 0.0,
-                                NOISE_CREST_CLEAN - NOISE_CREST_NOISY);
-    const double t = u > 0.0 ? FUSE_DADD(base, FUSE_DMUL(NOISE_THRESHOLD_NOISY - base, u)) : base;
-    return FUSE_DADD(npk, FUSE_DMUL(t, FUSE_DSUB(spk, npk)));
+    return noise_threshold_at(spk, npk, noise_threshold_factor(crest, base));
 }
 
 #endif /* ECG_NOISE_CORE_H */
