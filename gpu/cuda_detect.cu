@@ -224,15 +224,13 @@ static __device__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
     return v < lo ? lo : (v > hi ? hi : v);
 }
 
-/* Thread b: accepted candidate b refined to the input grid (detect.c's refine_all body and
- * refine_peak); ref_in[b] = -1 when the CPU would skip it before the ordering test. */
-/* Accepted candidate b of n_acc refined to the input grid: ref_in[b] and ref_a[b], or
- * ref_in[b] = -1 when it is dropped (detect.c's refine_all, one beat). */
-static __device__ void refine_beat(const struct detect_args *a, size_t b, size_t n_acc)
+/* Accepted candidate b of n_acc on the input grid (*ci) and its search window [*lo, *hi]
+ * there (empty when *lo > *hi): detect.c's refine_all, the window of one beat. */
+static __device__ void refine_window(const struct detect_args *a, size_t b, size_t n_acc,
+                                     int64_t *ci_out, int64_t *lo_out, int64_t *hi_out)
 {
-    const int64_t n_in = (int64_t)a->n_in, n_a = (int64_t)a->n_a;
-    const int64_t c = a->beats_c[b];
-    const int64_t ci = clamp64(to_input(c, a->up, a->down), 0, n_in - 1);
+    const int64_t n_in = (int64_t)a->n_in;
+    const int64_t ci = clamp64(to_input(a->beats_c[b], a->up, a->down), 0, n_in - 1);
     int64_t lo = ci - a->reach_in, hi = ci + a->reach_in;
     if (b > 0) {
         int64_t mid = (to_input(a->beats_c[b - 1], a->up, a->down) + ci) / 2 + 1;
@@ -244,8 +242,47 @@ static __device__ void refine_beat(const struct detect_args *a, size_t b, size_t
         if (hi > mid)
             hi = mid;
     }
-    lo = clamp64(lo, 0, n_in - 1);
-    hi = clamp64(hi, 0, n_in - 1);
+    *ci_out = ci;
+    *lo_out = clamp64(lo, 0, n_in - 1);
+    *hi_out = clamp64(hi, 0, n_in - 1);
+}
+
+/* Beat b refined to input sample best: ref_in[b] and ref_a[b] (the analysis grid's), unless
+ * the CPU drops it there (ref_in[b] stays -1). */
+static __device__ void refine_keep(const struct detect_args *a, size_t b, int64_t best)
+{
+    const int64_t n_a = (int64_t)a->n_a;
+    /* to_analysis(): round(i * up / down), halves up */
+    int64_t r_a = (2 * best * (int64_t)a->up + (int64_t)a->down) / (2 * (int64_t)a->down);
+    if (r_a > n_a - 1)
+        r_a = n_a - 1;
+    if (best < 1 || r_a < 1)
+        return;
+    a->ref_in[b] = best;
+    a->ref_a[b] = r_a;
+}
+
+/* The polarity the peak is searched with: the larger lobe's sign, switched when the samples'
+ * deviation from the baseline on the other side is DETECT_POLARITY_SWITCH times as large
+ * (up, down: the largest deviation above and below it). */
+static __device__ __forceinline__ int refine_polarity(int sign, float up, float down)
+{
+    if (sign > 0 && (double)down > DMUL(DETECT_POLARITY_SWITCH, (double)up))
+        return -1;
+    if (sign < 0 && (double)up > DMUL(DETECT_POLARITY_SWITCH, (double)down))
+        return 1;
+    return sign;
+}
+
+/* Accepted candidate b of n_acc refined to the input grid (detect.c's refine_all body and
+ * refine_peak): ref_in[b] and ref_a[b], or ref_in[b] = -1 when the CPU would skip it before
+ * the ordering test. */
+static __device__ void refine_beat(const struct detect_args *a, size_t b, size_t n_acc)
+{
+    const int64_t n_in = (int64_t)a->n_in, n_a = (int64_t)a->n_a;
+    const int64_t c = a->beats_c[b];
+    int64_t ci, lo, hi;
+    refine_window(a, b, n_acc, &ci, &lo, &hi);
     a->ref_in[b] = -1;
     if (lo > hi)
         return;
@@ -276,10 +313,7 @@ static __device__ void refine_beat(const struct detect_args *a, size_t b, size_t
         if (-dev > down)
             down = -dev;
     }
-    if (sign > 0 && (double)down > DMUL(DETECT_POLARITY_SWITCH, (double)up))
-        sign = -1;
-    else if (sign < 0 && (double)up > DMUL(DETECT_POLARITY_SWITCH, (double)down))
-        sign = 1;
+    sign = refine_polarity(sign, up, down);
     int64_t best = lo;
     float best_dev = -INFINITY;
     for (int64_t i = lo; i <= hi; i++) {
@@ -289,14 +323,7 @@ static __device__ void refine_beat(const struct detect_args *a, size_t b, size_t
             best = i;
         }
     }
-    /* to_analysis(): round(i * up / down), halves up */
-    int64_t r_a = (2 * best * (int64_t)a->up + (int64_t)a->down) / (2 * (int64_t)a->down);
-    if (r_a > n_a - 1)
-        r_a = n_a - 1;
-    if (best < 1 || r_a < 1)
-        return;
-    a->ref_in[b] = best;
-    a->ref_a[b] = r_a;
+    refine_keep(a, b, best);
 }
 
 static __global__ void refine_kernel(struct detect_args a)
@@ -328,20 +355,8 @@ static __device__ void refine_beat_warp(const struct detect_args *a, size_t b, s
 {
     const int64_t n_in = (int64_t)a->n_in, n_a = (int64_t)a->n_a;
     const int64_t c = a->beats_c[b];
-    const int64_t ci = clamp64(to_input(c, a->up, a->down), 0, n_in - 1);
-    int64_t lo = ci - a->reach_in, hi = ci + a->reach_in;
-    if (b > 0) {
-        int64_t mid = (to_input(a->beats_c[b - 1], a->up, a->down) + ci) / 2 + 1;
-        if (lo < mid)
-            lo = mid;
-    }
-    if (b + 1 < n_acc) {
-        int64_t mid = (ci + to_input(a->beats_c[b + 1], a->up, a->down)) / 2;
-        if (hi > mid)
-            hi = mid;
-    }
-    lo = clamp64(lo, 0, n_in - 1);
-    hi = clamp64(hi, 0, n_in - 1);
+    int64_t ci, lo, hi;
+    refine_window(a, b, n_acc, &ci, &lo, &hi);
     if (lane == 0)
         a->ref_in[b] = -1;
     if (lo > hi)
@@ -391,10 +406,7 @@ static __device__ void refine_beat_warp(const struct detect_args *a, size_t b, s
         up = up_o > up ? up_o : up;
         down = down_o > down ? down_o : down;
     }
-    if (sign > 0 && (double)down > DMUL(DETECT_POLARITY_SWITCH, (double)up))
-        sign = -1;
-    else if (sign < 0 && (double)up > DMUL(DETECT_POLARITY_SWITCH, (double)down))
-        sign = 1;
+    sign = refine_polarity(sign, up, down);
     int64_t best = lo;
     float best_dev = -INFINITY;
     for (int64_t i = lo + lane; i <= hi; i += LANES) {
@@ -412,16 +424,8 @@ static __device__ void refine_beat_warp(const struct detect_args *a, size_t b, s
             best = best_o;
         }
     }
-    if (lane != 0)
-        return;
-    /* to_analysis(): round(i * up / down), halves up */
-    int64_t r_a = (2 * best * (int64_t)a->up + (int64_t)a->down) / (2 * (int64_t)a->down);
-    if (r_a > n_a - 1)
-        r_a = n_a - 1;
-    if (best < 1 || r_a < 1)
-        return;
-    a->ref_in[b] = best;
-    a->ref_a[b] = r_a;
+    if (lane == 0)
+        refine_keep(a, b, best);
 }
 #undef LANES
 
