@@ -21,10 +21,12 @@
  *      all are copied in parallel, otherwise one thread applies it in sequence.
  * One lead of at most SMALL_MAX samples (short strips: a 10-s strip at 250 Hz is 2,500) takes
  * steps 1-3 in one block (front_small_kernel), the rhythm check in another
- * (cuda_insert.cu's insert_small_kernel) and steps 6-7 in a third (settle_small_kernel), with
- * the same per-sample functions and block-wide compactions that give what the device-wide ones
- * give: a short strip's front is launched as a CUDA graph per analysis (cuda_batch.cu), whose
- * launch costs the host about 0.2-0.35 us per node (bench/RESULTS.md).
+ * (cuda_insert.cu's insert_small_kernel) and steps 6-7 in a third (settle_small_kernel, each
+ * beat refined by a warp: refine_beat_warp), with the same per-sample functions and block-wide
+ * compactions that give what the device-wide ones give: a short strip's front is launched as a
+ * CUDA graph per analysis (cuda_batch.cu), whose launch costs the host about 0.2-0.35 us per
+ * node (bench/RESULTS.md). A batched pass (cuda_small.cuh) runs the same bodies for all its
+ * members at once, steps 1-4 in one kernel and the rhythm check with steps 6-7 in another.
  * cuda_detect() lays out the arguments (cuda_detect_common.cuh) and the scratch they point
  * into for all the steps, cuda_decide()'s included.
  *
