@@ -81,14 +81,16 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
         const struct batch_times *t = &b->times;
         fprintf(stderr,
                 "cuda batch lane %u: %llu batches, %llu members over %.3f s; seconds in step 1 "
-                "(fronts) %.3f of which packing %.3f and the rows %.3f, step 2 (backs) %.3f of which waiting "
-                "%.3f, splitting batched tables %.3f and handing them back %.3f, step 3 (tables) "
+                "(fronts) %.3f of which packing %.3f and the rows %.3f, step 2 (backs) %.3f of "
+                "which waiting %.3f, splitting batched tables %.3f and handing them back %.3f, "
+                "step 3 (tables) "
                 "%.3f of which waiting %.3f and handing back %.3f; per member %.1f us; a front "
                 "graph's launch %.2f us (%zu nodes), a back graph's %.2f us (%zu nodes), a batched "
                 "pass's %.2f us (%zu nodes, %llu replays); %llu fronts in batched short fronts, "
                 "%llu backs in batched backs\n",
                 b->lane, t->batches, t->members, cuda_now_s() - t->since, t->front, t->pack,
-                t->rows, t->back, t->wait_count, t->small_split, t->small_done, t->fetch, t->wait_table, t->done,
+                t->rows, t->back, t->wait_count, t->small_split, t->small_done, t->fetch,
+                t->wait_table, t->done,
                 1e6 * (t->front + t->back + t->fetch) / (double)t->members,
                 t->front_replays ? 1e6 * t->front_launch / (double)t->front_replays : 0.0,
                 t->front_nodes,

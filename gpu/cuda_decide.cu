@@ -74,13 +74,14 @@ static __device__ size_t first_candidate_from(const Src &src, size_t n_cand, int
 
 /*
  * One thread (one per CUDA block, so that no two runs share a warp and diverge), reading the
- * candidates from src: the sequential decision pass over block b's window, decide.c's cpu_decide_block_window() and
- * cpu_decide_window() (read there why the pass runs by blocks): fresh state at the origin
- * (block start minus the warm-up), levels learnt from the candidates of its first
- * DETECT_LEARN_S, candidates seen up to the horizon, beats marked only inside the block, and a
- * stop at the first beat at or past the block's end. Blocks mark disjoint candidates, so
- * threads never write the same flag. block_first[b] and block_last[b] get the first and last
- * beat marked (k = SIZE_MAX: none), with what merge_kernel needs of them.
+ * candidates from src: the sequential decision pass over block b's window, decide.c's
+ * cpu_decide_block_window() and cpu_decide_window() (read there why the pass runs by
+ * blocks): fresh state at the origin (block start minus the warm-up), levels learnt from the
+ * candidates of its first DETECT_LEARN_S, candidates seen up to the horizon, beats marked only
+ * inside the block, and a stop at the first beat at or past the block's end. Blocks mark
+ * disjoint candidates, so threads never write the same flag. block_first[b] and
+ * block_last[b] get the first and last beat marked (k = SIZE_MAX: none), with what
+ * merge_kernel needs of them.
  *
  * Written for one thread's latency: the state lives in registers (no arrays indexed at run
  * time, which would put it in local memory), and the RR mean keeps a running sum of the last
@@ -154,14 +155,14 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
 #define ACCEPT(kk, gain)                                                                   \
     do {                                                                                   \
         const size_t acc_k = (kk);                                                         \
-        const int64_t acc_pos = src.pos(acc_k);                                       \
+        const int64_t acc_pos = src.pos(acc_k);                                            \
         if (acc_pos >= emit_lo && acc_pos < emit_hi) {                                     \
             flag[acc_k] = 1;                                                               \
             if (first_mark == SIZE_MAX)                                                    \
                 first_mark = acc_k;                                                        \
             last_mark = acc_k;                                                             \
         }                                                                                  \
-        spk = DADD(DMUL((gain), (double)src.h(acc_k)), DMUL(1.0 - (gain), spk));  \
+        spk = DADD(DMUL((gain), (double)src.h(acc_k)), DMUL(1.0 - (gain), spk));           \
         if (last >= 0) {                                                                   \
             const double rr_new = (double)(acc_pos - last);                                \
             if (n_rr >= DETECT_RR_COUNT)                                                   \
@@ -180,11 +181,11 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
         sb_limit = DMUL(DETECT_SEARCHBACK_RR, rr_mean);                                    \
         last = acc_pos;                                                                    \
         last_decay = acc_pos;                                                              \
-        last_slope = src.sl(acc_k);                                                 \
+        last_slope = src.sl(acc_k);                                                        \
         slope_level = DADD(DMUL(DETECT_LEVEL_GAIN, (double)last_slope),                    \
                            DMUL(1.0 - DETECT_LEVEL_GAIN, slope_level));                    \
         if ((gain) == DETECT_LEVEL_GAIN)                                                   \
-            beat_level = DADD(DMUL(DETECT_LEVEL_GAIN, (double)src.h(acc_k)),      \
+            beat_level = DADD(DMUL(DETECT_LEVEL_GAIN, (double)src.h(acc_k)),               \
                               DMUL(1.0 - DETECT_LEVEL_GAIN, beat_level));                  \
         after_last = acc_k + 1;                                                            \
     } while (0)

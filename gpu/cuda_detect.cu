@@ -629,8 +629,8 @@ static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
 
 /* Steps 6 and 7 in one block (a short lead, with front_small_kernel): the accepted
  * candidates compacted (block_compact: the same positions in the same order), each refined
- * by a warp (refine_beat_warp), then the ordering check and the copy or the sequential test, in place of the order flag's
- * memset and six launches. Same functions, same peaks. */
+ * by a warp (refine_beat_warp), then the ordering check and the copy or the sequential test,
+ * in place of the order flag's memset and six launches. Same functions, same peaks. */
 static __device__ __forceinline__ void settle_small_body(struct detect_args a, size_t max_cand)
 {
     __shared__ detect_small_scan::TempStorage temp;
