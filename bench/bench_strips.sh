@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench_strips.sh - analyses of recordings from 2 s to 20 h over HTTP, each cell measured as a
 # ratio to an HTTP sink in the same run: for every recording length and body format, wrk posts
-# the same body with the same clients first to bench/http_sink.c (libmicrohttpd with ecgd's
-# thread pool: reads the body, answers a fixed small JSON), then to ecgd on each backend.
+# the same body with the same clients first to bench/http_sink.c (libmicrohttpd with as many
+# threads as the ecgd server of the cell: reads the body, answers a fixed small JSON), then to
+# ecgd on each backend.
 # The sink is measured again right before each backend's cell, so a drifting machine load hits
 # both sides of a ratio alike.
 #
@@ -36,7 +37,9 @@
 #   CONNS           concurrent clients for recordings up to 80 s (default 64)
 #   BIG_CONNS       clients for longer recordings (default 4: each holds the whole body)
 #   DURATION        wrk duration per cell (default 10s); WRK_THREADS (default 2)
-#   WORKERS         ecgd --workers (default: CPUs); the sink gets ecgd's --io-threads
+#   WORKERS         ecgd --workers (default: CPUs)
+#   IO_THREADS      ecgd --io-threads (default: ecgd's own: its workers, which rise to
+#                   --max-batch where it batches); the sink always gets the server's count
 #   MODEL           .ecgm file or none (default models/default.ecgm)
 #   ECG_SHARED_DATA (default ../shared/data): the UCR ECG excerpt (250 Hz) tiled to each length
 #   ECG_CUDA_BATCH_TIMES  1: each CUDA batcher's time by step, printed after its server's cells
@@ -64,8 +67,8 @@ ONE_CLIENT_N=${ONE_CLIENT_N:-400}
 export ECG_SHARED_DATA=${ECG_SHARED_DATA:-../shared/data}
 cpus=$(nproc)
 WORKERS=${WORKERS:-$cpus}
-IO_THREADS=$WORKERS
-[ "$IO_THREADS" -lt 2 ] && IO_THREADS=2   # ecgd's own default for --io-threads
+IO_THREADS=${IO_THREADS:-}
+[ -n "$IO_THREADS" ] && [ "$IO_THREADS" -lt 2 ] && IO_THREADS=2   # ecgd's own floor
 LUA=bench/http_bench.lua
 
 for tool in wrk curl python3; do
@@ -106,11 +109,19 @@ for size in sys.argv[3:]:
     open("%s/s%s.f32" % (sys.argv[2], size), "wb").write(a.tobytes())
 PYTHON
 
-"$SINK" --threads "$IO_THREADS" --port-file "$tmp/sink.port" 2>"$tmp/sink.log" &
-sink_pid=$!
-for _ in $(seq 1 100); do [ -s "$tmp/sink.port" ] && break; sleep 0.05; done
-[ -s "$tmp/sink.port" ] || { echo "bench_strips: the sink did not start" >&2; cat "$tmp/sink.log" >&2; exit 1; }
-sink=http://127.0.0.1:$(cat "$tmp/sink.port")
+# start_sink N: (re)starts the sink with N threads, the server's own HTTP thread count; sets sink
+sink_threads=
+start_sink() {
+    [ "$1" = "$sink_threads" ] && return
+    [ -n "$sink_pid" ] && kill -TERM "$sink_pid" 2>/dev/null && wait "$sink_pid" 2>/dev/null
+    rm -f "$tmp/sink.port"
+    "$SINK" --threads "$1" --port-file "$tmp/sink.port" 2>"$tmp/sink.log" &
+    sink_pid=$!
+    for _ in $(seq 1 100); do [ -s "$tmp/sink.port" ] && break; sleep 0.05; done
+    [ -s "$tmp/sink.port" ] || { echo "bench_strips: the sink did not start" >&2; cat "$tmp/sink.log" >&2; exit 1; }
+    sink=http://127.0.0.1:$(cat "$tmp/sink.port")
+    sink_threads=$1
+}
 
 # wrk_cell URL FILE TYPE CONNS -> "rps p50_ms p99_ms requests non2xx socket_errors"
 wrk_cell() {
@@ -202,9 +213,10 @@ start_ecgd() { # start_ecgd cpu|cuda|cuda-unbatched|cuda-nographs: sets server_p
     cpu) ;;
     *) echo "bench_strips: unknown backend $1 (cpu, cuda, cuda-unbatched, cuda-nographs)" >&2; exit 1 ;;
     esac
+    [ -n "$IO_THREADS" ] && args+=(--io-threads "$IO_THREADS")
     env "${env[@]}" "$ECGD" serve --bind 127.0.0.1 --port 0 \
         --backend "${1%%-*}" "${args[@]}" \
-        --io-threads "$IO_THREADS" --max-body-mb 2048 --queue-depth 1024 --timeout-s 300 \
+        --max-body-mb 2048 --queue-depth 1024 --timeout-s 300 \
         --max-conns-per-ip 0 "${model_args[@]}" 2>"$tmp/server.log" &
     server_pid=$!
     local port=
@@ -216,13 +228,15 @@ start_ecgd() { # start_ecgd cpu|cuda|cuda-unbatched|cuda-nographs: sets server_p
     done
     [ -n "$port" ] || { echo "bench_strips: ecgd did not start" >&2; cat "$tmp/server.log" >&2; exit 1; }
     base=http://127.0.0.1:$port
-    local config
+    local config io
     config=$(grep -m1 '"event":"listening"' "$tmp/server.log" | python3 -c '
 import json, sys
 c = json.loads(sys.stdin.read())["config"]
 print("workers %d, max_batch %d, batch_window_us %d, batch_lanes %d" % (
     c["workers"], c["max_batch"], c["batch_window_us"], c["batch_lanes"]))')
-    echo "# ecgd $(curl -s "$base/v1/info" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["version"], "backend", d["backend"], "on", d["device"])') ($1: ${env[*]} ${args[*]}; $config), $IO_THREADS io threads, $cpus CPUs, model ${model_args[1]}"
+    io=$(grep -m1 '"event":"listening"' "$tmp/server.log" | grep -o '"io_threads":[0-9]*' | cut -d: -f2)
+    start_sink "$io"
+    echo "# ecgd $(curl -s "$base/v1/info" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["version"], "backend", d["backend"], "on", d["device"])') ($1: ${env[*]} ${args[*]}; $config), $io io threads (the sink's too), $cpus CPUs, model ${model_args[1]}"
 }
 
 rows=$tmp/rows

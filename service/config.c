@@ -48,8 +48,8 @@ static const struct opt_def opts[] = {
      "its affinity mask, capped by its cgroup's cpu.max quota; where the CUDA backend "
      "batches, at least --max-batch, as a batch's analyses wait in workers)"},
     {"--io-threads", "ECGD_IO_THREADS", OPT_UINT, FIELD(io_threads), 1, 64, "N",
-     "HTTP threads in the libmicrohttpd pool (default: --workers when given, else the number "
-     "of CPUs; at least 2)"},
+     "HTTP threads in the libmicrohttpd pool (default: the workers, given or default, at "
+     "least 2, at most 64)"},
     {"--max-body-mb", "ECGD_MAX_BODY_MB", OPT_MB, FIELD(max_body_bytes), 1, 1u << 20, "MB",
      "largest request body in MiB, checked while it streams (default 256)"},
     {"--timeout-s", "ECGD_TIMEOUT_S", OPT_UINT, FIELD(timeout_s), 1, 86400, "S",
@@ -290,12 +290,16 @@ enum svc_config_action svc_config_parse(struct svc_config *cfg, int argc, char *
         workers_given |= opt->offset == offsetof(struct svc_config, workers);
     }
 
-    /* the HTTP threads follow the CPU count or the operator's --workers, not the batching
-     * workers below: they only move bytes */
-    if (!cfg->io_threads)
-        cfg->io_threads = cfg->workers < 2 ? 2 : cfg->workers > 64 ? 64 : cfg->workers;
     if (!workers_given)
         cfg->workers = default_workers(cfg);
+    /* The HTTP threads follow the workers, the batching ones included: where the engine
+     * batches, an HTTP thread reads a short body and writes its answer itself (a worker's part
+     * otherwise), and libmicrohttpd keeps a connection on one thread, so with fewer threads
+     * than busy clients, answers queue behind each other's reading and writing on a thread
+     * while other cores idle (64 threads against 16 on a 16-core H100 host, 64 clients of
+     * 10-s strips: bench/RESULTS.md, session 12). */
+    if (!cfg->io_threads)
+        cfg->io_threads = cfg->workers < 2 ? 2 : cfg->workers > 64 ? 64 : cfg->workers;
     if (!cfg->model[0]) {
         fprintf(errs, "ecgd serve: --model must not be empty (use \"none\" for no model)\n");
         return SVC_CONFIG_EXIT_USAGE;

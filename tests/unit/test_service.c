@@ -202,8 +202,9 @@ static void test_config(void **state)
 
 /* Dynamic batching is on by default where the engine batches (ECG_BATCH_ANY=1 stands in for a
  * CUDA device here), and the default workers then rise to --max-batch, since a batch's analyses
- * wait in workers; an operator's --workers or ECGD_WORKERS is kept, and the HTTP threads stay
- * at the CPU count. The CPU backend never batches and keeps the CPU count. */
+ * wait in workers, and the HTTP threads with them (up to 64), since they then read short bodies
+ * and write their answers; an operator's --workers or ECGD_WORKERS is kept, and so is an
+ * operator's --io-threads. The CPU backend never batches and keeps the CPU count. */
 static void test_config_batching(void **state)
 {
     (void)state;
@@ -224,7 +225,11 @@ static void test_config_batching(void **state)
     setenv("ECG_BATCH_ANY", "1", 1);
     assert_int_equal(parse(&cfg, 3, cpu), SVC_CONFIG_RUN);
     assert_int_equal(cfg.workers, cpus > 64 ? cpus : 64);
-    assert_int_equal(cfg.io_threads, io);
+    assert_int_equal(cfg.io_threads, 64);
+    const char *io_given[] = {"serve", "--backend", "cpu", "--io-threads", "6"};
+    assert_int_equal(parse(&cfg, 5, io_given), SVC_CONFIG_RUN);
+    assert_int_equal(cfg.workers, cpus > 64 ? cpus : 64);
+    assert_int_equal(cfg.io_threads, 6);
     const char *wide[] = {"serve", "--backend", "cpu", "--max-batch", "100", "--batch-lanes", "3"};
     assert_int_equal(parse(&cfg, 7, wide), SVC_CONFIG_RUN);
     assert_int_equal(cfg.workers, 100);
