@@ -25,6 +25,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "ecg.h"
 #include "read_internal.h"
@@ -92,6 +95,17 @@ static inline uint64_t non_digit_bytes(uint64_t v)
 /* The positions of the '\n' bytes of [s, s + 64), as the bits of a word (bit i: s[i]). */
 static inline uint64_t newline_mask(const char *s)
 {
+#if defined(__SSE2__)
+    /* four 16-byte compares, each byte's result bit gathered by movemask (x86-64's baseline):
+     * the same bits as the word-at-a-time code below, in fewer operations */
+    const __m128i nl = _mm_set1_epi8('\n');
+    uint64_t mask = 0;
+    for (int i = 0; i < 4; i++) {
+        __m128i bytes = _mm_loadu_si128((const __m128i *)(const void *)(s + 16 * i));
+        mask |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, nl)) << (16 * i);
+    }
+    return mask;
+#else
     uint64_t mask = 0;
     for (int i = 0; i < 8; i++) {
         uint64_t flags = zero_bytes(load_word(s + 8 * i) ^ ('\n' * BYTES_01));
@@ -100,6 +114,7 @@ static inline uint64_t newline_mask(const char *s)
         mask |= ((flags >> 7) * 0x0102040810204080u >> 56) << (8 * i);
     }
     return mask;
+#endif
 }
 
 /*
