@@ -19,7 +19,7 @@
 #   ECGD, SINK      binaries (default BUILD/ecgd, BUILD/bench/http_sink)
 #   BACKENDS        backends in order (default "cpu"; "cuda cuda-unbatched cpu" on a GPU host):
 #                   "cuda" is the CUDA backend as shipped, no batching option given (dynamic
-#                   batching, --max-batch 64, --batch-window-us 200, 4 batchers per GPU, fronts
+#                   batching, --max-batch 64, --batch-window-us 100, 2 batchers per GPU, fronts
 #                   as CUDA graphs, and the workers that come with it: at least --max-batch);
 #                   "cuda-unbatched" the same with --max-batch 1 --workers WORKERS (each
 #                   analysis on its own pass); "cuda-nographs" the default with

@@ -93,7 +93,7 @@ static const struct opt_def opts[] = {
      "as does ECG_CUDA_BATCH=0; the CPU backend never batches; default 64)"},
     {"--batch-window-us", "ECGD_BATCH_WINDOW_US", OPT_UINT, FIELD(batch_window_us), 0, 100000,
      "US", "how long a batch waits for more analyses after its first one, in microseconds "
-     "(default 200)"},
+     "(default 100)"},
     {"--batch-lanes", "ECGD_BATCH_LANES", OPT_UINT, FIELD(batch_lanes), 1, ECG_BATCH_LANES_MAX,
      "N", "CUDA backend: batchers per GPU, each queuing its batches from a thread of its own "
      "(ECG_CUDA_BATCH_LANES overrides it; default 2)"},

@@ -30,7 +30,10 @@
 #define SVC_DEFAULT_STORE_TTL_S 3600u
 #define SVC_DEFAULT_ASYNC_MB 100u
 #define SVC_DEFAULT_MAX_BATCH 64u
-#define SVC_DEFAULT_BATCH_WINDOW_US 200u
+/* 100 us: a batch waits this long at most for the analyses still being read (CSV bodies take the
+ * HTTP threads ~40 us to read on an H100 host); against 200 us, the 10-s CSV cells gained 4.5 %
+ * and float32 1 % with 64 HTTP threads (bench/RESULTS.md, session 12) */
+#define SVC_DEFAULT_BATCH_WINDOW_US 100u
 
 struct svc_config {
     char bind[64];                 /* numeric IPv4 or IPv6 address to listen on */

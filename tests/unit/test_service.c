@@ -217,7 +217,7 @@ static void test_config_batching(void **state)
     const char *cpu[] = {"serve", "--backend", "cpu"};
     assert_int_equal(parse(&cfg, 3, cpu), SVC_CONFIG_RUN);
     assert_int_equal(cfg.max_batch, 64);
-    assert_int_equal(cfg.batch_window_us, 200);
+    assert_int_equal(cfg.batch_window_us, 100);
     assert_int_equal(cfg.batch_lanes, 2);
     assert_int_equal(cfg.workers, cpus);
     assert_int_equal(cfg.io_threads, io);
