@@ -234,7 +234,8 @@ import json, sys
 c = json.loads(sys.stdin.read())["config"]
 print("workers %d, max_batch %d, batch_window_us %d, batch_lanes %d" % (
     c["workers"], c["max_batch"], c["batch_window_us"], c["batch_lanes"]))')
-    io=$(grep -m1 '"event":"listening"' "$tmp/server.log" | grep -o '"io_threads":[0-9]*' | cut -d: -f2)
+    io=$(grep -m1 '"event":"listening"' "$tmp/server.log" | grep -o '"io_threads":[0-9]*' |
+         cut -d: -f2)
     start_sink "$io"
     echo "# ecgd $(curl -s "$base/v1/info" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["version"], "backend", d["backend"], "on", d["device"])') ($1: ${env[*]} ${args[*]}; $config), $io io threads (the sink's too), $cpus CPUs, model ${model_args[1]}"
 }
