@@ -25,9 +25,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
+
+#include <emmintrin.h> /* SSE2: x86-64's baseline, below -march=x86-64-v2 */
 
 #include "ecg.h"
 #include "read_internal.h"
@@ -77,13 +76,6 @@ static inline uint64_t load_word(const char *s)
     return v;
 }
 
-/* Bit 7 of each byte of the result: that byte of v is zero. Exact per byte: (x & 0x7f) + 0x7f
- * never carries out of its byte. */
-static inline uint64_t zero_bytes(uint64_t v)
-{
-    return ~(((v & BYTES_7F) + BYTES_7F) | v) & BYTES_80;
-}
-
 /* Bit 7 of each byte: that byte is not '0'..'9'. With x = c ^ '0', c is a digit exactly when
  * x < 10, i.e. neither x's bit 7 nor that of (x & 0x7f) + 0x76 is set; no sum leaves its byte. */
 static inline uint64_t non_digit_bytes(uint64_t v)
@@ -95,9 +87,7 @@ static inline uint64_t non_digit_bytes(uint64_t v)
 /* The positions of the '\n' bytes of [s, s + 64), as the bits of a word (bit i: s[i]). */
 static inline uint64_t newline_mask(const char *s)
 {
-#if defined(__SSE2__)
-    /* four 16-byte compares, each byte's result bit gathered by movemask (x86-64's baseline):
-     * the same bits as the word-at-a-time code below, in fewer operations */
+    /* four 16-byte compares, each byte's result bit gathered by movemask */
     const __m128i nl = _mm_set1_epi8('\n');
     uint64_t mask = 0;
     for (int i = 0; i < 4; i++) {
@@ -105,16 +95,6 @@ static inline uint64_t newline_mask(const char *s)
         mask |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, nl)) << (16 * i);
     }
     return mask;
-#else
-    uint64_t mask = 0;
-    for (int i = 0; i < 8; i++) {
-        uint64_t flags = zero_bytes(load_word(s + 8 * i) ^ ('\n' * BYTES_01));
-        /* bit 7 of byte j moves to bit 56 + j; the other products land below bit 56 without
-         * carrying into it (checked on all 256 patterns) */
-        mask |= ((flags >> 7) * 0x0102040810204080u >> 56) << (8 * i);
-    }
-    return mask;
-#endif
 }
 
 /*
