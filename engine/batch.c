@@ -19,29 +19,16 @@
 
 #define BATCH_PLANS 8 /* rates whose plans are kept */
 
-/*
- * Analyses waiting for a batch. By default the lanes share one queue: a lane that is free takes
- * what waits, so an analysis waits for the first lane to finish, not for the one its turn gave
- * it (ECG_BATCH_QUEUE=lanes: a queue per lane, analyses to them in turn, the rule before).
- * One lane at a time collects a batch from a queue; the others sleep until it has taken its
- * batch.
- */
-struct batch_queue {
-    pthread_mutex_t lock;
-    pthread_cond_t idle;     /* lanes without a batch: a first member, members a collector left
-                              * behind, or the batcher stopping */
-    pthread_cond_t collect;  /* the collector: a full batch, nobody left on the way, stopping */
-    struct ecg_batch_member *head, *tail;
-    size_t queued;
-    int inbound;             /* analyses announced to this queue, not yet queued or withdrawn
-                              * (atomic: raised without the lock, lowered under it) */
-    bool collecting;         /* a lane is collecting a batch from it (only while head is set) */
-    bool stopping;
-};
-
 struct batch_lane {
     struct ecg_batcher *owner;
-    struct batch_queue *queue;
+    pthread_mutex_t lock;
+    pthread_cond_t arrived;  /* the thread has something to re-check: a first member, a full
+                              * batch, nobody left on the way, or the batcher stopping */
+    struct ecg_batch_member *head, *tail;
+    size_t queued;
+    int inbound;             /* analyses announced to this lane, not yet queued or withdrawn
+                              * (atomic: raised without the lock, lowered under it) */
+    bool stopping;
     bool started;            /* thread running (joined by destroy) */
     pthread_t thread;
     void *batch;             /* ops->batch_create's, or NULL */
@@ -62,12 +49,11 @@ struct ecg_batcher {
     bool with_model;
     unsigned max_batch;
     double window_ms;
-    unsigned n_lanes, n_queues; /* n_queues: 1 (shared), or n_lanes (ECG_BATCH_QUEUE=lanes) */
+    unsigned n_lanes;
     bool wait_all;           /* ECG_BATCH_WAIT=all: a batch waits while any analysis is on its
-                              * way to any queue (the rule before per-queue counts; sweeps) */
-    unsigned next_queue;     /* round-robin (atomic) */
+                              * way to any lane (the rule before per-lane counts; sweeps) */
+    unsigned next_lane;      /* round-robin (atomic) */
     struct batch_lane *lanes;
-    struct batch_queue *queues;
     pthread_mutex_t plan_lock;
     struct plan_slot plans[BATCH_PLANS];
     uint64_t plan_clock;
@@ -225,63 +211,52 @@ static void wait_until(pthread_cond_t *cond, pthread_mutex_t *lock, double deadl
     (void)pthread_cond_timedwait(cond, lock, &ts);
 }
 
-/* Analyses on their way that q's batch waits for: its own, or (wait_all) every queue's. */
-static int on_the_way(struct ecg_batcher *b, struct batch_queue *q)
+/* Analyses on their way that lane's batch waits for: its own, or (wait_all) every lane's. */
+static int on_the_way(struct ecg_batcher *b, struct batch_lane *lane)
 {
     int n = 0;
     if (!b->wait_all)
-        return __atomic_load_n(&q->inbound, __ATOMIC_ACQUIRE);
-    for (unsigned i = 0; i < b->n_queues; i++)
-        n += __atomic_load_n(&b->queues[i].inbound, __ATOMIC_ACQUIRE);
+        return __atomic_load_n(&lane->inbound, __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < b->n_lanes; i++)
+        n += __atomic_load_n(&b->lanes[i].inbound, __ATOMIC_ACQUIRE);
     return n;
 }
 
 /*
- * The lane's thread: waits until its queue holds a member that no other lane is collecting,
- * then collects up to max_batch until the window since the first one's arrival has passed or
- * no other analysis is on its way to the queue (at once when stopping: draining must not wait
- * for more), and runs them outside the lock; run_batch hands each member back as it completes
- * (the members are not touched afterwards). Exits once stopping and the queue is empty.
+ * The lane's thread: waits for a first member, collects up to max_batch until the window since
+ * that member's arrival has passed or no other analysis is on its way to this lane (at once when
+ * stopping: draining must not wait for more), and runs them outside the lock; run_batch hands
+ * each member back as it completes (the members are not touched afterwards). Exits once
+ * stopping and the queue is empty.
  */
 static void *lane_main(void *arg)
 {
     struct batch_lane *lane = arg;
     struct ecg_batcher *b = lane->owner;
-    struct batch_queue *q = lane->queue;
-    pthread_mutex_lock(&q->lock);
+    pthread_mutex_lock(&lane->lock);
     for (;;) {
-        while (!q->stopping && (!q->head || q->collecting))
-            pthread_cond_wait(&q->idle, &q->lock);
-        if (q->collecting) { /* stopping: the collector drains, then wakes the others */
-            pthread_cond_wait(&q->idle, &q->lock);
-            continue;
-        }
-        if (!q->head)
+        while (!lane->head && !lane->stopping)
+            pthread_cond_wait(&lane->arrived, &lane->lock);
+        if (!lane->head)
             break; /* stopping and drained */
-        q->collecting = true;
-        const double deadline = q->head->enqueued_ms + b->window_ms;
-        /* waiting for more is worth it only while some are on their way to this queue: a lone
+        const double deadline = lane->head->enqueued_ms + b->window_ms;
+        /* waiting for more is worth it only while some are on their way to this lane: a lone
          * client's analysis starts at once, and so does a batch whose clients have all come */
-        while (q->queued < b->max_batch && !q->stopping && batch_now_ms() < deadline &&
-               on_the_way(b, q) > 0)
-            wait_until(&q->collect, &q->lock, deadline);
+        while (lane->queued < b->max_batch && !lane->stopping && batch_now_ms() < deadline &&
+               on_the_way(b, lane) > 0)
+            wait_until(&lane->arrived, &lane->lock, deadline);
         size_t n = 0;
         const double start = batch_now_ms();
-        while (q->head && n < b->max_batch) {
-            struct ecg_batch_member *m = q->head;
-            q->head = m->next;
+        while (lane->head && n < b->max_batch) {
+            struct ecg_batch_member *m = lane->head;
+            lane->head = m->next;
             m->next = NULL;
             lane->run[n++] = m;
         }
-        if (!q->head)
-            q->tail = NULL;
-        q->queued -= n;
-        q->collecting = false;
-        if (q->stopping)
-            pthread_cond_broadcast(&q->idle);
-        else if (q->head) /* more than a batch: another lane takes the rest */
-            pthread_cond_signal(&q->idle);
-        pthread_mutex_unlock(&q->lock);
+        if (!lane->head)
+            lane->tail = NULL;
+        lane->queued -= n;
+        pthread_mutex_unlock(&lane->lock);
 
         for (size_t i = 0; i < n; i++) {
             lane->run[i]->queue_ms = start - lane->run[i]->enqueued_ms;
@@ -289,40 +264,39 @@ static void *lane_main(void *arg)
         }
         run_batch(lane, lane->run, n);
 
-        pthread_mutex_lock(&q->lock);
+        pthread_mutex_lock(&lane->lock);
     }
-    pthread_mutex_unlock(&q->lock);
+    pthread_mutex_unlock(&lane->lock);
     return NULL;
 }
 
 unsigned ecg_batcher_announce(struct ecg_batcher *b)
 {
-    unsigned pick = b->n_queues == 1 ? 0
-                    : __atomic_fetch_add(&b->next_queue, 1u, __ATOMIC_RELAXED) % b->n_queues;
-    __atomic_fetch_add(&b->queues[pick].inbound, 1, __ATOMIC_ACQ_REL);
+    unsigned pick = __atomic_fetch_add(&b->next_lane, 1u, __ATOMIC_RELAXED) % b->n_lanes;
+    __atomic_fetch_add(&b->lanes[pick].inbound, 1, __ATOMIC_ACQ_REL);
     return pick;
 }
 
-/* One announced analysis of q no longer on its way (q->lock held); wakes a collector that
- * waits for nobody else. */
-static void queue_arrived(struct batch_queue *q)
+/* One announced analysis of lane no longer on its way (lane->lock held); wakes a collector
+ * that waits for nobody else. */
+static void lane_arrived(struct batch_lane *lane)
 {
-    if (__atomic_sub_fetch(&q->inbound, 1, __ATOMIC_ACQ_REL) == 0 && q->collecting)
-        pthread_cond_signal(&q->collect);
+    if (__atomic_sub_fetch(&lane->inbound, 1, __ATOMIC_ACQ_REL) == 0 && lane->head)
+        pthread_cond_signal(&lane->arrived);
 }
 
-void ecg_batcher_withdraw(struct ecg_batcher *b, unsigned queue)
+void ecg_batcher_withdraw(struct ecg_batcher *b, unsigned lane_index)
 {
-    struct batch_queue *q = &b->queues[queue];
-    pthread_mutex_lock(&q->lock);
-    queue_arrived(q);
-    pthread_mutex_unlock(&q->lock);
+    struct batch_lane *lane = &b->lanes[lane_index];
+    pthread_mutex_lock(&lane->lock);
+    lane_arrived(lane);
+    pthread_mutex_unlock(&lane->lock);
 }
 
 bool ecg_batcher_queue(struct ecg_batcher *b, struct ecg_batch_job *job, void (*done)(void *),
                        void *arg)
 {
-    struct batch_queue *q = &b->queues[job->queue];
+    struct batch_lane *lane = &b->lanes[job->lane];
     struct ecg_batch_member *m = &job->m;
     m->next = NULL;
     m->done = done;
@@ -331,32 +305,29 @@ bool ecg_batcher_queue(struct ecg_batcher *b, struct ecg_batch_job *job, void (*
     m->status = ECG_OK;
     m->retry_alone = false;
     job->queued = true; /* the announce is the batcher's to withdraw from here */
-    pthread_mutex_lock(&q->lock);
-    if (q->stopping) {
-        queue_arrived(q);
-        pthread_mutex_unlock(&q->lock);
+    pthread_mutex_lock(&lane->lock);
+    if (lane->stopping) {
+        lane_arrived(lane);
+        pthread_mutex_unlock(&lane->lock);
         return false;
     }
     m->enqueued_ms = batch_now_ms();
-    const bool first = !q->head; /* then nobody is collecting: a lane is woken to */
-    if (q->tail)
-        q->tail->next = m;
+    const bool first = !lane->head;
+    if (lane->tail)
+        lane->tail->next = m;
     else
-        q->head = m;
-    q->tail = m;
-    q->queued++;
+        lane->head = m;
+    lane->tail = m;
+    lane->queued++;
     /* under the lock: a collector that sees the count drop sees this member queued too; the
-     * collector is woken only when it has something new to decide (full, or nobody else on the
-     * way), not once per member, and after the unlock, so that it does not wake only to wait
-     * for the lock */
-    const bool none_left = __atomic_sub_fetch(&q->inbound, 1, __ATOMIC_ACQ_REL) == 0;
-    const bool wake_collector =
-        q->collecting && (none_left || q->queued >= b->max_batch || b->wait_all);
-    pthread_mutex_unlock(&q->lock);
-    if (first)
-        pthread_cond_signal(&q->idle);
-    if (wake_collector)
-        pthread_cond_signal(&q->collect);
+     * thread is woken only when it has something new to decide (a batch to start, full, or
+     * nobody else on the way), not once per member, and after the unlock, so that it does
+     * not wake only to wait for the lock */
+    const bool wake = __atomic_sub_fetch(&lane->inbound, 1, __ATOMIC_ACQ_REL) == 0 || first ||
+                      lane->queued >= b->max_batch || b->wait_all;
+    pthread_mutex_unlock(&lane->lock);
+    if (wake)
+        pthread_cond_signal(&lane->arrived);
     return true;
 }
 
@@ -388,17 +359,16 @@ void ecg_batcher_destroy(struct ecg_batcher *b)
 {
     if (!b)
         return;
-    for (unsigned i = 0; b->queues && i < b->n_queues; i++) {
-        struct batch_queue *q = &b->queues[i];
-        pthread_mutex_lock(&q->lock);
-        q->stopping = true;
-        pthread_cond_broadcast(&q->idle);
-        pthread_cond_broadcast(&q->collect);
-        pthread_mutex_unlock(&q->lock);
+    for (unsigned i = 0; b->lanes && i < b->n_lanes; i++) {
+        struct batch_lane *lane = &b->lanes[i];
+        if (!lane->started)
+            continue;
+        pthread_mutex_lock(&lane->lock);
+        lane->stopping = true;
+        pthread_cond_broadcast(&lane->arrived);
+        pthread_mutex_unlock(&lane->lock);
+        pthread_join(lane->thread, NULL);
     }
-    for (unsigned i = 0; b->lanes && i < b->n_lanes; i++)
-        if (b->lanes[i].started)
-            pthread_join(b->lanes[i].thread, NULL);
     for (unsigned i = 0; b->lanes && i < b->n_lanes; i++) {
         struct batch_lane *lane = &b->lanes[i];
         if (lane->batch)
@@ -406,17 +376,13 @@ void ecg_batcher_destroy(struct ecg_batcher *b)
         if (lane->ctx)
             b->ops->ctx_destroy(lane->ctx);
         free(lane->run);
-    }
-    for (unsigned i = 0; b->queues && i < b->n_queues; i++) {
-        pthread_cond_destroy(&b->queues[i].idle);
-        pthread_cond_destroy(&b->queues[i].collect);
-        pthread_mutex_destroy(&b->queues[i].lock);
+        pthread_cond_destroy(&lane->arrived);
+        pthread_mutex_destroy(&lane->lock);
     }
     for (unsigned i = 0; i < BATCH_PLANS; i++)
         ecg_plan_fini(&b->plans[i].plan);
     pthread_mutex_destroy(&b->plan_lock);
     free(b->lanes);
-    free(b->queues);
     free(b);
 }
 
@@ -441,32 +407,19 @@ struct ecg_batcher *ecg_batcher_create(const struct ecg_backend_ops *ops, void *
     const char *wait = getenv("ECG_BATCH_WAIT");
     b->wait_all = wait && !strcmp(wait, "all");
     pthread_mutex_init(&b->plan_lock, NULL);
-    /* the stage-by-stage runner: one lane (ECG_BATCH_ANY_LANES=N: N, for tests of the queues) */
-    const char *any_lanes = getenv("ECG_BATCH_ANY_LANES");
-    b->n_lanes = native ? ops->batch_lanes(state) : any_lanes ? (unsigned)atoi(any_lanes) : 1;
-    if (b->n_lanes > 8)
-        b->n_lanes = 8;
+    b->n_lanes = native ? ops->batch_lanes(state) : 1;
     if (b->n_lanes < 1)
         b->n_lanes = 1;
-    const char *queue = getenv("ECG_BATCH_QUEUE");
-    b->n_queues = queue && !strcmp(queue, "lanes") ? b->n_lanes : 1;
-    b->queues = calloc(b->n_queues, sizeof *b->queues);
-    if (b->queues) /* destroy tears down only what it finds: these first, all at once */
-        for (unsigned i = 0; i < b->n_queues; i++) {
-            pthread_mutex_init(&b->queues[i].lock, NULL);
-            pthread_cond_init(&b->queues[i].idle, NULL);
-            pthread_cond_init(&b->queues[i].collect, NULL);
-        }
-    else
-        b->n_queues = 0;
     b->lanes = calloc(b->n_lanes, sizeof *b->lanes);
-    if (!b->lanes || !b->queues) {
+    if (!b->lanes) {
         ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "batcher lanes");
         goto fail;
     }
     for (unsigned i = 0; i < b->n_lanes; i++) {
-        b->lanes[i].owner = b;
-        b->lanes[i].queue = &b->queues[i % b->n_queues];
+        struct batch_lane *lane = &b->lanes[i];
+        lane->owner = b;
+        pthread_mutex_init(&lane->lock, NULL);
+        pthread_cond_init(&lane->arrived, NULL);
     }
     for (unsigned i = 0; i < b->n_lanes; i++) {
         struct batch_lane *lane = &b->lanes[i];
@@ -516,7 +469,7 @@ enum ecg_status ecg_batcher_begin(struct ecg_batcher *b, const struct ecg_batch_
     *decoded = NULL;
     if (in->opts && ecg_lead_is_list(in->opts->lead))
         return ECG_ERR_UNSUPPORTED;
-    job->queue = ecg_batcher_announce(b);
+    job->lane = ecg_batcher_announce(b);
     job->announced = true;
     if (!sig) {
         if (ecg_read_memory(in->bytes, in->len, in->opts, own, &ignored) != ECG_OK)
@@ -589,7 +542,7 @@ enum ecg_status ecg_batcher_finish(struct ecg_batch_job *job, struct ecg_result 
 void ecg_batcher_job_fini(struct ecg_batcher *b, struct ecg_batch_job *job)
 {
     if (job->announced && !job->queued)
-        ecg_batcher_withdraw(b, job->queue);
+        ecg_batcher_withdraw(b, job->lane);
     ecg_result_free(job->m.result);
     job->m.result = NULL;
     ecg_batcher_plan_put(b, job->m.plan);

@@ -3,16 +3,13 @@
  * Triton's dynamic batcher.
  *
  * A batcher holds ops->batch_lanes lanes (CUDA: config->batch_lanes per device; one for a
- * backend without batch operations), each with a thread, and a queue of waiting analyses that
- * the lanes share (ECG_BATCH_QUEUE=lanes: a queue per lane, analyses to them in turn). A lane
- * that is free takes the first analysis waiting that no other lane is collecting, keeps
- * collecting until max_batch are there, or window_us have passed since that first one
- * arrived, or no other analysis is on its way to that queue (announced: its body being read),
- * and runs them as one batch (ops->batch_run, or the stages one member after another on a
- * context of its own). With one queue an analysis waits for the first lane to finish, not for
- * the lane its turn would give it. Each member is handed back to its thread as soon as its own
- * outputs are final, and that thread sleeps until then on a semaphore of its own (no broadcast
- * wakes the others).
+ * backend without batch operations). Each lane has a FIFO of waiting analyses and one thread:
+ * it takes the first analysis waiting, keeps collecting until max_batch are there, or
+ * window_us have passed since that first one arrived, or no other analysis is on its way to
+ * that lane (announced: its body being read), and runs them as one batch (ops->batch_run, or
+ * the stages one member after another on a context of its own). Analyses go to the lanes in
+ * turn. Each member is handed back to its thread as soon as its own outputs are final, and
+ * that thread sleeps until then on a semaphore of its own (no broadcast wakes the others).
  *
  * The batcher also keeps the plans of the rates it has seen (a plan costs more to design than a
  * short strip costs to analyse), shared by the batches that use them.
@@ -43,13 +40,12 @@ enum ecg_status ecg_batcher_plan_get(struct ecg_batcher *b, double fs_hz,
                                      const struct ecg_plan **plan, struct ecg_error *err);
 void ecg_batcher_plan_put(struct ecg_batcher *b, const struct ecg_plan *plan);
 
-/* An analysis on its way to the batcher (reading its body): announce picks its queue (the
- * shared one, or the lanes' in turn) and returns it; a batch collected from that queue waits
- * for it within its window, and stops waiting at once when none is on its way to it. Every
- * announce is followed by one ecg_batcher_queue or one ecg_batcher_withdraw with the queue it
- * returned. */
+/* An analysis on its way to the batcher (reading its body): announce picks its lane (in turn)
+ * and returns it; that lane's batch waits for it within its window, and stops waiting at once
+ * when none is on its way to it. Every announce is followed by one ecg_batcher_queue or one
+ * ecg_batcher_withdraw with the lane it returned. */
 unsigned ecg_batcher_announce(struct ecg_batcher *b);
-void ecg_batcher_withdraw(struct ecg_batcher *b, unsigned queue);
+void ecg_batcher_withdraw(struct ecg_batcher *b, unsigned lane);
 
 /* An analysis the engine offers the batcher: a decoded signal, or bytes to read with opts. */
 struct ecg_batch_input {
@@ -76,7 +72,7 @@ struct ecg_batch_job {
     struct ecg_quality_window *windows; /* stack_windows, or allocated for a longer recording */
     struct ecg_timing timing;
     double t0;
-    unsigned queue;                   /* ecg_batcher_announce's */
+    unsigned lane;
     bool announced, queued;
     struct ecg_quality_window stack_windows[ECG_BATCH_JOB_WINDOWS]; /* last: not cleared */
 };
@@ -101,8 +97,8 @@ enum ecg_status ecg_batcher_analyze(struct ecg_batcher *b, const struct ecg_batc
  *   begin   reads in (unless given decoded), checks that it can be batched and takes its
  *           plan, in the calling thread. ECG_OK: ready to queue; otherwise
  *           ECG_ERR_UNSUPPORTED (*decoded as above) or ECG_ERR_NOMEM.
- *   queue   queues a begun job and returns at once; done(arg) is called once, from
- *           a lane's thread, when the batch hands the job back (it must not block: it should
+ *   queue   queues a begun job on its lane and returns at once; done(arg) is called once, from
+ *           the lane's thread, when the batch hands the job back (it must not block: it should
  *           only wake whoever calls finish). False when the batcher is stopping: nothing queued,
  *           done never called.
  *   finish  after done: the result, as ecg_batcher_analyze gives it (ECG_ERR_UNSUPPORTED: the

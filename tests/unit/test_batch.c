@@ -55,21 +55,6 @@ static void test_batched_answers_are_the_lone_ones(void **state)
     largest = parity_check(alone, batched, PARITY_UNIFORM);
     assert_true(largest >= 2 && largest <= 16);
     ecg_engine_destroy(batched);
-    /* three lanes sharing one queue (as shipped), then each with its own, in turn
-     * (ECG_BATCH_QUEUE=lanes): a free lane takes what waits while the others run */
-    assert_int_equal(setenv("ECG_BATCH_ANY_LANES", "3", 1), 0);
-    for (int per_lane = 0; per_lane < 2; per_lane++) {
-        if (per_lane)
-            assert_int_equal(setenv("ECG_BATCH_QUEUE", "lanes", 1), 0);
-        batched = engine_with(model, 16, 20000);
-        largest = parity_check(alone, batched, PARITY_MIXED);
-        assert_true(largest >= 2 && largest <= 16);
-        largest = parity_check(alone, batched, PARITY_REPEAT);
-        assert_true(largest >= 2 && largest <= 16);
-        ecg_engine_destroy(batched);
-    }
-    unsetenv("ECG_BATCH_QUEUE");
-    unsetenv("ECG_BATCH_ANY_LANES");
     ecg_engine_destroy(alone);
     ecg_model_free(model);
     unsetenv("ECG_BATCH_ANY");
