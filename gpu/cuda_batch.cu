@@ -10,10 +10,8 @@
  * other members' work keeps the device busy:
  *   1. every member's samples are packed into one pinned buffer. The members whose lead takes
  *      the short path and whose context's record of its last front is whole (cuda_small.cuh),
- *      when there are two or more at one rate, run one batched front: the table of their
- *      records copied once, the pack read by the first kernel where it lies (pinned memory
- *      is mapped into the device's address space: no copy to wait for before it), each step
- *      launched once with a block per member; then,
+ *      when there are two or more at one rate, run one batched front: the pack and the table
+ *      of their records copied once, each step launched once with a block per member; then,
  *      on the same stream and with the beat counts left on the device, one batched back
  *      (segment, normalise, embed, the VAE over all their beats, score, their tables gathered,
  *      the quality features of their samples) and one copy of the counts, the tables and the
@@ -33,9 +31,8 @@
  * batch's, not the input's: that member is marked retry_alone and the engine runs it on its
  * own pass.
  *
- * Pinned memory: the pack buffer is written by the host only between batches; every copy and
- * kernel that reads it is complete when a batch returns (every member's stream has been waited
- * for).
+ * Pinned memory: the pack buffer is written by the host only between batches; every copy that
+ * reads it is complete when a batch returns (every member's stream has been waited for).
  *
  * The batched short pass (step 1's batched fronts and backs and the start of step 2) is
  * cuda_batch_small.cu's; the batch object, cuda_batch.cuh's.
@@ -168,7 +165,6 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     const char *small_env = getenv("ECG_CUDA_BATCH_SMALL");
     const char *times_env = getenv("ECG_CUDA_BATCH_TIMES");
     const char *branch_env = getenv("ECG_CUDA_BATCH_BRANCH");
-    const char *pack_env = getenv("ECG_CUDA_BATCH_PACK");
     *batch_out = NULL;
     if (lane >= cuda_batch_lanes(state) || max_batch == 0)
         return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cuda batch: lane %u of %u", lane,
@@ -195,7 +191,6 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->encode_batchable = cuda_encode_batchable(state->model);
     b->pass_graphs = b->use_graphs;
     b->branch = !branch_env || strcmp(branch_env, "0") != 0;
-    b->pack_copy = pack_env && !strcmp(pack_env, "copy");
     if (!b->member || !b->live || !b->graph || !b->back || !b->off || !b->small_row || !b->pass) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
         goto out;

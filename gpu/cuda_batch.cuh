@@ -78,7 +78,7 @@ struct pass_key {                 /* zeroed before it is filled: compared with m
     size_t rows, max_n_in, max_n_a, max_cand, max_blocks, max_cap, slots, max_win;
     double fs_in_hz;
     const void *plan;
-    const void *bufs[PASS_BUFS];  /* pack, d_small, d_out, d_emb, d_latent, d_recon, d_norms */
+    const void *bufs[PASS_BUFS];  /* d_pack, d_small, d_out, d_emb, d_latent, d_recon, d_norms */
     bool back, encode;
 };
 
@@ -153,11 +153,8 @@ struct cuda_batch {
      * back, each row's table; pinned, and on the device */
     char *h_out, *d_out;
     size_t h_out_bytes, d_out_bytes;
-    float *d_pack;              /* the pack on the device (pack_copy only) */
+    float *d_pack;              /* the pack on the device */
     size_t d_pack_bytes;
-    bool pack_copy;             /* ECG_CUDA_BATCH_PACK=copy: the pack copied to d_pack first */
-    const float *pack;          /* where a batched pass reads the samples: h_pack's device
-                                 * address (mapped pinned memory), or d_pack */
     float *d_emb, *d_latent;    /* a batched back's embedding and latents, per slot */
     double *d_recon;            /* ... and reconstruction errors */
     size_t d_emb_bytes, d_latent_bytes, d_recon_bytes;
@@ -171,9 +168,8 @@ struct cuda_batch {
     bool back_on;               /* ... and their backs run batched after it */
     unsigned lane;
     struct batch_times times;
-    /* the side branch of a batched pass with backs (pass_launches): the quality features once
-     * the first kernel has put the samples in place, the normalisation once the filter is
-     * done, joined before the embedding */
+    /* the side branch of a batched pass with backs (pass_launches): the quality features from
+     * the start, the normalisation once the filter is done, joined before the embedding */
     bool branch;                /* unless ECG_CUDA_BATCH_BRANCH=0 (then in line) */
     cudaStream_t side;
     cudaEvent_t fork, filtered, join;

@@ -98,7 +98,7 @@ static bool small_back_plan(struct cuda_batch *b, struct ecg_batch_member *const
         out += t.bytes;
         slot += r->cap;
         cap_max = r->cap > cap_max ? r->cap : cap_max;
-        r->x = rec->input;
+        r->x_off = b->off[i];
         r->quality = ecg_quality_geometry_of(members[i]->n, members[i]->plan->fs_in_hz);
         r->quality_out = out;
         if (r->quality.n_win != members[i]->n_win || !members[i]->windows)
@@ -152,16 +152,17 @@ static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
     bool forked = false;
     /* the side branch (on the pass's own stream, in line, with ECG_CUDA_BATCH_BRANCH=0) */
     const cudaStream_t side = b->branch ? b->side : stream;
-    ECG_TRY(small_batch_load(stream, b->pack, b->d_small, s->rows, &b->h_small[0], s->max_n_in,
-                             s->max_n_a, err));
-    step_mark(b, stream, 2);
-    if (s->back && b->branch) { /* the side branch: the quality features need only the samples */
+    if (s->back && b->branch) { /* the side branch: the quality features need only the pack */
         CUDA_TRY(cudaEventRecord(b->fork, stream));
         CUDA_TRY(cudaStreamWaitEvent(side, b->fork, 0));
         forked = true;
     }
     if (s->back && s->max_win)
-        ECG_TRY(small_batch_quality(side, b->d_back, s->rows, s->max_win, b->d_out, err));
+        ECG_TRY(small_batch_quality(side, b->d_back, s->rows, s->max_win, b->d_pack, b->d_out,
+                                    err));
+    ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, s->rows, &b->h_small[0],
+                             s->max_n_in, s->max_n_a, err));
+    step_mark(b, stream, 2);
     ECG_TRY(small_batch_filter(stream, b->d_small, s->rows, s->max_n_a, plan, b->times.ev[3],
                                err));
     step_mark(b, stream, 4);
@@ -301,7 +302,7 @@ out:
  * Step 1 for the members whose front can run batched (cuda_small.cuh): those whose context's
  * record is whole for their recording, at the rate of the first of them, when there are at
  * least two (a lone one replays its own graph). Each gets its row of the tables (small_row; -1
- * for the others), and the row tables' copy, the batched kernels and the copy of the counts are
+ * for the others), and the pack's copy, the batched kernels and the copy of the counts are
  * queued on the first one's stream; then, where small_back_plan allows, their batched back and
  * the copy of their tables with the counts, so that the host waits once for all of it. A
  * failure fails those members (handed back at once).
@@ -365,15 +366,8 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
     /* the backs' rows right after the fronts' (one copy takes both) */
     b->h_back = (struct small_back *)((char *)b->h_small + back_rows_offset(rows));
     b->d_back = (struct small_back *)((char *)b->d_small + back_rows_offset(rows));
-    /* the samples: read by the first kernel straight from the pinned pack (mapped), or copied
-     * to the device first (ECG_CUDA_BATCH_PACK=copy) */
-    if (b->pack_copy) {
-        ECG_TRY(bytes_reserve(&b->d_pack, &b->d_pack_bytes, total * sizeof(float), true,
-                              "the batch's input", err));
-        b->pack = b->d_pack;
-    } else {
-        CUDA_TRY(cudaHostGetDevicePointer((void **)&b->pack, b->h_pack, 0));
-    }
+    ECG_TRY(bytes_reserve(&b->d_pack, &b->d_pack_bytes, total * sizeof(float), true,
+                          "the batch's input", err));
     b->back_on = small_back_plan(b, members, n, rows, &out_bytes, &s.slots, &s.max_cap,
                                  &s.max_win, &s.encode);
     if (!b->back_on)
@@ -390,7 +384,7 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
     s.back = b->back_on;
     s.fs_in_hz = plan->fs_in_hz;
     s.plan = plan;
-    s.bufs[0] = b->pack;
+    s.bufs[0] = b->d_pack;
     s.bufs[1] = b->d_small;
     s.bufs[2] = b->d_out;
     s.bufs[3] = b->d_emb;
@@ -398,9 +392,8 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
     s.bufs[5] = b->d_recon;
     s.bufs[6] = b->d_norms;
     step_mark(b, stream, 0);
-    if (b->pack_copy)
-        CUDA_TRY(cudaMemcpyAsync(b->d_pack, b->h_pack, total * sizeof(float),
-                                 cudaMemcpyHostToDevice, stream));
+    CUDA_TRY(cudaMemcpyAsync(b->d_pack, b->h_pack, total * sizeof(float), cudaMemcpyHostToDevice,
+                             stream));
     CUDA_TRY(cudaMemcpyAsync(b->d_small, b->h_small,
                              b->back_on ? back_rows_offset(rows) + rows * sizeof *b->h_back
                                         : rows * sizeof *b->h_small,

@@ -90,25 +90,27 @@ static __global__ void quality_kernel(const float *__restrict__ x, size_t n,
     quality_body(x, n, g, out, blockIdx.x * (size_t)blockDim.x + threadIdx.x);
 }
 
-/* The batched back's members (grid y): each one's samples on the device, its windows to its
- * place in the batch's output. */
-static __global__ void quality_batch_kernel(const struct small_back *members, char *out)
+/* The batched back's members (grid y): each one's samples in the batch's pack, its windows to
+ * its place in the batch's output. */
+static __global__ void quality_batch_kernel(const struct small_back *members, const float *pack,
+                                            char *out)
 {
     const struct small_back *m = &members[blockIdx.y];
-    quality_body(m->x, m->n_in, m->quality,
+    quality_body(pack + m->x_off, m->n_in, m->quality,
                  (struct ecg_quality_window *)(out + m->quality_out),
                  blockIdx.x * (size_t)blockDim.x + threadIdx.x);
 }
 
 /* Contract in cuda_small.cuh. */
 enum ecg_status small_batch_quality(cudaStream_t stream, const struct small_back *members,
-                                    size_t k, size_t max_win, char *out, struct ecg_error *err)
+                                    size_t k, size_t max_win, const float *pack, char *out,
+                                    struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     const unsigned threads = 256; /* as launch_quality */
     const size_t blocks = (max_win * QUALITY_LANES + threads - 1) / threads;
     quality_batch_kernel<<<dim3((unsigned)blocks, (unsigned)k), threads, 0, stream>>>(members,
-                                                                                     out);
+                                                                                     pack, out);
     CUDA_LAUNCH_CHECK();
 out:
     return status;

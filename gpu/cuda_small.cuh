@@ -78,9 +78,8 @@ bool small_record_whole(const struct cuda_ctx *ctx, size_t n_in, double fs_in_hz
 
 /*
  * The batched front's launches, queued on stream, for k members whose records (on the device:
- * members) are whole for the same plan, i.e. the same rate. samples: the batch's samples where
- * the device reads them (member j's at members[j].off): the pinned pack itself, mapped, or its
- * copy on the device; the first kernel copies each member's to its input. counts: 3 int64 per member (candidates, accepted,
+ * members) are whole for the same plan, i.e. the same rate. samples: the batch's samples on the
+ * device (member j's at members[j].off). counts: 3 int64 per member (candidates, accepted,
  * beats: what each context's own front copies to its h_stage). The max_* are the largest of
  * the members' values (the grids). marks (NULL: none): 5 events recorded between the
  * detector's steps (steps 1-4 | decision blocks | their merge | steps 5-7: the candidates'
@@ -128,9 +127,8 @@ struct small_back {
     size_t slot;               /* its first slot in the batch's embedding, latents and errors */
     size_t out;                /* its table's offset in the batch's output */
     bool encode;               /* the VAE and the score run for it */
-    /* its signal-quality features (engine/quality.h), from its samples */
-    const float *x;            /* n_in samples on the device: its context's input, which the
-                                * batched front's first kernel fills */
+    /* its signal-quality features (engine/quality.h), from its samples in the batch's pack */
+    size_t x_off;              /* its first sample in the pack (n_in samples) */
     struct ecg_quality_geometry quality;
     size_t quality_out;        /* its windows' offset in the batch's output */
 };
@@ -166,9 +164,10 @@ enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device
                                    const float *emb, float *latent, double *recon,
                                    cudaEvent_t mark, struct ecg_error *err);
 /* Every member's quality windows (gpu/cuda_quality.cu's kernel, per member; max_win: the most
- * windows of any) to out + its quality_out, from its samples at x (after small_batch_load). */
+ * windows of any) to out + its quality_out. */
 enum ecg_status small_batch_quality(cudaStream_t stream, const struct small_back *members,
-                                    size_t k, size_t max_win, char *out, struct ecg_error *err);
+                                    size_t k, size_t max_win, const float *pack, char *out,
+                                    struct ecg_error *err);
 /* Every member's table (laid out for its count) to out + its out offset. */
 enum ecg_status small_batch_gather(cudaStream_t stream, const struct small_back *members,
                                    size_t k, size_t z_dim, size_t max_cap, char *out,
