@@ -423,6 +423,10 @@ void svc_registry_write_list(struct svc_registry *reg, struct ecg_buf *out)
 struct ecg_engine *svc_registry_engine(struct svc_registry *reg, struct svc_model *entry,
                                        struct ecg_error *err)
 {
+    /* made once, kept as long as the entry: once there, no lock (every analysis asks) */
+    struct ecg_engine *engine = __atomic_load_n(&entry->engine, __ATOMIC_ACQUIRE);
+    if (engine)
+        return engine;
     pthread_mutex_lock(&reg->engine_mutex);
     if (!entry->engine) {
         struct ecg_engine_config config = {
@@ -434,7 +438,7 @@ struct ecg_engine *svc_registry_engine(struct svc_registry *reg, struct svc_mode
             .batch_window_us = reg->cfg->batch_window_us,
             .batch_lanes = reg->cfg->batch_lanes,
         };
-        entry->engine = ecg_engine_create(&config, err);
+        __atomic_store_n(&entry->engine, ecg_engine_create(&config, err), __ATOMIC_RELEASE);
         if (entry->engine) {
             svc_log("info", "engine_ready", "model %s: backend %s on %s%s%s",
                     entry->name, ecg_engine_backend(entry->engine),
@@ -450,7 +454,7 @@ struct ecg_engine *svc_registry_engine(struct svc_registry *reg, struct svc_mode
                         config.workers, config.workers, config.max_batch);
         }
     }
-    struct ecg_engine *engine = entry->engine;
+    engine = entry->engine;
     pthread_mutex_unlock(&reg->engine_mutex);
     return engine;
 }
@@ -458,13 +462,12 @@ struct ecg_engine *svc_registry_engine(struct svc_registry *reg, struct svc_mode
 struct ecg_engine *svc_registry_engine_if_created(struct svc_registry *reg,
                                                   struct svc_model *entry)
 {
-    /* The mutex is held for as long as an engine takes to start (seconds): an HTTP thread must
-     * not wait that long, and for a hint it need not. */
-    if (!entry || pthread_mutex_trylock(&reg->engine_mutex) != 0)
-        return NULL;
-    struct ecg_engine *engine = entry->engine;
-    pthread_mutex_unlock(&reg->engine_mutex);
-    return engine;
+    /* No lock: it is held for as long as an engine takes to start (seconds), which an HTTP
+     * thread must not wait, and a trylock failed whenever a worker was asking for its engine,
+     * sending that analysis to a worker too (the engine is published with release order once
+     * made, and stays while the entry does). */
+    (void)reg;
+    return entry ? __atomic_load_n(&entry->engine, __ATOMIC_ACQUIRE) : NULL;
 }
 
 void svc_registry_fini(struct svc_registry *reg)

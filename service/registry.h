@@ -18,8 +18,9 @@
  * entry is also held until svc_registry_fini(): the body pool's buffers came from its engine.
  *
  * Threading: every function may be called from any thread. The list is guarded by a mutex held
- * only to copy pointers; engine creation by another (held for seconds; the HTTP threads only
- * try it: svc_registry_engine_if_created); reloads by a third, one at a time.
+ * only to copy pointers; engine creation by another (held for seconds; an engine, once made, is
+ * read without it: svc_registry_engine_if_created never waits); reloads by a third, one at a
+ * time.
  */
 #ifndef SVC_REGISTRY_H
 #define SVC_REGISTRY_H
@@ -37,7 +38,8 @@ struct svc_model {
     char path[1024];
     char sha256[65];            /* of the file; "" for "none" */
     struct ecg_model *model;    /* NULL only for the "none" pseudo-model */
-    struct ecg_engine *engine;  /* NULL until first use (the default's is created at load) */
+    struct ecg_engine *engine;  /* NULL until first use (the default's is created at load); set
+                                 * once under engine_mutex, read with acquire loads */
     atomic_int refs;
 };
 
@@ -94,9 +96,9 @@ void svc_registry_write_list(struct svc_registry *reg, struct ecg_buf *out);
 struct ecg_engine *svc_registry_engine(struct svc_registry *reg, struct svc_model *entry,
                                        struct ecg_error *err);
 
-/* The engine of entry if it exists already, else NULL; never creates one and never waits (also
- * NULL while another thread holds the registry, creating an engine): for the HTTP threads, which
- * must not wait for an engine to start. */
+/* The engine of entry if it exists already, else NULL (none yet, or one still being created);
+ * never creates one and never waits: for the HTTP threads, which must not wait for an engine
+ * to start. */
 struct ecg_engine *svc_registry_engine_if_created(struct svc_registry *reg,
                                                   struct svc_model *entry);
 
