@@ -165,6 +165,7 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     const char *small_env = getenv("ECG_CUDA_BATCH_SMALL");
     const char *times_env = getenv("ECG_CUDA_BATCH_TIMES");
     const char *branch_env = getenv("ECG_CUDA_BATCH_BRANCH");
+    const char *scatter_env = getenv("ECG_CUDA_BATCH_SCATTER");
     *batch_out = NULL;
     if (lane >= cuda_batch_lanes(state) || max_batch == 0)
         return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cuda batch: lane %u of %u", lane,
@@ -191,6 +192,7 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->encode_batchable = cuda_encode_batchable(state->model);
     b->pass_graphs = b->use_graphs;
     b->branch = !branch_env || strcmp(branch_env, "0") != 0;
+    b->scatter = scatter_env && !strcmp(scatter_env, "1");
     if (!b->member || !b->live || !b->graph || !b->back || !b->off || !b->small_row || !b->pass) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
         goto out;
@@ -527,6 +529,13 @@ static void fail_all(struct ecg_batch_member *const *members, size_t n, enum ecg
     }
 }
 
+/* The floats a member of n samples takes in the pack: each starts on a 128-byte boundary, as
+ * a buffer of its own would (a batched pass's kernels read its samples there: cuda_small.cuh). */
+static size_t pack_span(size_t n)
+{
+    return (n + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN;
+}
+
 extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *members,
                                size_t n)
 {
@@ -541,7 +550,7 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
         members[i]->status = ECG_OK;
         members[i]->result = NULL;
         members[i]->retry_alone = false;
-        total += members[i]->n;
+        total += pack_span(members[i]->n);
     }
     if (n > b->max_batch) { /* the engine never asks this: a bug, not an input */
         status = ecg_fail(&pack_err, ECG_ERR_INTERNAL, "internal", "cuda batch of %zu > %u", n,
@@ -565,7 +574,7 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
     for (size_t i = 0; i < n; i++) {
         b->off[i] = off;
         memcpy(b->h_pack + off, members[i]->samples, members[i]->n * sizeof(float));
-        off += members[i]->n;
+        off += pack_span(members[i]->n);
         b->live[i] = true;
     }
     b->times.pack += cuda_now_s() - t0;

@@ -79,7 +79,7 @@ struct pass_key {                 /* zeroed before it is filled: compared with m
     double fs_in_hz;
     const void *plan;
     const void *bufs[PASS_BUFS];  /* d_pack, d_small, d_out, d_emb, d_latent, d_recon, d_norms */
-    bool back, encode;
+    bool back, encode, scatter;
 };
 
 struct pass_graph {
@@ -91,6 +91,7 @@ struct pass_graph {
 };
 
 #define GPU_STEPS 16
+#define PACK_ALIGN 32 /* floats: a member's samples in the pack start on 128-byte boundaries */
 
 /*
  * Where a lane's time goes (ECG_CUDA_BATCH_TIMES=1 or 2 prints it when the batch object is
@@ -136,7 +137,8 @@ struct cuda_batch {
     struct back_graph *back;    /* per member context */
     struct cuda_ctx **member;   /* max_batch contexts on dev */
     bool *live;                 /* per member of the batch running: no failure so far */
-    float *h_pack;              /* pinned: every member's samples, one after the other */
+    float *h_pack;              /* pinned: every member's samples, one after the other, each
+                                 * from a multiple of PACK_ALIGN floats */
     size_t h_pack_bytes;
     size_t *off;                /* per member: its first sample in the pack */
     /* the batched short front and back (cuda_small.cuh), unless ECG_CUDA_BATCH_SMALL=0
@@ -171,6 +173,9 @@ struct cuda_batch {
     /* the side branch of a batched pass with backs (pass_launches): the quality features from
      * the start, the normalisation once the filter is done, joined before the embedding */
     bool branch;                /* unless ECG_CUDA_BATCH_BRANCH=0 (then in line) */
+    /* a batched pass's rows read each member's samples in the pack's copy on the device, unless
+     * ECG_CUDA_BATCH_SCATTER=1: its first kernel then copies them to each member's input */
+    bool scatter;
     cudaStream_t side;
     cudaEvent_t fork, filtered, join;
 };

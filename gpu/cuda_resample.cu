@@ -190,12 +190,14 @@ out:
 enum ecg_status small_batch_load(cudaStream_t stream, const float *samples,
                                  const struct small_front *members, size_t k,
                                  const struct small_front *first, size_t max_n_in,
-                                 size_t max_n_a, struct ecg_error *err)
+                                 size_t max_n_a, bool scatter, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    small_scatter_kernel<<<dim3(grid_for(max_n_in), (unsigned)k), CUDA_THREADS, 0, stream>>>(
-        samples, members);
-    CUDA_LAUNCH_CHECK();
+    if (scatter) {
+        small_scatter_kernel<<<dim3(grid_for(max_n_in), (unsigned)k), CUDA_THREADS, 0,
+                               stream>>>(samples, members);
+        CUDA_LAUNCH_CHECK();
+    }
     if (first->identity)
         goto out;
     if (table_smem(&first->rs) <= RESAMPLE_SMEM_MAX)

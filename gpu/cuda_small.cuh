@@ -48,7 +48,8 @@ struct small_front {
     double fs_in_hz;
     /* what the batched kernels read */
     size_t off;                /* the member's first sample in the batch's samples (device) */
-    float *input;              /* its samples go here (n_in floats) */
+    float *input;              /* its samples go here (n_in floats; a batched pass's row reads
+                                * them in the batch's samples instead, unless it scatters) */
     bool identity;             /* no resampling: they go to resampled as well */
     struct resample_args rs;   /* the resampler's arguments otherwise */
     float *filtered;
@@ -79,7 +80,9 @@ bool small_record_whole(const struct cuda_ctx *ctx, size_t n_in, double fs_in_hz
 /*
  * The batched front's launches, queued on stream, for k members whose records (on the device:
  * members) are whole for the same plan, i.e. the same rate. samples: the batch's samples on the
- * device (member j's at members[j].off). counts: 3 int64 per member (candidates, accepted,
+ * device (member j's at members[j].off); scatter: small_batch_load's first kernel copies them
+ * to each member's input (and resampled) buffer, for rows that point at their contexts'
+ * buffers; without it the rows point at the samples themselves (cuda_batch_small.cu). counts: 3 int64 per member (candidates, accepted,
  * beats: what each context's own front copies to its h_stage). The max_* are the largest of
  * the members' values (the grids). marks (NULL: none): 5 events recorded between the
  * detector's steps (steps 1-4 | decision blocks | their merge | steps 5-7: the candidates'
@@ -91,7 +94,7 @@ bool small_record_whole(const struct cuda_ctx *ctx, size_t n_in, double fs_in_hz
 enum ecg_status small_batch_load(cudaStream_t stream, const float *samples,
                                  const struct small_front *members, size_t k,
                                  const struct small_front *first, size_t max_n_in,
-                                 size_t max_n_a, struct ecg_error *err);
+                                 size_t max_n_a, bool scatter, struct ecg_error *err);
 enum ecg_status small_batch_filter(cudaStream_t stream, const struct small_front *members,
                                    size_t k, size_t max_n_a, const struct ecg_plan *plan,
                                    cudaEvent_t mark, struct ecg_error *err);
