@@ -84,7 +84,7 @@ static bool small_back_plan(struct cuda_batch *b, struct ecg_batch_member *const
         if (rec->max_cand > SMALL_BACK_BEATS || rec->a.n_a > SMALL_BACK_SAMPLES ||
             (members[i]->with_model && !b->encode_batchable))
             return false;
-        r->y = b->h_small[b->small_row[i]].a.y; /* the pack's copy, unless scatter */
+        r->y = rec->a.y;
         r->peaks_a = rec->a.peaks_a;
         r->table = (char *)rec->a.peaks_in; /* the table's start: its r_peak column */
         r->n_a = rec->a.n_a;
@@ -368,22 +368,6 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
     b->d_back = (struct small_back *)((char *)b->d_small + back_rows_offset(rows));
     ECG_TRY(bytes_reserve(&b->d_pack, &b->d_pack_bytes, total * sizeof(float), true,
                           "the batch's input", err));
-    /* Each row reads its member's samples where the pack's copy puts them, and, at the
-     * analysis rate (no resampling), its resampled lead too: the same values the scatter would
-     * copy to its input (and resampled) buffer, read in place, so the pass starts with the
-     * resampler or the filter. Only the rows (copies of the records) point there; the records
-     * keep their contexts' buffers. Nothing writes to what it reads: the resampler writes its
-     * context's resampled buffer, and the steps read their input and resampled lead only. */
-    for (size_t r = 0; !b->scatter && r < rows; r++) {
-        struct small_front *row = &b->h_small[r];
-        float *x = b->d_pack + row->off;
-        row->rs.x = x;
-        row->a.x = x;
-        if (row->identity) {
-            row->rs.y = x;
-            row->a.y = x;
-        }
-    }
     b->back_on = small_back_plan(b, members, n, rows, &out_bytes, &s.slots, &s.max_cap,
                                  &s.max_win, &s.encode);
     if (!b->back_on)
@@ -394,11 +378,30 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
                           err));
     if (b->back_on)
         ECG_TRY(back_reserve(b, plan, s.slots, s.encode, err));
+    /* With the backs batched too, each row reads its member's samples where the pack's copy
+     * puts them, and, at the analysis rate (no resampling), its resampled lead too: the values
+     * the scatter would copy to its input (and resampled) buffer, read in place, so the pass
+     * starts with the resampler or the filter. Only the rows (copies of the records) point
+     * there; the records keep their contexts' buffers. Nothing writes to what they read: the
+     * resampler writes its context's resampled buffer, and the steps read their input and
+     * resampled lead only. A back run member by member reads its context's buffers: those
+     * are scattered to first. */
+    s.scatter = b->scatter || !b->back_on;
+    for (size_t r = 0; !s.scatter && r < rows; r++) {
+        struct small_front *row = &b->h_small[r];
+        float *x = b->d_pack + row->off;
+        row->rs.x = x;
+        row->a.x = x;
+        if (row->identity) {
+            row->rs.y = x;
+            row->a.y = x;
+            b->h_back[r].y = x;
+        }
+    }
     for (size_t r = 0; b->back_on && r < rows; r++)
         b->h_back[r].counts = (const int64_t *)b->d_out + 3 * r;
     s.rows = rows;
     s.back = b->back_on;
-    s.scatter = b->scatter;
     s.fs_in_hz = plan->fs_in_hz;
     s.plan = plan;
     s.bufs[0] = b->d_pack;
