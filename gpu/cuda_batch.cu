@@ -134,13 +134,14 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
         for (unsigned i = 0; i < b->max_batch; i++)
             cuda_ctx_free(b->member[i]);
     (void)cudaSetDevice(b->dev->ordinal);
-    if (b->h_in)
-        (void)cudaFreeHost(b->h_in);
+    if (b->h_pack)
+        (void)cudaFreeHost(b->h_pack);
     if (b->h_small)
         (void)cudaFreeHost(b->h_small);
     if (b->h_out)
         (void)cudaFreeHost(b->h_out);
-    void *device_bufs[] = {b->d_in, b->d_norms, b->d_out, b->d_emb, b->d_latent, b->d_recon};
+    void *device_bufs[] = {b->d_small, b->d_norms, b->d_out, b->d_pack,
+                           b->d_emb, b->d_latent, b->d_recon};
     for (size_t i = 0; i < sizeof device_bufs / sizeof *device_bufs; i++)
         if (device_bufs[i])
             (void)cudaFree(device_bufs[i]);
@@ -200,7 +201,7 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
         const size_t rows = small_rows_bytes(max_batch);
         CUDA_TRY(cudaSetDevice(b->dev->ordinal));
         CUDA_TRY(cudaMallocHost((void **)&b->h_small, rows));
-        b->in_rows = (rows + 255) / 256 * 256;
+        CUDA_TRY(cudaMalloc((void **)&b->d_small, rows));
         CUDA_TRY(cudaMalloc(&b->d_norms, max_batch * SMALL_BACK_NORM_BYTES));
         CUDA_TRY(cudaStreamCreateWithFlags(&b->side, cudaStreamNonBlocking));
         CUDA_TRY(cudaEventCreateWithFlags(&b->fork, cudaEventDisableTiming));
@@ -561,14 +562,13 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
     __atomic_fetch_add(&counts.members, (unsigned long long)n, __ATOMIC_RELAXED);
     status = cudaSetDevice(b->dev->ordinal) == cudaSuccess ? ECG_OK : ECG_ERR_DEVICE;
     if (status == ECG_OK)
-        status = bytes_reserve(&b->h_in, &b->h_in_bytes, b->in_rows + total * sizeof(float),
-                               false, "the batch's input", &pack_err);
+        status = bytes_reserve(&b->h_pack, &b->h_pack_bytes, total * sizeof(float), false,
+                               "the batch's input", &pack_err);
     if (status != ECG_OK) {
         (void)cudaGetLastError();
         fail_all(members, n, status, &pack_err, true);
         return;
     }
-    b->h_pack = (float *)(b->h_in + b->in_rows);
     /* A member is handed back right after its last touch: at its failure, or once its table
      * is split (its thread then renders its answer while the others' tables come). */
     for (size_t i = 0; i < n; i++) {

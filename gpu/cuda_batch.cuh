@@ -137,23 +137,17 @@ struct cuda_batch {
     struct back_graph *back;    /* per member context */
     struct cuda_ctx **member;   /* max_batch contexts on dev */
     bool *live;                 /* per member of the batch running: no failure so far */
-    /* What a batch copies in, pinned on the host and the same on the device: a batched pass's
-     * row tables end at in_rows (as many bytes before it as the pass has: small_front_queue),
-     * and the pack starts there, so that one copy takes both. */
-    char *h_in, *d_in;
-    size_t h_in_bytes, d_in_bytes;
-    size_t in_rows;             /* small_rows_bytes(max_batch), rounded up to 256 (0: no pass) */
-    float *h_pack;              /* h_in + in_rows: every member's samples, one after the other,
-                                 * each from a multiple of PACK_ALIGN floats */
+    float *h_pack;              /* pinned: every member's samples, one after the other, each
+                                 * from a multiple of PACK_ALIGN floats */
+    size_t h_pack_bytes;
     size_t *off;                /* per member: its first sample in the pack */
     /* the batched short front and back (cuda_small.cuh), unless ECG_CUDA_BATCH_SMALL=0
      * (neither) or =front (the front alone) */
     bool small_fronts, small_backs;
     bool encode_batchable;      /* the model's VAE can run in a batched back */
     int *small_row;             /* per member: its row of the tables, -1: its front runs alone */
-    /* the fronts' table, and the backs' table right after its rows (cuda_batch_small.cu):
-     * written on the host (h_small, a table of max_batch rows), placed before the pack in h_in
-     * and copied with it; d_small and d_back are where they land in d_in */
+    /* the fronts' table, pinned and on the device, and the backs' table right after its rows
+     * in the same allocation (cuda_batch_small.cu), so that one copy takes both */
     struct small_front *h_small, *d_small;
     struct small_back *h_back, *d_back;
     void *d_norms;              /* the backs' scratch: SMALL_BACK_NORM_BYTES per row */
@@ -161,7 +155,8 @@ struct cuda_batch {
      * back, each row's table; pinned, and on the device */
     char *h_out, *d_out;
     size_t h_out_bytes, d_out_bytes;
-    float *d_pack;              /* the pack on the device: d_in + in_rows */
+    float *d_pack;              /* the pack on the device */
+    size_t d_pack_bytes;
     float *d_emb, *d_latent;    /* a batched back's embedding and latents, per slot */
     double *d_recon;            /* ... and reconstruction errors */
     size_t d_emb_bytes, d_latent_bytes, d_recon_bytes;

@@ -315,7 +315,7 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
     struct ecg_error *err = &local;
     const struct ecg_plan *plan = NULL;
     struct pass_key s;           /* the pass's shape (memcmp'd: zeroed first) */
-    size_t rows = 0, out_bytes = 0, rows_bytes = 0, rows_at = 0;
+    size_t rows = 0, out_bytes = 0;
     cudaStream_t stream = NULL;
     unsigned first = 0;
     memset(&local, 0, sizeof local);
@@ -363,11 +363,11 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
             b->small_row[i] = -1;
         return;
     }
-    /* the backs' rows right after the fronts' (one copy takes both, with the pack) */
+    /* the backs' rows right after the fronts' (one copy takes both) */
     b->h_back = (struct small_back *)((char *)b->h_small + back_rows_offset(rows));
-    ECG_TRY(bytes_reserve(&b->d_in, &b->d_in_bytes, b->in_rows + total * sizeof(float), true,
+    b->d_back = (struct small_back *)((char *)b->d_small + back_rows_offset(rows));
+    ECG_TRY(bytes_reserve(&b->d_pack, &b->d_pack_bytes, total * sizeof(float), true,
                           "the batch's input", err));
-    b->d_pack = (float *)(b->d_in + b->in_rows);
     b->back_on = small_back_plan(b, members, n, rows, &out_bytes, &s.slots, &s.max_cap,
                                  &s.max_win, &s.encode);
     if (!b->back_on)
@@ -400,14 +400,6 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
     }
     for (size_t r = 0; b->back_on && r < rows; r++)
         b->h_back[r].counts = (const int64_t *)b->d_out + 3 * r;
-    /* the rows end where the pack starts: one copy takes both (their place is a function of
-     * the rows and whether the backs run, both in the pass's shape) */
-    rows_bytes =
-        b->back_on ? back_rows_offset(rows) + rows * sizeof *b->h_back : rows * sizeof *b->h_small;
-    rows_at = b->in_rows - (rows_bytes + 255) / 256 * 256;
-    memcpy(b->h_in + rows_at, b->h_small, rows_bytes);
-    b->d_small = (struct small_front *)(b->d_in + rows_at);
-    b->d_back = (struct small_back *)((char *)b->d_small + back_rows_offset(rows));
     s.rows = rows;
     s.back = b->back_on;
     s.fs_in_hz = plan->fs_in_hz;
@@ -420,9 +412,12 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
     s.bufs[5] = b->d_recon;
     s.bufs[6] = b->d_norms;
     step_mark(b, stream, 0);
-    CUDA_TRY(cudaMemcpyAsync(b->d_in + rows_at, b->h_in + rows_at,
-                             b->in_rows - rows_at + total * sizeof(float), cudaMemcpyHostToDevice,
+    CUDA_TRY(cudaMemcpyAsync(b->d_pack, b->h_pack, total * sizeof(float), cudaMemcpyHostToDevice,
                              stream));
+    CUDA_TRY(cudaMemcpyAsync(b->d_small, b->h_small,
+                             b->back_on ? back_rows_offset(rows) + rows * sizeof *b->h_back
+                                        : rows * sizeof *b->h_small,
+                             cudaMemcpyHostToDevice, stream));
     step_mark(b, stream, 1);
     ECG_TRY(pass_run(b, stream, plan, &s, err));
     step_mark(b, stream, 15);
