@@ -115,12 +115,12 @@ struct batch_times {
     unsigned long long small_rows;  /* members whose front ran in a batched short front */
     unsigned long long back_rows;   /* ... and whose back ran in a batched back */
     /* the device's time in the steps of the batched passes (events on their stream, waited
-     * for with the pass): copies in, the samples to each member's input (and resampled), the
+     * for with the pass): copies in, the resampler (and the samples scattered to each
+     * member's input, where the rows do not read them in place: cuda_batch_small.cu), the
      * filter's direct responses and band, the detector's steps 1-4, decision blocks and their
      * merge, steps 5-7 (rhythm check, refinement, order; two marks between them come
-     * consecutively: cuda_small.cuh), the wait for the side branch (quality
-     * features, normalisation: pass_launches), embedding, VAE, score, tables gathered, copy
-     * out */
+     * consecutively: cuda_small.cuh), the wait for the side branch (quality features,
+     * normalisation: pass_launches), embedding, VAE, score, tables gathered, copy out */
     cudaEvent_t ev[GPU_STEPS + 1];
     double gpu_ms[GPU_STEPS];
     unsigned long long gpu_passes;
