@@ -14,8 +14,9 @@
  *      of their records copied once, each step launched once with a block per member; then,
  *      on the same stream and with the beat counts left on the device, one batched back
  *      (segment, normalise, embed, the VAE over all their beats, score, their tables gathered,
- *      the quality features of their samples) and one copy of the counts, the tables and the
- *      features (small_front_queue). For each other member,
+ *      the quality features of their samples), whose last kernels write the counts, the tables
+ *      and the features straight into pinned host memory (small_front_queue; a batched front
+ *      alone copies its counts back). For each other member,
  *      its slice is copied to its input (async, no staging), resample, filter and detect are
  *      queued, up to the copy of the counts to its h_stage;
  *   2. the batched front and back waited for once (small_front_collect), their members' tables

@@ -72,13 +72,14 @@ struct back_graph {
  * so the graphs are few and replay.
  */
 #define PASS_GRAPHS 96
-#define PASS_BUFS 7
+#define PASS_BUFS 8
 
 struct pass_key {                 /* zeroed before it is filled: compared with memcmp */
     size_t rows, max_n_in, max_n_a, max_cand, max_blocks, max_cap, slots, max_win;
     double fs_in_hz;
     const void *plan;
-    const void *bufs[PASS_BUFS];  /* d_pack, d_small, d_out, d_emb, d_latent, d_recon, d_norms */
+    const void *bufs[PASS_BUFS];  /* d_pack, d_small, d_out, d_emb, d_latent, d_recon, d_norms,
+                                   * h_out_dev */
     bool back, encode, scatter;
 };
 
@@ -152,8 +153,12 @@ struct cuda_batch {
     struct small_back *h_back, *d_back;
     void *d_norms;              /* the backs' scratch: SMALL_BACK_NORM_BYTES per row */
     /* what comes back: 3 counts per row (candidates, accepted, beats), then, after a batched
-     * back, each row's table; pinned, and on the device */
+     * back, each row's table and quality windows; pinned (h_out). d_out: the same layout on the
+     * device, where the detection leaves the counts (the backs read them there) */
     char *h_out, *d_out;
+    char *h_out_dev;            /* h_out's address on the device (pinned memory is mapped): a
+                                 * batched back's last kernels write the counts, the tables and
+                                 * the quality features there themselves, with no copy after */
     size_t h_out_bytes, d_out_bytes;
     float *d_pack;              /* the pack on the device */
     size_t d_pack_bytes;

@@ -2,10 +2,11 @@
  * cuda_batch_small.cu - the batched short pass of a dynamic batch (cuda_batch.cu's step 1 and
  * the start of its step 2): the members whose lead takes the short path run their fronts, and
  * then their backs with the quality features of their samples, as one launch per step for all
- * of them (cuda_small.cuh), one copy of every count and table back, one wait. The kernels
- * between the copies replay as one CUDA graph once their shape has run before (struct
- * pass_graph); the quality features and the normalisation, which need only the samples and
- * the filtered leads, run on a side branch beside the detection.
+ * of them (cuda_small.cuh), every count and table written back to pinned host memory by the
+ * pass's last kernels, one wait. The kernels after the copy in replay as one CUDA graph once
+ * their shape has run before (struct pass_graph); the quality features and the normalisation,
+ * which need only the samples and the filtered leads, run on a side branch beside the
+ * detection.
  */
 #include <string.h>
 
@@ -135,9 +136,10 @@ out:
 }
 
 /*
- * The batched pass of shape s on stream, between the copies in and the copy out: the front's
- * kernels for the rows of b->d_small, then, when s->back, the back's for the rows of b->d_back
- * (small_back_plan): embedding, VAE and score, the tables gathered into d_out with the quality
+ * The batched pass of shape s on stream, after the copies in (and before the counts' copy out
+ * when the backs do not run): the front's kernels for the rows of b->d_small, then, when
+ * s->back, the back's for the rows of b->d_back (small_back_plan): embedding, VAE and score,
+ * the counts and tables gathered into pinned h_out (through h_out_dev) with the quality
  * features of the members' samples. What a pass graph holds (struct pass_graph); its launches
  * depend on s and plan's rate alone. The step marks are ECG_CUDA_BATCH_TIMES=1's (in a graph,
  * event nodes).
@@ -158,8 +160,8 @@ static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
         forked = true;
     }
     if (s->back && s->max_win)
-        ECG_TRY(small_batch_quality(side, b->d_back, s->rows, s->max_win, b->d_pack, b->d_out,
-                                    err));
+        ECG_TRY(small_batch_quality(side, b->d_back, s->rows, s->max_win, b->d_pack,
+                                    b->h_out_dev, err));
     ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, s->rows, &b->h_small[0],
                              s->max_n_in, s->max_n_a, s->scatter, err));
     step_mark(b, stream, 2);
@@ -195,7 +197,7 @@ static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
     else
         step_mark(b, stream, 13);
     step_mark(b, stream, 14);
-    ECG_TRY(small_batch_gather(stream, b->d_back, s->rows, z, s->max_cap, b->d_out, err));
+    ECG_TRY(small_batch_gather(stream, b->d_back, s->rows, z, s->max_cap, b->h_out_dev, err));
 out:
     if (forked) { /* a failure left the branch open: join it (a capture must end joined) */
         if (cudaEventRecord(b->join, b->side) != cudaSuccess ||
@@ -376,6 +378,7 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
                           err));
     ECG_TRY(bytes_reserve(&b->h_out, &b->h_out_bytes, out_bytes, false, "the batch's tables",
                           err));
+    CUDA_TRY(cudaHostGetDevicePointer((void **)&b->h_out_dev, b->h_out, 0));
     if (b->back_on)
         ECG_TRY(back_reserve(b, plan, s.slots, s.encode, err));
     /* With the backs batched too, each row reads its member's samples where the pack's copy
@@ -411,6 +414,7 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
     s.bufs[4] = b->d_latent;
     s.bufs[5] = b->d_recon;
     s.bufs[6] = b->d_norms;
+    s.bufs[7] = b->h_out_dev;
     step_mark(b, stream, 0);
     CUDA_TRY(cudaMemcpyAsync(b->d_pack, b->h_pack, total * sizeof(float), cudaMemcpyHostToDevice,
                              stream));
@@ -421,7 +425,11 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
     step_mark(b, stream, 1);
     ECG_TRY(pass_run(b, stream, plan, &s, err));
     step_mark(b, stream, 15);
-    CUDA_TRY(cudaMemcpyAsync(b->h_out, b->d_out, out_bytes, cudaMemcpyDeviceToHost, stream));
+    /* After a batched back its last kernels have written everything to h_out already (mapped:
+     * the writes go over the bus as they are made, the actual tables only, not each one's
+     * room); the counts alone are copied */
+    if (!b->back_on)
+        CUDA_TRY(cudaMemcpyAsync(b->h_out, b->d_out, out_bytes, cudaMemcpyDeviceToHost, stream));
     step_mark(b, stream, 16);
     for (size_t i = 0; i < n; i++) {
         if (b->small_row[i] < 0)

@@ -9,11 +9,14 @@
 #include "cuda_small.cuh"
 
 /* Member blockIdx.y's table (its layout for its count: a multiple of 256 bytes, 256-aligned at
- * both ends) to its place in the batch's output, 16 bytes a thread. */
+ * both ends) to its place in the batch's output, 16 bytes a thread, and its 3 counts to the
+ * output's start. */
 static __global__ void gather_batch_kernel(const struct small_back *members, size_t z_dim,
                                            char *out)
 {
     const struct small_back *m = &members[blockIdx.y];
+    if (blockIdx.x == 0 && threadIdx.x < 3)
+        ((int64_t *)out)[3 * (size_t)blockIdx.y + threadIdx.x] = m->counts[threadIdx.x];
     struct table_layout t;
     table_layout((size_t)m->counts[2], z_dim, &t);
     const uint4 *src = (const uint4 *)m->table;

@@ -107,9 +107,10 @@ enum ecg_status small_batch_decide(cudaStream_t stream, const struct small_front
 /*
  * The batched back: the members of a batched front go on, on the same stream and with no wait
  * for their beat counts, through segmentation, normalisation, embedding, the VAE and the score,
- * each step launched once for all of them, and their tables are gathered into one buffer for a
- * single copy to the host, with the signal-quality features of their samples (the host would
- * otherwise compute them: engine/batch.c). The beat counts stay on the device: every kernel reads its member's
+ * each step launched once for all of them, and their tables are gathered, with their counts and
+ * the signal-quality features of their samples (the host would otherwise compute them:
+ * engine/batch.c), into one pinned host buffer that the kernels write through its device
+ * address (no copy after the pass). The beat counts stay on the device: every kernel reads its member's
  * (counts[2]) and lays its table out for it (table_layout); the grids are sized for each
  * member's largest possible count, its max_cand, which the host knows. As for the front, each
  * block calls the body of the one-context kernel, so a member's table is bit for bit its own
@@ -171,7 +172,8 @@ enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device
 enum ecg_status small_batch_quality(cudaStream_t stream, const struct small_back *members,
                                     size_t k, size_t max_win, const float *pack, char *out,
                                     struct ecg_error *err);
-/* Every member's table (laid out for its count) to out + its out offset. */
+/* Every member's table (laid out for its count) to out + its out offset, and its 3 counts to
+ * out's start (3 int64 a member, in row order). */
 enum ecg_status small_batch_gather(cudaStream_t stream, const struct small_back *members,
                                    size_t k, size_t z_dim, size_t max_cap, char *out,
                                    struct ecg_error *err);
