@@ -80,7 +80,7 @@ struct pass_key {                 /* zeroed before it is filled: compared with m
     const void *plan;
     const void *bufs[PASS_BUFS];  /* d_pack, d_small, d_out, d_emb, d_latent, d_recon, d_norms,
                                    * h_out_dev */
-    bool back, encode, scatter;
+    bool back, encode;
 };
 
 struct pass_graph {

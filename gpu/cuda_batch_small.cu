@@ -21,6 +21,14 @@ const char *small_step_name(int i)
     return i >= 0 && i < GPU_STEPS ? gpu_step_names[i] : "?";
 }
 
+/* Whether a batched pass's first kernel scatters the samples to each member's input: with
+ * ECG_CUDA_BATCH_SCATTER=1, or where the backs run member by member (they read their contexts'
+ * buffers); otherwise the rows read them in place (small_front_queue). */
+static bool pass_scatters(const struct cuda_batch *b, bool back)
+{
+    return b->scatter || !back;
+}
+
 /* Where the backs' table starts after `rows` rows of the fronts' (bytes, aligned for it). */
 static size_t back_rows_offset(size_t rows)
 {
@@ -163,7 +171,7 @@ static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
         ECG_TRY(small_batch_quality(side, b->d_back, s->rows, s->max_win, b->d_pack,
                                     b->h_out_dev, err));
     ECG_TRY(small_batch_load(stream, b->d_pack, b->d_small, s->rows, &b->h_small[0],
-                             s->max_n_in, s->max_n_a, s->scatter, err));
+                             s->max_n_in, s->max_n_a, pass_scatters(b, s->back), err));
     step_mark(b, stream, 2);
     ECG_TRY(small_batch_filter(stream, b->d_small, s->rows, s->max_n_a, plan, b->times.ev[3],
                                err));
@@ -389,8 +397,7 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
      * resampler writes its context's resampled buffer, and the steps read their input and
      * resampled lead only. A back run member by member reads its context's buffers: those
      * are scattered to first. */
-    s.scatter = b->scatter || !b->back_on;
-    for (size_t r = 0; !s.scatter && r < rows; r++) {
+    for (size_t r = 0; !pass_scatters(b, b->back_on) && r < rows; r++) {
         struct small_front *row = &b->h_small[r];
         float *x = b->d_pack + row->off;
         row->rs.x = x;

@@ -82,8 +82,9 @@ bool small_record_whole(const struct cuda_ctx *ctx, size_t n_in, double fs_in_hz
  * members) are whole for the same plan, i.e. the same rate. samples: the batch's samples on the
  * device (member j's at members[j].off); scatter: small_batch_load's first kernel copies them
  * to each member's input (and resampled) buffer, for rows that point at their contexts'
- * buffers; without it the rows point at the samples themselves (cuda_batch_small.cu). counts: 3 int64 per member (candidates, accepted,
- * beats: what each context's own front copies to its h_stage). The max_* are the largest of
+ * buffers; without it the rows point at the samples themselves (cuda_batch_small.cu).
+ * counts: 3 int64 per member (candidates, accepted, beats: what each context's own front
+ * copies to its h_stage). The max_* are the largest of
  * the members' values (the grids). marks (NULL: none): 5 events recorded between the
  * detector's steps (steps 1-4 | decision blocks | their merge | steps 5-7: the candidates'
  * features (step 4) are computed in steps 1-3's kernel and the rhythm check (step 5) in steps
@@ -110,8 +111,8 @@ enum ecg_status small_batch_decide(cudaStream_t stream, const struct small_front
  * each step launched once for all of them, and their tables are gathered, with their counts and
  * the signal-quality features of their samples (the host would otherwise compute them:
  * engine/batch.c), into one pinned host buffer that the kernels write through its device
- * address (no copy after the pass). The beat counts stay on the device: every kernel reads its member's
- * (counts[2]) and lays its table out for it (table_layout); the grids are sized for each
+ * address (no copy after the pass). The beat counts stay on the device: every kernel reads its
+ * member's (counts[2]) and lays its table out for it (table_layout); the grids are sized for each
  * member's largest possible count, its max_cand, which the host knows. As for the front, each
  * block calls the body of the one-context kernel, so a member's table is bit for bit its own
  * back's.
