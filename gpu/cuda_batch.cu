@@ -78,7 +78,7 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
     if (!b)
         return;
     const char *times = getenv("ECG_CUDA_BATCH_TIMES");
-    if (times && (*times == '1' || *times == '2') && b->times.batches) {
+    if (times && (*times == '1' || *times == '2' || *times == '3') && b->times.batches) {
         const struct batch_times *t = &b->times;
         fprintf(stderr,
                 "cuda batch lane %u: %llu batches, %llu members over %.3f s; seconds in step 1 "
@@ -110,6 +110,11 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
             }
             fprintf(stderr, ", all %.1f us\n", 1e3 * sum / (double)t->gpu_passes);
         }
+        if (t->ends_only && t->gpu_passes)
+            fprintf(stderr,
+                    "cuda batch lane %u: device time per batched pass (%llu), the copies in "
+                    "to its end: %.1f us\n",
+                    b->lane, t->gpu_passes, 1e3 * t->pass_ms / (double)t->gpu_passes);
     }
     (void)cudaSetDevice(b->dev->ordinal);
     cudaEvent_t branch_events[] = {b->fork, b->filtered, b->join};
@@ -213,6 +218,11 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
         ECG_TRY(cuda_ctx_create_on(state, b->dev, true, &b->member[i], err));
     for (int i = 0; times_env && *times_env == '1' && b->small_fronts && i <= GPU_STEPS; i++)
         CUDA_TRY(cudaEventCreate(&b->times.ev[i]));
+    if (times_env && *times_env == '3' && b->small_fronts) {
+        b->times.ends_only = true;
+        CUDA_TRY(cudaEventCreate(&b->times.ev[1]));
+        CUDA_TRY(cudaEventCreate(&b->times.ev[15]));
+    }
     *batch_out = b;
     b = NULL;
 out:

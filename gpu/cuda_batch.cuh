@@ -95,9 +95,9 @@ struct pass_graph {
 #define PACK_ALIGN 32 /* floats: a member's samples in the pack start on 128-byte boundaries */
 
 /*
- * Where a lane's time goes (ECG_CUDA_BATCH_TIMES=1 or 2 prints it when the batch object is
+ * Where a lane's time goes (ECG_CUDA_BATCH_TIMES=1, 2 or 3 prints it when the batch object is
  * destroyed, at shutdown; =1 adds the device's time by step, from events recorded between
- * the steps, in the pass graphs too): seconds in each step of cuda_batch_run, and the part of steps 2
+ * the steps, in the pass graphs too; =3 the pass's device time as a whole): seconds in each step of cuda_batch_run, and the part of steps 2
  * and 3 spent waiting for the device. Kept by the lane's own thread: no atomics.
  */
 struct batch_times {
@@ -125,6 +125,11 @@ struct batch_times {
     cudaEvent_t ev[GPU_STEPS + 1];
     double gpu_ms[GPU_STEPS];
     unsigned long long gpu_passes;
+    /* ECG_CUDA_BATCH_TIMES=3: only the marks around the pass (ev[1], after the copies in, and
+     * ev[15], after it), outside its graph: its device time with nothing recorded between
+     * its kernels, which would stand between each and the next (cuda_pdl.cuh) */
+    bool ends_only;
+    double pass_ms;
     size_t front_nodes, back_nodes, pass_nodes; /* in the last front, back and pass graph captured */
 };
 

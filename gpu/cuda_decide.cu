@@ -293,6 +293,7 @@ static __global__ void __launch_bounds__(DECIDE_THREADS)
     __shared__ int64_t s_pos[DECIDE_STAGE];
     __shared__ float s_height[DECIDE_STAGE], s_slope[DECIDE_STAGE];
     __shared__ double s_factor[DECIDE_CREST];
+    pdl_step_begin();
     const struct small_front *m = &ms[blockIdx.y];
     const struct detect_args a = m->a;
     const size_t b = blockIdx.x;
@@ -386,6 +387,7 @@ static __global__ void merge_kernel(struct detect_args a, size_t n_blocks)
 /* The batched front's (cuda_small.cuh): member blockIdx.y's merge. */
 static __global__ void merge_batch_kernel(const struct small_front *ms)
 {
+    pdl_step_begin();
     merge_body(ms[blockIdx.y].a, ms[blockIdx.y].n_blocks);
 }
 
@@ -415,17 +417,16 @@ enum ecg_status small_batch_decide(cudaStream_t stream, const struct small_front
                                    struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    block_batch_kernel<<<dim3((unsigned)max_blocks, (unsigned)k), DECIDE_THREADS, 0, stream>>>(
-        members);
-    CUDA_LAUNCH_CHECK();
+    CUDA_TRY(pdl_launch(dim3((unsigned)max_blocks, (unsigned)k), DECIDE_THREADS, 0, stream,
+                        block_batch_kernel, members));
     if (mark)
         small_mark(mark, stream);
     /* one decision block per member (every lead under CPU_DETECT_BLOCK_S): no boundary to
      * merge (merge_body keeps a lone block's beats as they are) */
     if (max_blocks < 2)
         goto out;
-    merge_batch_kernel<<<dim3(1, (unsigned)k), MERGE_THREADS, 0, stream>>>(members);
-    CUDA_LAUNCH_CHECK();
+    CUDA_TRY(pdl_launch(dim3(1, (unsigned)k), MERGE_THREADS, 0, stream, merge_batch_kernel,
+                        members));
 out:
     return status;
 }

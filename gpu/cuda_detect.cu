@@ -624,6 +624,7 @@ static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
 static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
     front_small_batch_kernel(const struct small_front *ms)
 {
+    pdl_step_begin();
     front_small_body(ms[blockIdx.y].a, ms[blockIdx.y].n_win, ms[blockIdx.y].max_cand);
 }
 
@@ -683,6 +684,7 @@ static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
 static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
     settle_small_batch_kernel(const struct small_front *ms, int64_t *counts)
 {
+    pdl_step_begin();
     const struct small_front *m = &ms[blockIdx.y];
     insert_small_body(m->a, m->max_cand);
     __syncthreads();
@@ -998,8 +1000,8 @@ enum ecg_status small_batch_detect(cudaStream_t stream, const struct small_front
 {
     enum ecg_status status = ECG_OK;
     /* steps 1-4: the candidates' features in the same block as steps 1-3 */
-    front_small_batch_kernel<<<dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream>>>(members);
-    CUDA_LAUNCH_CHECK();
+    CUDA_TRY(pdl_launch(dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream,
+                        front_small_batch_kernel, members));
     if (marks) {
         small_mark(marks[0], stream);
         small_mark(marks[1], stream);
@@ -1009,9 +1011,8 @@ enum ecg_status small_batch_detect(cudaStream_t stream, const struct small_front
         small_mark(marks[3], stream);
     if (marks) /* the rhythm check runs in steps 6-7's block */
         small_mark(marks[4], stream);
-    settle_small_batch_kernel<<<dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream>>>(
-        members, counts);
-    CUDA_LAUNCH_CHECK();
+    CUDA_TRY(pdl_launch(dim3(1, (unsigned)k), DETECT_SMALL_THREADS, 0, stream,
+                        settle_small_batch_kernel, members, counts));
 out:
     return status;
 }

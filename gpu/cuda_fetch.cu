@@ -14,6 +14,7 @@
 static __global__ void gather_batch_kernel(const struct small_back *members, size_t z_dim,
                                            char *out)
 {
+    pdl_step_begin();
     const struct small_back *m = &members[blockIdx.y];
     if (blockIdx.x == 0 && threadIdx.x < 3)
         ((int64_t *)out)[3 * (size_t)blockIdx.y + threadIdx.x] = m->counts[threadIdx.x];
@@ -34,9 +35,8 @@ enum ecg_status small_batch_gather(cudaStream_t stream, const struct small_back 
     enum ecg_status status = ECG_OK;
     struct table_layout t;
     table_layout(max_cap, z_dim, &t);
-    gather_batch_kernel<<<dim3(grid_for(t.bytes / sizeof(uint4)), (unsigned)k), CUDA_THREADS, 0,
-                          stream>>>(members, z_dim, out);
-    CUDA_LAUNCH_CHECK();
+    CUDA_TRY(pdl_launch(dim3(grid_for(t.bytes / sizeof(uint4)), (unsigned)k), CUDA_THREADS, 0,
+                        stream, gather_batch_kernel, members, z_dim, out));
 out:
     return status;
 }

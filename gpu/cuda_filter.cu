@@ -486,6 +486,7 @@ static __global__ void __launch_bounds__(CUDA_THREADS)
                                const struct direct_taps g_hi, const struct direct_taps g_lo)
 {
     __shared__ float stage[CUDA_THREADS + FILTER_DIRECT_MAX_TAPS + 1];
+    pdl_step_begin();
     const struct small_front *m = &ms[blockIdx.y];
     const struct band_layout &b = m->band;
     const size_t n = b.n;
@@ -517,6 +518,7 @@ static __global__ void __launch_bounds__(CUDA_THREADS)
 static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
     filter_band_batch_kernel(const struct small_front *ms)
 {
+    pdl_step_begin();
     const struct small_front *m = &ms[blockIdx.y];
     filter_small_band(m->filtered, m->band.f_hi, m->band.f_lo, m->filtered, m->band);
 }
@@ -537,6 +539,7 @@ static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
     filter_band_staged_batch_kernel(const struct small_front *ms)
 {
     __shared__ float stage[3 * BAND_STAGE_MAX];
+    pdl_step_begin();
     const struct small_front *m = &ms[blockIdx.y];
     /* the layout held in registers: its fields are not loaded again from the table in global
      * memory after every barrier, on which ncu showed the block's warps waiting for most of
@@ -589,20 +592,18 @@ enum ecg_status small_batch_filter(cudaStream_t stream, const struct small_front
     reverse_taps(plan->ricker, plan->ricker_len, &g);
     reverse_taps(plan->ricker_hi, plan->ricker_hi_len, &g_hi);
     reverse_taps(plan->ricker_lo, plan->ricker_lo_len, &g_lo);
-    filter_direct_batch_kernel<<<dim3(grid_for(max_n_a), (unsigned)k), CUDA_THREADS, 0,
-                                 stream>>>(members, plan->ricker_len, plan->ricker_hi_len,
-                                           plan->ricker_lo_len, cuda_host_has_avx2_fma(), g,
-                                           g_hi, g_lo);
-    CUDA_LAUNCH_CHECK();
+    CUDA_TRY(pdl_launch(dim3(grid_for(max_n_a), (unsigned)k), CUDA_THREADS, 0, stream,
+                        filter_direct_batch_kernel, members, plan->ricker_len,
+                        plan->ricker_hi_len, plan->ricker_lo_len, cuda_host_has_avx2_fma(), g,
+                        g_hi, g_lo));
     if (mark)
         small_mark(mark, stream);
     if (max_n_a <= BAND_STAGE_MAX) /* a strip of up to 16 s at 250 Hz */
-        filter_band_staged_batch_kernel<<<dim3(1, (unsigned)k), FILTER_SMALL_THREADS, 0,
-                                          stream>>>(members);
+        CUDA_TRY(pdl_launch(dim3(1, (unsigned)k), FILTER_SMALL_THREADS, 0, stream,
+                            filter_band_staged_batch_kernel, members));
     else
-        filter_band_batch_kernel<<<dim3(1, (unsigned)k), FILTER_SMALL_THREADS, 0, stream>>>(
-            members);
-    CUDA_LAUNCH_CHECK();
+        CUDA_TRY(pdl_launch(dim3(1, (unsigned)k), FILTER_SMALL_THREADS, 0, stream,
+                            filter_band_batch_kernel, members));
 out:
     return status;
 }

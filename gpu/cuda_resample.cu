@@ -132,6 +132,7 @@ static __global__ void resample_smem_kernel(struct resample_args a)
  * input, and to its resampled signal as well when there is no resampling. */
 static __global__ void small_scatter_kernel(const float *samples, const struct small_front *ms)
 {
+    pdl_step_begin();
     const struct small_front *m = &ms[blockIdx.y];
     const float *from = samples + m->off;
     const size_t n = m->rs.n;
@@ -146,12 +147,14 @@ static __global__ void small_scatter_kernel(const float *samples, const struct s
 
 static __global__ void resample_batch_kernel(const struct small_front *ms)
 {
+    pdl_step_begin();
     resample_body(ms[blockIdx.y].rs);
 }
 
 static __global__ void resample_smem_batch_kernel(const struct small_front *ms)
 {
     extern __shared__ float table[];
+    pdl_step_begin();
     resample_smem_body(ms[blockIdx.y].rs, table);
 }
 
@@ -193,20 +196,18 @@ enum ecg_status small_batch_load(cudaStream_t stream, const float *samples,
                                  size_t max_n_a, bool scatter, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    if (scatter) {
-        small_scatter_kernel<<<dim3(grid_for(max_n_in), (unsigned)k), CUDA_THREADS, 0,
-                               stream>>>(samples, members);
-        CUDA_LAUNCH_CHECK();
-    }
+    if (scatter)
+        CUDA_TRY(pdl_launch(dim3(grid_for(max_n_in), (unsigned)k), CUDA_THREADS, 0, stream,
+                            small_scatter_kernel, samples, members));
     if (first->identity)
         goto out;
     if (table_smem(&first->rs) <= RESAMPLE_SMEM_MAX)
-        resample_smem_batch_kernel<<<dim3(smem_blocks(max_n_a), (unsigned)k), CUDA_THREADS,
-                                     table_smem(&first->rs), stream>>>(members);
+        CUDA_TRY(pdl_launch(dim3(smem_blocks(max_n_a), (unsigned)k), CUDA_THREADS,
+                            table_smem(&first->rs), stream, resample_smem_batch_kernel,
+                            members));
     else
-        resample_batch_kernel<<<dim3(grid_for(max_n_a), (unsigned)k), CUDA_THREADS, 0,
-                                stream>>>(members);
-    CUDA_LAUNCH_CHECK();
+        CUDA_TRY(pdl_launch(dim3(grid_for(max_n_a), (unsigned)k), CUDA_THREADS, 0, stream,
+                            resample_batch_kernel, members));
 out:
     return status;
 }

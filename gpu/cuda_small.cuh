@@ -17,6 +17,7 @@
 #define CUDA_SMALL_CUH
 
 #include "cuda_detect_common.cuh"
+#include "cuda_pdl.cuh"
 #include "quality.h"
 
 /* The resampler's arguments (cuda_resample.cu). */

@@ -492,6 +492,7 @@ static __global__ void __launch_bounds__(SCORE_SMALL_THREADS)
     __shared__ unsigned long long order[SMALL_BACK_BEATS];
     __shared__ double sorted[SMALL_BACK_BEATS];
     __shared__ double level;
+    pdl_step_begin();
     const struct small_back *m = &members[blockIdx.y];
     if (!m->encode)
         return; /* the whole block */
@@ -554,9 +555,8 @@ enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device
         return status;
     if (mark)
         small_mark(mark, stream);
-    score_batch_kernel<<<dim3(1, (unsigned)k), SCORE_SMALL_THREADS, 0, stream>>>(members, base,
-                                                                                latent, recon);
-    CUDA_LAUNCH_CHECK();
+    CUDA_TRY(pdl_launch(dim3(1, (unsigned)k), SCORE_SMALL_THREADS, 0, stream, score_batch_kernel,
+                        members, base, (const float *)latent, (const double *)recon));
 out:
     return status;
 }

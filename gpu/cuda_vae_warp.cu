@@ -23,6 +23,7 @@
 #include <math.h>
 
 #include "cuda_internal.h"
+#include "cuda_pdl.cuh"
 #include "cuda_vae.h"
 
 namespace {
@@ -130,6 +131,7 @@ __device__ __forceinline__ double warp_sum(double v)
 
 __global__ void __launch_bounds__(THREADS) vae_warp_kernel(const __grid_constant__ warp_args a)
 {
+    pdl_step_begin(); /* launched as the batched pass's next step (cuda_pdl.cuh) */
     const struct warp_weights &w = a.w;
     const unsigned lane = threadIdx.x & (WARP - 1);
     const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / WARP;
@@ -266,8 +268,7 @@ enum ecg_status vae_warp_launch_on(cudaStream_t stream, const struct cuda_device
     blocks = (size_t)(per_sm > 0 ? per_sm : 1) * (size_t)dev->sm_count;
     if (blocks > (k + THREADS / WARP - 1) / (THREADS / WARP))
         blocks = (k + THREADS / WARP - 1) / (THREADS / WARP);
-    vae_warp_kernel<<<(unsigned)blocks, THREADS, 0, stream>>>(a);
-    CUDA_LAUNCH_CHECK();
+    CUDA_TRY(pdl_launch((unsigned)blocks, THREADS, 0, stream, vae_warp_kernel, a));
 out:
     return status;
 }
