@@ -199,6 +199,12 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     b->pass_graphs = b->use_graphs;
     b->branch = !branch_env || strcmp(branch_env, "0") != 0;
     b->scatter = scatter_env && !strcmp(scatter_env, "1");
+    {
+        const char *doze = getenv("ECG_CUDA_BATCH_DOZE_US");
+        char *end = NULL;
+        const double us = doze && *doze ? strtod(doze, &end) : 0.0;
+        b->doze_us = end && !*end && us > 0 && us <= 1e5 ? us : 0.0;
+    }
     if (!b->member || !b->live || !b->graph || !b->back || !b->off || !b->small_row || !b->pass) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cuda batch");
         goto out;

@@ -186,6 +186,10 @@ struct cuda_batch {
     /* a batched pass's rows read each member's samples in the pack's copy on the device, unless
      * ECG_CUDA_BATCH_SCATTER=1: its first kernel then copies them to each member's input */
     bool scatter;
+    /* ECG_CUDA_BATCH_DOZE_US=N: the lane sleeps until N us after a batched pass's launch
+     * before it polls for its end (the cores go to the HTTP threads meanwhile) */
+    double doze_us;
+    double pass_launched;       /* cuda_now_s() after the pass's launch */
     cudaStream_t side;
     cudaEvent_t fork, filtered, join;
 };

@@ -8,7 +8,10 @@
  * which need only the samples and the filtered leads, run on a side branch beside the
  * detection.
  */
+#include <errno.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
 
 #include "cuda_batch.cuh"
 
@@ -441,6 +444,7 @@ void small_front_queue(struct cuda_batch *b, struct ecg_batch_member *const *mem
                              cudaMemcpyHostToDevice, stream));
     step_mark(b, stream, 1);
     ECG_TRY(pass_run(b, stream, plan, &s, err));
+    b->pass_launched = cuda_now_s();
     step_mark(b, stream, 15);
     /* After a batched back its last kernels have written everything to h_out already (mapped:
      * the writes go over the bus as they are made, the actual tables only, not each one's
@@ -475,6 +479,24 @@ out:
             member_fail(b, members[i], (unsigned)i, status);
             ecg_batch_member_done(members[i]);
         }
+    }
+}
+
+/* Sleeps until cuda_now_s() reaches t (ECG_CUDA_BATCH_DOZE_US), with the thread's timer slack
+ * at 1 us (Linux's default, 50 us, would overshoot the pass). */
+static void doze_until(double t)
+{
+    static __thread bool slack_set;
+    struct timespec ts;
+    if (!slack_set) {
+        (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+        slack_set = true;
+    }
+    if (t <= cuda_now_s())
+        return;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
     }
 }
 
@@ -520,6 +542,8 @@ void small_front_collect(struct cuda_batch *b, struct ecg_batch_member *const *m
     if (!b->n_small)
         return;
     t0 = cuda_now_s();
+    if (b->doze_us > 0)
+        doze_until(b->pass_launched + b->doze_us * 1e-6);
     /* the first member's wait: CUDA's own, or ECG_CUDA_BATCH_SPIN_US's (ctx_sync) */
     status = ctx_sync(b->member[b->small_first], "batched front", err);
     b->times.wait_count += cuda_now_s() - t0;
