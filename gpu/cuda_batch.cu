@@ -113,8 +113,14 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
         if (t->ends_only && t->gpu_passes)
             fprintf(stderr,
                     "cuda batch lane %u: device time per batched pass (%llu), the copies in "
-                    "to its end: %.1f us\n",
+                    "to its end: %.1f us",
                     b->lane, t->gpu_passes, 1e3 * t->pass_ms / (double)t->gpu_passes);
+        if (t->ends_only && t->gpu_passes && t->split)
+            fprintf(stderr, ", of which up to the end of its %s (mark %d): %.1f us",
+                    small_step_name(t->split - 1), t->split,
+                    1e3 * t->split_ms / (double)t->gpu_passes);
+        if (t->ends_only && t->gpu_passes)
+            fprintf(stderr, "\n");
     }
     (void)cudaSetDevice(b->dev->ordinal);
     cudaEvent_t branch_events[] = {b->fork, b->filtered, b->join};
@@ -225,9 +231,15 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
     for (int i = 0; times_env && *times_env == '1' && b->small_fronts && i <= GPU_STEPS; i++)
         CUDA_TRY(cudaEventCreate(&b->times.ev[i]));
     if (times_env && *times_env == '3' && b->small_fronts) {
+        /* 3:K, K one of the marks a pass records without the detector's own (2-4, 10-14) */
+        const int k = times_env[1] == ':' ? atoi(times_env + 2) : 0;
         b->times.ends_only = true;
         CUDA_TRY(cudaEventCreate(&b->times.ev[1]));
         CUDA_TRY(cudaEventCreate(&b->times.ev[15]));
+        if ((k >= 2 && k <= 4) || (k >= 10 && k <= 14)) {
+            b->times.split = k;
+            CUDA_TRY(cudaEventCreate(&b->times.ev[k]));
+        }
     }
     *batch_out = b;
     b = NULL;

@@ -97,7 +97,8 @@ struct pass_graph {
 /*
  * Where a lane's time goes (ECG_CUDA_BATCH_TIMES=1, 2 or 3 prints it when the batch object is
  * destroyed, at shutdown; =1 adds the device's time by step, from events recorded between
- * the steps, in the pass graphs too; =3 the pass's device time as a whole): seconds in each step of cuda_batch_run, and the part of steps 2
+ * the steps, in the pass graphs too; =3 the pass's device time as a whole, =3:K also up to
+ * step K's mark alone): seconds in each step of cuda_batch_run, and the part of steps 2
  * and 3 spent waiting for the device. Kept by the lane's own thread: no atomics.
  */
 struct batch_times {
@@ -130,6 +131,8 @@ struct batch_times {
      * its kernels, which would stand between each and the next (cuda_pdl.cuh) */
     bool ends_only;
     double pass_ms;
+    int split;                  /* ECG_CUDA_BATCH_TIMES=3:K: also ev[K], one mark inside */
+    double split_ms;            /* ... ev[1] to ev[K] */
     size_t front_nodes, back_nodes, pass_nodes; /* in the last front, back and pass graph captured */
 };
 

@@ -46,7 +46,7 @@ size_t small_rows_bytes(unsigned max_batch)
 }
 
 /* ECG_CUDA_BATCH_TIMES=1: the end of step i of a batched pass, on its stream (small_mark);
- * =3: of steps 1 and 15 alone. */
+ * =3: of steps 1 and 15 alone (=3:K: and K). */
 static void step_mark(struct cuda_batch *b, cudaStream_t stream, int i)
 {
     if (b->times.ev[i])
@@ -62,7 +62,14 @@ static void step_times(struct cuda_batch *b)
             (void)cudaGetLastError();
             return;
         }
+        if (b->times.split &&
+            cudaEventElapsedTime(&ms[1], b->times.ev[1], b->times.ev[b->times.split]) !=
+                cudaSuccess) {
+            (void)cudaGetLastError();
+            return;
+        }
         b->times.pass_ms += ms[0];
+        b->times.split_ms += b->times.split ? ms[1] : 0.0;
         b->times.gpu_passes++;
         return;
     }

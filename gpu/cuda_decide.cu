@@ -45,16 +45,25 @@ struct cand_global {
     {
         return noise_threshold_factor(__ldg(&crest[w]), DETECT_THRESHOLD);
     }
+    /* candidate k's, at pos (its position): its window's factor */
+    __device__ double factor_at(size_t k, int64_t pos, size_t crest_win) const
+    {
+        return factor((size_t)pos / crest_win);
+    }
 };
 
 struct cand_staged {
     const int64_t *cpos; /* shared memory, all of the lead's candidates and windows */
     const float *height, *slope;
     const double *factors;
+    const double *cand_factors; /* each candidate's window's factor, taken by the staging */
     __device__ int64_t pos(size_t k) const { return cpos[k]; }
     __device__ float h(size_t k) const { return height[k]; }
     __device__ float sl(size_t k) const { return slope[k]; }
     __device__ double factor(size_t w) const { return factors[w]; }
+    /* the value factor_at of cand_global gives, looked up by the staging threads in parallel:
+     * the pass's one thread neither divides (64 bits) nor waits for a second load */
+    __device__ double factor_at(size_t k, int64_t, size_t) const { return cand_factors[k]; }
 };
 
 /* The first candidate at or after pos (n_cand if none): decide.c's first_candidate_from(). */
@@ -240,7 +249,7 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
         const float h = src.h(k);
         /* the threshold rises where noise fills the floor between beats (noise_core.h) */
         const double threshold =
-            noise_threshold_at(spk, npk, src.factor((size_t)pos / a.crest_win));
+            noise_threshold_at(spk, npk, src.factor_at(k, pos, a.crest_win));
         if ((double)h <= threshold ||
             (last >= 0 && pos - last < a.twave &&
              (double)src.sl(k) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))) {
@@ -293,6 +302,7 @@ static __global__ void __launch_bounds__(DECIDE_THREADS)
     __shared__ int64_t s_pos[DECIDE_STAGE];
     __shared__ float s_height[DECIDE_STAGE], s_slope[DECIDE_STAGE];
     __shared__ double s_factor[DECIDE_CREST];
+    __shared__ double s_cand_factor[DECIDE_STAGE];
     pdl_step_begin();
     const struct small_front *m = &ms[blockIdx.y];
     const struct detect_args a = m->a;
@@ -314,7 +324,10 @@ static __global__ void __launch_bounds__(DECIDE_THREADS)
     for (size_t w = threadIdx.x; w < m->n_win; w += DECIDE_THREADS)
         s_factor[w] = noise_threshold_factor(a.crest[w], DETECT_THRESHOLD);
     __syncthreads();
-    const struct cand_staged src = {s_pos, s_height, s_slope, s_factor};
+    for (size_t k = threadIdx.x; k < n_cand; k += DECIDE_THREADS)
+        s_cand_factor[k] = s_factor[(size_t)s_pos[k] / a.crest_win];
+    __syncthreads();
+    const struct cand_staged src = {s_pos, s_height, s_slope, s_factor, s_cand_factor};
     if (threadIdx.x == 0)
         block_body(a, b, n_cand, src);
 }
