@@ -32,8 +32,9 @@
  * window's threshold factor (noise_threshold_factor): the global arrays, the factor taken from
  * the window's crest at each candidate (a long record's blocks: every load waits for the L2),
  * or a copy the CUDA block staged in shared memory with the factors it took once per window
- * (a batched short lead: all its candidates fit), read at shared-memory latency, which also
- * takes the factor's division off the pass's one thread. The same values either way.
+ * and looked up for each candidate (a batched short lead: all its candidates fit), read at
+ * shared-memory latency, which also takes the factor's division and the window index's
+ * (64-bit) division off the pass's one thread. The same values either way.
  */
 struct cand_global {
     const int64_t *cpos;
