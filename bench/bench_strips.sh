@@ -24,8 +24,9 @@
 #                   "cuda-unbatched" the same with --max-batch 1 --workers WORKERS (each
 #                   analysis on its own pass); "cuda-nographs" the default with
 #                   ECG_CUDA_BATCH_GRAPHS=0. MAX_BATCH, BATCH_WINDOW_US, BATCH_LANES and
-#                   BATCH_WORKERS, when set, are passed to "cuda" and "cuda-nographs" as
-#                   --max-batch, --batch-window-us, --batch-lanes and --workers (sweeps)
+#                   BATCH_WORKERS and BATCH_DEPTH, when set, are passed to "cuda" and
+#                   "cuda-nographs" as --max-batch, --batch-window-us, --batch-lanes,
+#                   --workers and --batch-depth (sweeps)
 #   SIZES           recording lengths in seconds (default "2 10 80 1800"; 72000 = 20 h). 2 s
 #                   is the shortest the service analyses (ECG_MIN_DURATION_S): a 1-s strip is
 #                   answered 422 too_short on every backend, batched or not (the detector needs
@@ -62,6 +63,7 @@ MAX_BATCH=${MAX_BATCH:-}
 BATCH_WINDOW_US=${BATCH_WINDOW_US:-}
 BATCH_LANES=${BATCH_LANES:-}
 BATCH_WORKERS=${BATCH_WORKERS:-}
+BATCH_DEPTH=${BATCH_DEPTH:-}
 ONE_CLIENT=${ONE_CLIENT:-0}
 ONE_CLIENT_N=${ONE_CLIENT_N:-400}
 export ECG_SHARED_DATA=${ECG_SHARED_DATA:-../shared/data}
@@ -208,6 +210,7 @@ start_ecgd() { # start_ecgd cpu|cuda|cuda-unbatched|cuda-nographs: sets server_p
         [ -n "$BATCH_WINDOW_US" ] && args+=(--batch-window-us "$BATCH_WINDOW_US")
         [ -n "$BATCH_LANES" ] && args+=(--batch-lanes "$BATCH_LANES")
         [ -n "$BATCH_WORKERS" ] && args+=(--workers "$BATCH_WORKERS")
+        [ -n "$BATCH_DEPTH" ] && args+=(--batch-depth "$BATCH_DEPTH")
         [ "$1" = cuda-nographs ] && env=(ECG_CUDA_BATCH_GRAPHS=0) ;;
     cuda-unbatched) args+=(--max-batch 1) ;;
     cpu) ;;
@@ -232,8 +235,8 @@ start_ecgd() { # start_ecgd cpu|cuda|cuda-unbatched|cuda-nographs: sets server_p
     config=$(grep -m1 '"event":"listening"' "$tmp/server.log" | python3 -c '
 import json, sys
 c = json.loads(sys.stdin.read())["config"]
-print("workers %d, max_batch %d, batch_window_us %d, batch_lanes %d" % (
-    c["workers"], c["max_batch"], c["batch_window_us"], c["batch_lanes"]))')
+print("workers %d, max_batch %d, batch_window_us %d, batch_lanes %d, batch_depth %d" % (
+    c["workers"], c["max_batch"], c["batch_window_us"], c["batch_lanes"], c["batch_depth"]))')
     io=$(grep -m1 '"event":"listening"' "$tmp/server.log" | grep -o '"io_threads":[0-9]*' |
          cut -d: -f2)
     start_sink "$io"

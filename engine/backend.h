@@ -202,12 +202,23 @@ struct ecg_backend_ops {
      *   (ecg_batch_member_done: each as soon as its own outputs are final, not at the end of
      *   the batch); a failing member never fails the others. Called by the lane's batcher
      *   thread only.
-     * batch_destroy: frees it (NULL ok). */
+     * batch_destroy: frees it (NULL ok).
+     * Optional again, all or none: batch_run in two halves, so that a lane keeps several
+     * batches in flight, each on a batch object of its own (engine/batch.c).
+     * batch_launch: batch_run's first half: queues the batch's device work and returns without
+     *   waiting for it (members that fail here are handed back at once).
+     * batch_ready: whether the device work batch_launch queued is done (it does not wait),
+     *   so that batch_finish would not wait for the device.
+     * batch_finish: the second half: waits for what is left and hands every member still
+     *   held back, as batch_run does. launch then finish on one batch is batch_run. */
     unsigned (*batch_lanes)(void *state);
     enum ecg_status (*batch_create)(void *state, unsigned lane, unsigned max_batch, void **batch,
                                     struct ecg_error *err);
     void (*batch_run)(void *batch, struct ecg_batch_member *const *members, size_t n);
     void (*batch_destroy)(void *batch);
+    void (*batch_launch)(void *batch, struct ecg_batch_member *const *members, size_t n);
+    bool (*batch_ready)(void *batch);
+    void (*batch_finish)(void *batch, struct ecg_batch_member *const *members, size_t n);
 };
 
 /* engine/engine.c: a result and its arrays in one allocation for k beats (NULL: no memory). */

@@ -25,15 +25,20 @@ struct batch_lane {
     pthread_cond_t arrived;  /* the thread has something to re-check: a first member, a full
                               * batch, nobody left on the way, or the batcher stopping */
     struct ecg_batch_member *head, *tail;
-    size_t queued;
+    size_t queued;           /* atomic: changed under the lock, read by the polling thread */
     int inbound;             /* analyses announced to this lane, not yet queued or withdrawn
                               * (atomic: raised without the lock, lowered under it) */
     bool stopping;
     bool started;            /* thread running (joined by destroy) */
     pthread_t thread;
-    void *batch;             /* ops->batch_create's, or NULL */
+    /* The batches in flight: up to depth, each on a batch object of its own (ops->batch_create's),
+     * in a ring from oldest; slot s holds n_run[s] members in run[s]. depth 1 (or a backend
+     * without the launch/finish split) runs each batch to its end before the next is collected. */
+    unsigned depth, oldest, in_flight;
+    void *batch[ECG_BATCH_DEPTH_MAX];
+    struct ecg_batch_member **run[ECG_BATCH_DEPTH_MAX]; /* max_batch each */
+    size_t n_run[ECG_BATCH_DEPTH_MAX];
     void *ctx;               /* the context of the stage-by-stage runner, or NULL */
-    struct ecg_batch_member **run; /* the members of the batch being run (max_batch) */
 };
 
 struct plan_slot {
@@ -178,13 +183,20 @@ static enum ecg_status run_stages(const struct ecg_backend_ops *ops, void *ctx,
     return ops->fetch(ctx, m->result, err);
 }
 
-/* Runs the batch; every member is handed back (ecg_batch_member_done) as soon as its own
- * outputs are final, so its thread goes on while the rest of the batch runs. */
-static void run_batch(struct batch_lane *lane, struct ecg_batch_member **run, size_t n)
+/* The halves of slot's batch. With batch objects they are the backend's (batch_run where the
+ * lane runs one batch at a time); without, the stage-by-stage runner runs every member in the
+ * launch and hands them back in the finish. Every member is handed back exactly once
+ * (ecg_batch_member_done), by the backend as soon as its own outputs are final. */
+static void launch_batch(struct batch_lane *lane, unsigned slot)
 {
     const struct ecg_backend_ops *ops = lane->owner->ops;
-    if (lane->batch) {
-        ops->batch_run(lane->batch, run, n);
+    struct ecg_batch_member **run = lane->run[slot];
+    const size_t n = lane->n_run[slot];
+    if (lane->batch[slot]) {
+        if (lane->depth == 1)
+            ops->batch_run(lane->batch[slot], run, n);
+        else
+            ops->batch_launch(lane->batch[slot], run, n);
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -193,8 +205,24 @@ static void run_batch(struct batch_lane *lane, struct ecg_batch_member **run, si
             ecg_result_free(run[i]->result);
             run[i]->result = NULL;
         }
-        ecg_batch_member_done(run[i]);
+        if (lane->depth == 1)
+            ecg_batch_member_done(run[i]);
     }
+}
+
+static bool batch_ready(struct batch_lane *lane, unsigned slot)
+{
+    return !lane->batch[slot] || lane->owner->ops->batch_ready(lane->batch[slot]);
+}
+
+static void finish_batch(struct batch_lane *lane, unsigned slot)
+{
+    if (lane->batch[slot]) {
+        lane->owner->ops->batch_finish(lane->batch[slot], lane->run[slot], lane->n_run[slot]);
+        return;
+    }
+    for (size_t i = 0; i < lane->n_run[slot]; i++)
+        ecg_batch_member_done(lane->run[slot][i]);
 }
 
 /* Waits on cond until deadline_ms (CLOCK_REALTIME-based condvar: the wait is converted). */
@@ -222,12 +250,75 @@ static int on_the_way(struct ecg_batcher *b, struct batch_lane *lane)
     return n;
 }
 
+/* Whether the batch the queue's head starts should go now rather than wait for more (the lock
+ * held): full, stopping, its window over, or nobody else on the way to this lane. */
+static bool batch_due(struct ecg_batcher *b, struct batch_lane *lane)
+{
+    return lane->queued >= b->max_batch || lane->stopping ||
+           batch_now_ms() >= lane->head->enqueued_ms + b->window_ms || on_the_way(b, lane) == 0;
+}
+
+/* Takes up to max_batch members from the queue into the free slot after the ones in flight
+ * (the lock held); returns the slot. */
+static unsigned take_batch(struct ecg_batcher *b, struct batch_lane *lane)
+{
+    const unsigned slot = (lane->oldest + lane->in_flight) % lane->depth;
+    struct ecg_batch_member **run = lane->run[slot];
+    size_t n = 0;
+    const double start = batch_now_ms();
+    while (lane->head && n < b->max_batch) {
+        struct ecg_batch_member *m = lane->head;
+        lane->head = m->next;
+        m->next = NULL;
+        m->queue_ms = start - m->enqueued_ms;
+        run[n++] = m;
+    }
+    if (!lane->head)
+        lane->tail = NULL;
+    __atomic_store_n(&lane->queued, lane->queued - n, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < n; i++)
+        run[i]->batch_size = (unsigned)n;
+    lane->n_run[slot] = n;
+    return slot;
+}
+
+/*
+ * While batches are in flight and another slot is free (the lock not held): polls the oldest
+ * batch and the queue until that batch's device work is done (true: finish it) or the queue
+ * may hold a batch due to start (false: go and look, under the lock). A member seen waiting is
+ * due once the queue is full, nobody else is on the way, or the window has passed since it
+ * was first seen here (a little after it was queued: the exact rule is batch_due's).
+ */
+static bool poll_oldest(struct ecg_batcher *b, struct batch_lane *lane)
+{
+    double seen_ms = -1;
+    for (;;) {
+        if (batch_ready(lane, lane->oldest))
+            return true;
+        if (__atomic_load_n(&lane->queued, __ATOMIC_RELAXED) == 0) {
+            seen_ms = -1;
+            continue;
+        }
+        const double now = batch_now_ms();
+        if (seen_ms < 0)
+            seen_ms = now;
+        if (__atomic_load_n(&lane->queued, __ATOMIC_RELAXED) >= b->max_batch ||
+            on_the_way(b, lane) == 0 || now >= seen_ms + b->window_ms)
+            return false;
+    }
+}
+
 /*
  * The lane's thread: waits for a first member, collects up to max_batch until the window since
  * that member's arrival has passed or no other analysis is on its way to this lane (at once when
- * stopping: draining must not wait for more), and runs them outside the lock; run_batch hands
- * each member back as it completes (the members are not touched afterwards). Exits once
- * stopping and the queue is empty.
+ * stopping: draining must not wait for more), and starts them as one batch outside the lock.
+ * With depth 1 a batch runs to its end before the next is collected. With depth > 1 a batch is
+ * launched (ops->batch_launch) and the next one collected and launched while the device runs
+ * it, up to depth in flight; the oldest is finished (ops->batch_finish: its members handed
+ * back) once its device work is done, or at once when no slot is free or nothing waits. An
+ * analysis that arrives during a batch thus waits for the host's part of a cycle, not for the
+ * device's pass. Members are not touched after they are handed back. Exits once stopping, the
+ * queue empty and nothing in flight.
  */
 static void *lane_main(void *arg)
 {
@@ -235,35 +326,38 @@ static void *lane_main(void *arg)
     struct ecg_batcher *b = lane->owner;
     pthread_mutex_lock(&lane->lock);
     for (;;) {
-        while (!lane->head && !lane->stopping)
+        while (!lane->head && !lane->stopping && lane->in_flight == 0)
             pthread_cond_wait(&lane->arrived, &lane->lock);
-        if (!lane->head)
+        if (!lane->head && lane->in_flight == 0)
             break; /* stopping and drained */
-        const double deadline = lane->head->enqueued_ms + b->window_ms;
-        /* waiting for more is worth it only while some are on their way to this lane: a lone
-         * client's analysis starts at once, and so does a batch whose clients have all come */
-        while (lane->queued < b->max_batch && !lane->stopping && batch_now_ms() < deadline &&
-               on_the_way(b, lane) > 0)
-            wait_until(&lane->arrived, &lane->lock, deadline);
-        size_t n = 0;
-        const double start = batch_now_ms();
-        while (lane->head && n < b->max_batch) {
-            struct ecg_batch_member *m = lane->head;
-            lane->head = m->next;
-            m->next = NULL;
-            lane->run[n++] = m;
+        if (lane->head && lane->in_flight < lane->depth) {
+            if (lane->in_flight == 0) {
+                /* nothing in flight: sleep until the batch is due. waiting for more is worth
+                 * it only while some are on their way to this lane: a lone client's analysis
+                 * starts at once, and so does a batch whose clients have all come */
+                const double deadline = lane->head->enqueued_ms + b->window_ms;
+                while (!batch_due(b, lane))
+                    wait_until(&lane->arrived, &lane->lock, deadline);
+            }
+            if (lane->in_flight == 0 || batch_due(b, lane)) {
+                const unsigned slot = take_batch(b, lane);
+                pthread_mutex_unlock(&lane->lock);
+                launch_batch(lane, slot);
+                if (lane->depth > 1)
+                    lane->in_flight++; /* the lane's own thread alone reads the ring */
+                pthread_mutex_lock(&lane->lock);
+                continue;
+            }
         }
-        if (!lane->head)
-            lane->tail = NULL;
-        lane->queued -= n;
+        /* batches in flight, and none to start yet, or no slot free */
+        const bool free_slot = lane->in_flight < lane->depth;
         pthread_mutex_unlock(&lane->lock);
-
-        for (size_t i = 0; i < n; i++) {
-            lane->run[i]->queue_ms = start - lane->run[i]->enqueued_ms;
-            lane->run[i]->batch_size = (unsigned)n;
+        if (!free_slot || poll_oldest(b, lane)) {
+            const unsigned slot = lane->oldest;
+            finish_batch(lane, slot);
+            lane->oldest = (slot + 1) % lane->depth;
+            lane->in_flight--;
         }
-        run_batch(lane, lane->run, n);
-
         pthread_mutex_lock(&lane->lock);
     }
     pthread_mutex_unlock(&lane->lock);
@@ -318,7 +412,7 @@ bool ecg_batcher_queue(struct ecg_batcher *b, struct ecg_batch_job *job, void (*
     else
         lane->head = m;
     lane->tail = m;
-    lane->queued++;
+    __atomic_store_n(&lane->queued, lane->queued + 1, __ATOMIC_RELAXED);
     /* under the lock: a collector that sees the count drop sees this member queued too; the
      * thread is woken only when it has something new to decide (a batch to start, full, or
      * nobody else on the way), not once per member, and after the unlock, so that it does
@@ -371,11 +465,13 @@ void ecg_batcher_destroy(struct ecg_batcher *b)
     }
     for (unsigned i = 0; b->lanes && i < b->n_lanes; i++) {
         struct batch_lane *lane = &b->lanes[i];
-        if (lane->batch)
-            b->ops->batch_destroy(lane->batch);
+        for (unsigned s = 0; s < ECG_BATCH_DEPTH_MAX; s++) {
+            if (lane->batch[s])
+                b->ops->batch_destroy(lane->batch[s]);
+            free(lane->run[s]);
+        }
         if (lane->ctx)
             b->ops->ctx_destroy(lane->ctx);
-        free(lane->run);
         pthread_cond_destroy(&lane->arrived);
         pthread_mutex_destroy(&lane->lock);
     }
@@ -389,10 +485,12 @@ void ecg_batcher_destroy(struct ecg_batcher *b)
 struct ecg_batcher *ecg_batcher_create(const struct ecg_backend_ops *ops, void *state,
                                        const struct ecg_params *params, bool with_model,
                                        unsigned max_batch, unsigned window_us,
-                                       struct ecg_error *err)
+                                       unsigned depth, struct ecg_error *err)
 {
     const bool native = ops->batch_lanes && ops->batch_create && ops->batch_run &&
                         ops->batch_destroy;
+    /* the stage-by-stage runner splits too: it runs the members at the launch */
+    const bool split = !native || (ops->batch_launch && ops->batch_ready && ops->batch_finish);
     struct ecg_batcher *b = calloc(1, sizeof *b);
     if (!b) {
         ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "batcher");
@@ -423,17 +521,22 @@ struct ecg_batcher *ecg_batcher_create(const struct ecg_backend_ops *ops, void *
     }
     for (unsigned i = 0; i < b->n_lanes; i++) {
         struct batch_lane *lane = &b->lanes[i];
-        lane->run = calloc(max_batch, sizeof *lane->run);
-        if (!lane->run) {
-            ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "batcher lanes");
-            goto fail;
-        }
-        if (native) {
-            if (ops->batch_create(state, i, max_batch, &lane->batch, err) != ECG_OK)
+        lane->depth = split ? depth : 1;
+        if (lane->depth < 1)
+            lane->depth = 1;
+        if (lane->depth > ECG_BATCH_DEPTH_MAX)
+            lane->depth = ECG_BATCH_DEPTH_MAX;
+        for (unsigned s = 0; s < lane->depth; s++) {
+            lane->run[s] = calloc(max_batch, sizeof *lane->run[s]);
+            if (!lane->run[s]) {
+                ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "batcher lanes");
                 goto fail;
-        } else if (ops->ctx_create(state, &lane->ctx, err) != ECG_OK) {
-            goto fail;
+            }
+            if (native && ops->batch_create(state, i, max_batch, &lane->batch[s], err) != ECG_OK)
+                goto fail;
         }
+        if (!native && ops->ctx_create(state, &lane->ctx, err) != ECG_OK)
+            goto fail;
         if (pthread_create(&lane->thread, NULL, lane_main, lane) != 0) {
             ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "batcher thread");
             goto fail;

@@ -10,6 +10,9 @@
  * the stages one member after another on a context of its own). Analyses go to the lanes in
  * turn. Each member is handed back to its thread as soon as its own outputs are final, and
  * that thread sleeps until then on a semaphore of its own (no broadcast wakes the others).
+ * Where the backend splits a batch into its launch and its finish, a lane keeps up to its
+ * depth of batches in flight: it collects and launches the next batch while the device runs
+ * the one before, so an analysis waits for the host's part of the lane's cycle, not the pass.
  *
  * The batcher also keeps the plans of the rates it has seen (a plan costs more to design than a
  * short strip costs to analyse), shared by the batches that use them.
@@ -26,10 +29,12 @@
 
 struct ecg_batcher;
 
-/* Starts the lanes' threads; NULL with err filled on failure (nothing left running). */
+/* Starts the lanes' threads, each with up to depth batches in flight (1..ECG_BATCH_DEPTH_MAX;
+ * 1 where the backend cannot launch a batch without waiting for it); NULL with err filled on
+ * failure (nothing left running). */
 struct ecg_batcher *ecg_batcher_create(const struct ecg_backend_ops *ops, void *state,
                                        const struct ecg_params *params, bool with_model,
-                                       unsigned max_batch, unsigned window_us,
+                                       unsigned max_batch, unsigned window_us, unsigned depth,
                                        struct ecg_error *err);
 /* Runs what is queued, stops the threads, frees everything (NULL ok). */
 void ecg_batcher_destroy(struct ecg_batcher *b);

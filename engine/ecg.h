@@ -279,13 +279,19 @@ struct ecg_engine_config {
      * of them, on one of the batchers (batch_lanes per device). max_batch <= 1 (or
      * ECG_CUDA_BATCH=0 in the environment) leaves every analysis on its own pass. Answers are
      * identical either way. batch_lanes: batchers per CUDA device, 0 = ECG_BATCH_LANES_DEFAULT
-     * (ECG_CUDA_BATCH_LANES in the environment, 1..8, overrides it). */
+     * (ECG_CUDA_BATCH_LANES in the environment, 1..8, overrides it). batch_depth: batches a
+     * batcher keeps in flight (it launches the next while the device runs the one before), 0 =
+     * ECG_BATCH_DEPTH_DEFAULT (ECG_BATCH_DEPTH in the environment, 1..4, overrides it); 1 runs
+     * each batch to its end before the next. */
     unsigned max_batch;
     unsigned batch_window_us;
     unsigned batch_lanes;
+    unsigned batch_depth;
 };
 #define ECG_BATCH_LANES_DEFAULT 2u
 #define ECG_BATCH_LANES_MAX 8u
+#define ECG_BATCH_DEPTH_DEFAULT 1u
+#define ECG_BATCH_DEPTH_MAX 4u
 /* The longest recording (samples, one lead) a batch takes; longer ones keep their own pass. */
 #define ECG_BATCH_MAX_SAMPLES ((size_t)1 << 17)
 

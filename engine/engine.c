@@ -123,6 +123,17 @@ static enum ecg_status open_backend(struct ecg_engine *engine,
  * (tests and benchmarks compare the two without another configuration). ECG_BATCH_ANY=1 batches
  * on any backend (tests of the batcher without a device: the CPU backend gains nothing, as
  * batch.c then runs a batch's analyses one after another). */
+/* Batches a batcher keeps in flight: config->batch_depth (0 = ECG_BATCH_DEPTH_DEFAULT), unless
+ * ECG_BATCH_DEPTH (1..ECG_BATCH_DEPTH_MAX) says otherwise. */
+static unsigned batch_depth(const struct ecg_engine_config *config)
+{
+    const char *v = getenv("ECG_BATCH_DEPTH");
+    long n = config->batch_depth ? (long)config->batch_depth : (long)ECG_BATCH_DEPTH_DEFAULT;
+    if (v && *v)
+        n = strtol(v, NULL, 10);
+    return n < 1 ? 1u : n > (long)ECG_BATCH_DEPTH_MAX ? ECG_BATCH_DEPTH_MAX : (unsigned)n;
+}
+
 static bool batching_wanted(const struct ecg_engine_config *config, bool backend_batches)
 {
     const char *env = getenv("ECG_CUDA_BATCH");
@@ -175,7 +186,8 @@ struct ecg_engine *ecg_engine_create(const struct ecg_engine_config *config, str
     if (batching_wanted(config, engine->ops->batch_run != NULL)) {
         engine->batcher = ecg_batcher_create(engine->ops, engine->state, &engine->params,
                                              engine->model != NULL, config->max_batch,
-                                             config->batch_window_us, err);
+                                             config->batch_window_us, batch_depth(config),
+                                             err);
         if (!engine->batcher)
             goto fail;
     }

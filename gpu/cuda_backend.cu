@@ -695,4 +695,7 @@ extern "C" const struct ecg_backend_ops ecg_cuda_backend = {
     /* .batch_create = */ cuda_batch_create,
     /* .batch_run = */ cuda_batch_run,
     /* .batch_destroy = */ cuda_batch_destroy,
+    /* .batch_launch = */ cuda_batch_launch,
+    /* .batch_ready = */ cuda_batch_ready,
+    /* .batch_finish = */ cuda_batch_finish,
 };

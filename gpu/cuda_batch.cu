@@ -565,15 +565,24 @@ static size_t pack_span(size_t n)
     return (n + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN;
 }
 
-extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *members,
-                               size_t n)
+/*
+ * A batch in two halves (engine/batch.c keeps several in flight, each on a batch object of its
+ * own). Launch: the pack, the batched short pass and the fronts of the members that run
+ * alone, queued; nothing waited for. Finish: the pass's counts and tables (its members handed
+ * back), the backs of the members that run alone, their tables (handed back). cuda_batch_run
+ * is the two in a row.
+ */
+extern "C" void cuda_batch_launch(void *batch_ptr, struct ecg_batch_member *const *members,
+                                  size_t n)
 {
     struct cuda_batch *b = (struct cuda_batch *)batch_ptr;
     size_t total = 0, off = 0;
     enum ecg_status status;
     struct ecg_error pack_err;
-    double t0 = cuda_now_s(), t1, t2, t3;
+    double t0 = cuda_now_s();
 
+    b->n_run = 0;
+    b->n_small = 0;
     memset(&pack_err, 0, sizeof pack_err);
     for (size_t i = 0; i < n; i++) {
         members[i]->status = ECG_OK;
@@ -606,6 +615,7 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
         off += pack_span(members[i]->n);
         b->live[i] = true;
     }
+    b->n_run = n;
     b->times.pack += cuda_now_s() - t0;
     small_front_queue(b, members, n, total);
     if (b->n_small) {
@@ -631,7 +641,33 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
             ecg_batch_member_done(members[i]);
         }
     }
-    t1 = cuda_now_s();
+    b->times.front += cuda_now_s() - t0;
+}
+
+/* Whether what cuda_batch_launch queued has run: the batched pass's stream and the streams of
+ * the members whose fronts run alone (an error counts as done: the finish reports it). */
+extern "C" bool cuda_batch_ready(void *batch_ptr)
+{
+    struct cuda_batch *b = (struct cuda_batch *)batch_ptr;
+    if (b->n_small && cudaStreamQuery(b->member[b->small_first]->stream) == cudaErrorNotReady)
+        return false;
+    for (size_t i = 0; i < b->n_run; i++)
+        if (b->live[i] && b->small_row[i] < 0 &&
+            cudaStreamQuery(b->member[i]->stream) == cudaErrorNotReady)
+            return false;
+    return true;
+}
+
+extern "C" void cuda_batch_finish(void *batch_ptr, struct ecg_batch_member *const *members,
+                                  size_t n)
+{
+    struct cuda_batch *b = (struct cuda_batch *)batch_ptr;
+    enum ecg_status status;
+    double t1 = cuda_now_s(), t2, t3;
+
+    if (b->n_run != n) /* launch failed the whole batch (handed back), or nothing to do */
+        return;
+    (void)cudaSetDevice(b->dev->ordinal);
     small_front_collect(b, members, n);
     for (size_t i = 0; i < n; i++) {
         if (!b->live[i])
@@ -658,7 +694,6 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
         b->times.done += cuda_now_s() - w0;
     }
     t3 = cuda_now_s();
-    b->times.front += t1 - t0;
     b->times.back += t2 - t1;
     b->times.fetch += t3 - t2;
     b->times.batches++;
@@ -672,4 +707,12 @@ extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *
         if (cudaStreamSynchronize(b->member[i]->stream) != cudaSuccess)
             (void)cudaGetLastError();
     }
+    b->n_run = 0;
+}
+
+extern "C" void cuda_batch_run(void *batch_ptr, struct ecg_batch_member *const *members,
+                               size_t n)
+{
+    cuda_batch_launch(batch_ptr, members, n);
+    cuda_batch_finish(batch_ptr, members, n);
 }

@@ -179,6 +179,8 @@ struct cuda_batch {
     int pass_ran;               /* the batch being run's pass: 0 launch by launch, 1 its graph
                                  * replayed, 2 captured (and launched) */
     unsigned small_first;       /* the member on whose stream the batched front runs */
+    size_t n_run;               /* members of the batch launched and not finished; 0: none
+                                 * (or its launch failed them all) */
     size_t n_small;             /* rows in the batch being run */
     bool back_on;               /* ... and their backs run batched after it */
     unsigned lane;

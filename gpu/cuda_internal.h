@@ -335,6 +335,9 @@ unsigned cuda_batch_lanes(void *state);
 enum ecg_status cuda_batch_create(void *state, unsigned lane, unsigned max_batch, void **batch,
                                   struct ecg_error *err);
 void cuda_batch_run(void *batch, struct ecg_batch_member *const *members, size_t n);
+void cuda_batch_launch(void *batch, struct ecg_batch_member *const *members, size_t n);
+bool cuda_batch_ready(void *batch);
+void cuda_batch_finish(void *batch, struct ecg_batch_member *const *members, size_t n);
 void cuda_batch_destroy(void *batch);
 
 /* Statistics for benchmarks (declared for C in gpu/cuda_stats.h). */

@@ -97,6 +97,10 @@ static const struct opt_def opts[] = {
     {"--batch-lanes", "ECGD_BATCH_LANES", OPT_UINT, FIELD(batch_lanes), 1, ECG_BATCH_LANES_MAX,
      "N", "CUDA backend: batchers per GPU, each queuing its batches from a thread of its own "
      "(ECG_CUDA_BATCH_LANES overrides it; default 2)"},
+    {"--batch-depth", "ECGD_BATCH_DEPTH", OPT_UINT, FIELD(batch_depth), 1, ECG_BATCH_DEPTH_MAX,
+     "N", "CUDA backend: batches each batcher keeps in flight: it collects and launches the next "
+     "while the GPU runs the one before (1 = each batch to its end first; ECG_BATCH_DEPTH "
+     "overrides it; default 2)"},
 };
 
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -128,6 +132,7 @@ static void config_defaults(struct svc_config *cfg)
     cfg->max_batch = SVC_DEFAULT_MAX_BATCH;
     cfg->batch_window_us = SVC_DEFAULT_BATCH_WINDOW_US;
     cfg->batch_lanes = ECG_BATCH_LANES_DEFAULT;
+    cfg->batch_depth = ECG_BATCH_DEPTH_DEFAULT;
 }
 
 /*
@@ -360,6 +365,8 @@ void svc_config_write_json(const struct svc_config *cfg, struct ecg_buf *out)
     put_string(out, cfg->cpus_note);
     ecg_buf_puts(out, ",\"cors_origin\":");
     put_string(out, cfg->cors_origin);
-    ecg_buf_printf(out, ",\"max_batch\":%u,\"batch_window_us\":%u,\"batch_lanes\":%u}",
-                   cfg->max_batch, cfg->batch_window_us, cfg->batch_lanes);
+    ecg_buf_printf(out,
+                   ",\"max_batch\":%u,\"batch_window_us\":%u,\"batch_lanes\":%u,"
+                   "\"batch_depth\":%u}",
+                   cfg->max_batch, cfg->batch_window_us, cfg->batch_lanes, cfg->batch_depth);
 }

@@ -63,6 +63,7 @@ struct svc_config {
     unsigned max_batch;            /* analyses per GPU batch; 1 = no batching */
     unsigned batch_window_us;      /* how long a batch waits for more after its first one */
     unsigned batch_lanes;          /* batchers per GPU */
+    unsigned batch_depth;          /* batches in flight per batcher */
 };
 
 enum svc_config_action {

@@ -437,6 +437,7 @@ struct ecg_engine *svc_registry_engine(struct svc_registry *reg, struct svc_mode
             .max_batch = reg->cfg->max_batch,
             .batch_window_us = reg->cfg->batch_window_us,
             .batch_lanes = reg->cfg->batch_lanes,
+            .batch_depth = reg->cfg->batch_depth,
         };
         __atomic_store_n(&entry->engine, ecg_engine_create(&config, err), __ATOMIC_RELEASE);
         if (entry->engine) {

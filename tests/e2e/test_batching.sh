@@ -18,10 +18,17 @@ start_server "$tmp/batch.log" --workers 24 --max-batch 16 --batch-window-us 5000
     --model models/default.ecgm ||
     { echo "not ok 1 - batching server did not start"; cat "$tmp/batch.log"; exit 1; }
 batch=$PORT
+batch_pid=$SERVER_PID
+# batches kept in flight: three per batcher, each launched while the ones before it run
+start_server "$tmp/deep.log" --workers 24 --max-batch 8 --batch-window-us 2000 --batch-depth 3 \
+    --model models/default.ecgm ||
+    { echo "not ok 1 - batching server with --batch-depth 3 did not start"; cat "$tmp/deep.log"; exit 1; }
+deep=$PORT
+deep_pid=$SERVER_PID
 
 check "--print-config shows the batching settings" \
-    bash -c "'$ECGD' serve --max-batch 8 --batch-window-us 50 --print-config |
-             grep -q '\"max_batch\":8,\"batch_window_us\":50,\"batch_lanes\":2'"
+    bash -c "'$ECGD' serve --max-batch 8 --batch-window-us 50 --batch-depth 2 --print-config |
+             grep -q '\"max_batch\":8,\"batch_window_us\":50,\"batch_lanes\":2,\"batch_depth\":2'"
 check "the batching server's log has no batch_capped warning (24 workers, batches of 16)" \
     bash -c "! grep -q '\"event\":\"batch_capped\"' '$tmp/batch.log'"
 check "--max-batch 0 is refused (exit 2)" \
@@ -58,6 +65,7 @@ post_all() { # post_all PORT TAG: every strip at once, answers to $tmp/ans-TAG.N
 }
 post_all "$plain" plain
 post_all "$batch" batch
+post_all "$deep" deep
 
 python3 - "$tmp" <<'PY'
 import glob, json, os, sys
@@ -68,9 +76,10 @@ for p in sorted(glob.glob(tmp + "/ans-plain.*")):
     k = p.rsplit(".", 1)[1]
     a = json.load(open(p))
     b = json.load(open(tmp + "/ans-batch." + k))
-    for d in (a, b):
+    c = json.load(open(tmp + "/ans-deep." + k))
+    for d in (a, b, c):
         d.pop("timing_ms", None)
-    if a != b:
+    if a != b or a != c:
         bad.append(k)
     elif "error" in a:
         refused += 1
@@ -79,7 +88,7 @@ for p in sorted(glob.glob(tmp + "/ans-plain.*")):
 print("# %d answers identical, %d refusals identical, %d differ %s" % (same, refused, len(bad), bad))
 sys.exit(0 if not bad and same == 23 and refused == 1 else 1)
 PY
-check "batched answers equal the unbatched server's (23 analyses, the 1-s strip refused alike)" [ $? = 0 ]
+check "batched answers, one batch or three in flight per batcher, equal the unbatched server's (23 analyses, the 1-s strip refused alike)" [ $? = 0 ]
 
 req GET /metrics >/dev/null
 check "/metrics: ecgd_batch_size counts the 23 batched analyses" \
@@ -162,25 +171,27 @@ sys.exit(0 if '$code' == '200' and a == b else 1)"
 # while curl was still sending it (exit 55 or 56, its send or its receive failed), as is one
 # the kernel had completed in the listen backlog when the listener closed (seen under ASan,
 # where the server is slow). None of them was a request the server had taken: the drain waits
-# for every request it took (check 17 above).
-drainers=()
-for f in "$tmp"/strip*.csv; do
-    k=${f##*strip}; k=${k%.csv}
-    (curl -s --max-time 60 -o "$tmp/ans-drain.$k" -H 'Content-Type: text/csv' \
-         --data-binary @"$f" "http://127.0.0.1:$batch/v1/analyze?fs=360"
-     echo $? >"$tmp/rc-drain.$k") &
-    drainers+=($!)
-done
-sleep 0.02
-kill -TERM "$SERVER_PID"
-wait "${drainers[@]}"
-wait "$SERVER_PID"
-drain_rc=$?
-check "SIGTERM with analyses in batches: the server exits 0" [ "$drain_rc" = 0 ]
-check "... after all requests finished" \
-    grep -q '"event":"stopped".*all requests finished' "$tmp/batch.log"
-check "... and every request it took was answered (200, or 503 shutting_down)" \
-    python3 -c "
+# for every request it took (the "clients gone mid-batch" check above).
+drain_check() { # drain_check PORT PID LOG WHAT: SIGTERM while every strip is being analysed
+    local drainers=() f k drain_rc
+    rm -f "$tmp"/rc-drain.* "$tmp"/ans-drain.*
+    for f in "$tmp"/strip*.csv; do
+        k=${f##*strip}; k=${k%.csv}
+        (curl -s --max-time 60 -o "$tmp/ans-drain.$k" -H 'Content-Type: text/csv' \
+             --data-binary @"$f" "http://127.0.0.1:$1/v1/analyze?fs=360"
+         echo $? >"$tmp/rc-drain.$k") &
+        drainers+=($!)
+    done
+    sleep 0.02
+    kill -TERM "$2"
+    wait "${drainers[@]}"
+    wait "$2"
+    drain_rc=$?
+    check "SIGTERM with analyses in batches ($4): the server exits 0" [ "$drain_rc" = 0 ]
+    check "... after all requests finished" \
+        grep -q '"event":"stopped".*all requests finished' "$3"
+    check "... and every request it took was answered (200, or 503 shutting_down)" \
+        python3 -c "
 import glob, json, sys
 bad = answered = 0
 for r in sorted(glob.glob('$tmp/rc-drain.*')):
@@ -200,6 +211,9 @@ for r in sorted(glob.glob('$tmp/rc-drain.*')):
         bad += 1
 print('# %d answered' % answered)
 sys.exit(0 if bad == 0 and answered > 0 else 1)"
+}
+drain_check "$batch" "$batch_pid" "$tmp/batch.log" "one in flight per batcher"
+drain_check "$deep" "$deep_pid" "$tmp/deep.log" "three in flight per batcher"
 
 # fewer workers than --max-batch (64 by default) bound every batch: the log says so at start
 start_server "$tmp/capped.log" --workers 2 --model none ||

@@ -83,6 +83,13 @@ if [[ " $parts " == *" tests "* ]] && [ -x "$dir/test_gpu_batch" ]; then
     ECG_CUDA_BATCH_LANES=1 ECG_GPU_QUICK=1 CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_batch" 2>&1 |
         tee "$out/batch-lanes1.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    echo "== dynamic batching, one batch in flight per batcher (ECG_BATCH_DEPTH=1), and four (=4)"
+    ECG_BATCH_DEPTH=1 ECG_GPU_QUICK=1 CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_batch" 2>&1 |
+        tee "$out/batch-depth1.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    ECG_BATCH_DEPTH=4 ECG_GPU_QUICK=1 CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_batch" 2>&1 |
+        tee "$out/batch-depth4.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     echo "== dynamic batching, the pass's side branch in line (ECG_CUDA_BATCH_BRANCH=0)"
     ECG_CUDA_BATCH_BRANCH=0 ECG_GPU_QUICK=1 CMOCKA_MESSAGE_OUTPUT=stdout "$dir/test_gpu_batch" \
         2>&1 | tee "$out/batch-inline.log"

@@ -16,16 +16,24 @@
 #include "ecg.h"
 #include "batch_parity.h"
 
-static struct ecg_engine *engine_with(struct ecg_model *model, unsigned max_batch,
-                                      unsigned window_us)
+static struct ecg_engine *engine_deep(struct ecg_model *model, unsigned max_batch,
+                                      unsigned window_us, unsigned depth)
 {
     struct ecg_error err = {0};
     struct ecg_engine_config config = {.backend = ECG_BACKEND_CPU, .model = model, .workers = 4,
-                                       .max_batch = max_batch, .batch_window_us = window_us};
+                                       .max_batch = max_batch, .batch_window_us = window_us,
+                                       .batch_depth = depth};
     struct ecg_engine *engine = ecg_engine_create(&config, &err);
     if (!engine)
         fail_msg("engine: %s", err.message);
     return engine;
+}
+
+/* The batcher's default depth (ECG_BATCH_DEPTH_DEFAULT batches in flight per lane). */
+static struct ecg_engine *engine_with(struct ecg_model *model, unsigned max_batch,
+                                      unsigned window_us)
+{
+    return engine_deep(model, max_batch, window_us, 0);
 }
 
 /* 64 concurrent requests, batched by up to 16 within 20 ms, against each alone; with the
@@ -55,6 +63,31 @@ static void test_batched_answers_are_the_lone_ones(void **state)
     largest = parity_check(alone, batched, PARITY_UNIFORM);
     assert_true(largest >= 2 && largest <= 16);
     ecg_engine_destroy(batched);
+    ecg_engine_destroy(alone);
+    ecg_model_free(model);
+    unsetenv("ECG_BATCH_ANY");
+}
+
+/* A lane that keeps one batch, or up to four, in flight (the next collected and launched before
+ * the one before is handed back) gives every analysis its lone answer, each exactly once, with
+ * a short window and a long one. */
+static void test_batches_in_flight_answer_as_alone(void **state)
+{
+    struct ecg_error err = {0};
+    struct ecg_model *model = ecg_model_load("models/default.ecgm", &err);
+    if (!model)
+        fail_msg("model: %s", err.message);
+    assert_int_equal(setenv("ECG_BATCH_ANY", "1", 1), 0);
+    struct ecg_engine *alone = engine_with(model, 1, 0);
+    const unsigned depths[] = {1, 3, ECG_BATCH_DEPTH_MAX};
+    for (size_t i = 0; i < sizeof depths / sizeof *depths; i++) {
+        struct ecg_engine *batched = engine_deep(model, 8, i == 1 ? 200 : 20000, depths[i]);
+        unsigned largest = parity_check(alone, batched, PARITY_MIXED);
+        assert_true(largest >= 1 && largest <= 8);
+        largest = parity_check(alone, batched, PARITY_REPEAT);
+        assert_true(largest >= 1 && largest <= 8);
+        ecg_engine_destroy(batched);
+    }
     ecg_engine_destroy(alone);
     ecg_model_free(model);
     unsetenv("ECG_BATCH_ANY");
@@ -161,6 +194,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_answers_are_the_lone_ones),
+        cmocka_unit_test(test_batches_in_flight_answer_as_alone),
         cmocka_unit_test(test_batching_needs_a_batching_backend),
         cmocka_unit_test(test_batches_do_not_wait_for_nobody),
     };

@@ -123,7 +123,7 @@ static const char *const all_vars[] = {
     "ECGD_PORT", "ECGD_BIND", "ECGD_BACKEND", "ECGD_DEVICE", "ECGD_MODEL_DIR", "ECGD_MODEL",
     "ECGD_WORKERS", "ECGD_IO_THREADS", "ECGD_MAX_BODY_MB", "ECGD_TIMEOUT_S",
     "ECGD_QUEUE_DEPTH", "ECGD_DRAIN_S", "ECGD_TOKEN", "ECGD_MAX_BATCH", "ECGD_BATCH_WINDOW_US",
-    "ECGD_BATCH_LANES", "ECG_BATCH_ANY", "ECG_CUDA_BATCH",
+    "ECGD_BATCH_LANES", "ECGD_BATCH_DEPTH", "ECG_BATCH_ANY", "ECG_CUDA_BATCH",
 };
 
 static void clear_env(void)
@@ -219,6 +219,7 @@ static void test_config_batching(void **state)
     assert_int_equal(cfg.max_batch, 64);
     assert_int_equal(cfg.batch_window_us, 100);
     assert_int_equal(cfg.batch_lanes, 2);
+    assert_int_equal(cfg.batch_depth, 1);
     assert_int_equal(cfg.workers, cpus);
     assert_int_equal(cfg.io_threads, io);
 
@@ -230,10 +231,14 @@ static void test_config_batching(void **state)
     assert_int_equal(parse(&cfg, 5, io_given), SVC_CONFIG_RUN);
     assert_int_equal(cfg.workers, cpus > 64 ? cpus : 64);
     assert_int_equal(cfg.io_threads, 6);
-    const char *wide[] = {"serve", "--backend", "cpu", "--max-batch", "100", "--batch-lanes", "3"};
-    assert_int_equal(parse(&cfg, 7, wide), SVC_CONFIG_RUN);
+    const char *wide[] = {"serve", "--backend", "cpu", "--max-batch", "100", "--batch-lanes", "3",
+                          "--batch-depth", "2"};
+    assert_int_equal(parse(&cfg, 9, wide), SVC_CONFIG_RUN);
     assert_int_equal(cfg.workers, 100);
     assert_int_equal(cfg.batch_lanes, 3);
+    assert_int_equal(cfg.batch_depth, 2);
+    const char *too_deep[] = {"serve", "--backend", "cpu", "--batch-depth", "5"};
+    assert_int_equal(parse(&cfg, 5, too_deep), SVC_CONFIG_EXIT_USAGE);
     const char *given[] = {"serve", "--backend", "cpu", "--workers", "8"};
     assert_int_equal(parse(&cfg, 5, given), SVC_CONFIG_RUN);
     assert_int_equal(cfg.workers, 8);
