@@ -157,10 +157,8 @@ void ecg_batcher_plan_put(struct ecg_batcher *b, const struct ecg_plan *plan)
 
 /* ---------------------------------------------------------------- running a batch */
 
-/* One member through the backend's stages on ctx: what the engine's own pass does for the
- * beat table (the quality features are the engine's, from the host samples). */
-static enum ecg_status run_stages(const struct ecg_backend_ops *ops, void *ctx,
-                                  struct ecg_batch_member *m)
+enum ecg_status ecg_batch_run_stages(const struct ecg_backend_ops *ops, void *ctx,
+                                     struct ecg_batch_member *m)
 {
     enum ecg_status status;
     size_t k = 0;
@@ -200,7 +198,7 @@ static void launch_batch(struct batch_lane *lane, unsigned slot)
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        run[i]->status = run_stages(ops, lane->ctx, run[i]);
+        run[i]->status = ecg_batch_run_stages(ops, lane->ctx, run[i]);
         if (run[i]->status != ECG_OK) {
             ecg_result_free(run[i]->result);
             run[i]->result = NULL;

@@ -45,6 +45,13 @@ enum ecg_status ecg_batcher_plan_get(struct ecg_batcher *b, double fs_hz,
                                      const struct ecg_plan **plan, struct ecg_error *err);
 void ecg_batcher_plan_put(struct ecg_batcher *b, const struct ecg_plan *plan);
 
+/* One member through ops's stages on ctx (load .. encode, fetch into ecg_batch_result): what
+ * the engine's own pass does for the beat table, the quality features left to the engine. The
+ * batcher's stage-by-stage runner for a backend without batch operations. m is not handed
+ * back. */
+enum ecg_status ecg_batch_run_stages(const struct ecg_backend_ops *ops, void *ctx,
+                                     struct ecg_batch_member *m);
+
 /* An analysis on its way to the batcher (reading its body): announce picks its lane (in turn)
  * and returns it; that lane's batch waits for it within its window, and stops waiting at once
  * when none is on its way to it. Every announce is followed by one ecg_batcher_queue or one

@@ -208,8 +208,9 @@ static void parity_same_arrays(const struct parity_request *r)
  * Runs the check: alone (one by one) on engine_alone, then batched (all at once) on
  * engine_batch (shape: see enum parity_shape). Returns the largest batch seen.
  */
-static unsigned parity_check(struct ecg_engine *engine_alone, struct ecg_engine *engine_batch,
-                             enum parity_shape shape)
+static inline unsigned parity_check(struct ecg_engine *engine_alone,
+                                    struct ecg_engine *engine_batch,
+                                    enum parity_shape shape)
 {
     const bool uniform = shape != PARITY_MIXED;
     const int n_req = uniform ? parity_requests() : PARITY_REQUESTS;
