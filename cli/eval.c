@@ -221,24 +221,6 @@ static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, c
             rs->tp_unreadable += flagged && hit[k];
             rs->fp_unreadable += flagged && !hit[k];
         }
-        const char *dump = getenv("ECG_EVAL_DUMP");
-        if (dump) {
-            FILE *f = fopen(dump, "a");
-            char *sym = calloc(n_det ? n_det : 1, 1);
-            for (size_t j = 0; j < n_ref; j++)
-                if (match[j] >= 0)
-                    sym[match[j]] = ann.symbol[ref_index[j]];
-            for (size_t k = 0; f && k < n_det; k++) {
-                size_t d = det_index[k];
-                fprintf(f, "%s %lld %d %c %d %.3f %.4f %d %d %.3f\n", record, (long long)res->r_peak[d],
-                        hit[k], sym[k] ? sym[k] : '-',
-                        ecg_nst_noisy((double)res->r_peak[d] / sig.fs_hz, ECG_NST_START_S, ECG_NST_PERIOD_S),
-                        res->rr_ms[d], res->score ? res->score[d] : -1.0f, res->outlier ? res->outlier[d] : -1,
-                        res->readable[d], res->beat_quality[d]);
-            }
-            free(sym);
-            if (f) fclose(f);
-        }
         free(hit);
     }
     ecg_match_beats(res->r_peak, res->n_beats, ann.sample, ann.n, sig.fs_hz, MATCH_WINDOW_S,
