@@ -88,6 +88,86 @@ float cpu_median_inplace(float *v, size_t n)
 /* ------------------------------------------------------------------ median and MAD */
 
 /*
+ * The values of ranks r_lo and r_hi (r_lo <= r_hi <= r_lo + 1: a median's pair) among w[0..n),
+ * for the few values select_pair leaves to it. Quickselect with a three-way partition written
+ * out of place and branch-free: each value is stored both at the front of tmp (kept when below
+ * the pivot) and at its back (kept when above), and only the two counts move, so no comparison
+ * steers a branch and no store waits for a load (quickselect's in-place three-way partition
+ * mispredicts about every other value of a signal: 3-4x slower on a 10-s strip). w and tmp
+ * (n values each) are scratch; they swap roles at each step. Pivot: the median of three
+ * pseudo-random values (fixed seed), as cpu_select_rank. The values returned are the exact
+ * order statistics, so the result is the same whatever the order of the steps.
+ */
+#define SELECT_SORT_BELOW 24
+
+static void small_select_pair(float *w, float *tmp, size_t n, size_t r_lo, size_t r_hi,
+                              float *out_lo, float *out_hi)
+{
+    uint64_t state = 0x9e3779b97f4a7c15ULL ^ n;
+    for (;;) {
+        if (n < SELECT_SORT_BELOW) { /* insertion sort of the last few */
+            for (size_t i = 1; i < n; i++) {
+                float x = w[i];
+                size_t j = i;
+                for (; j > 0 && w[j - 1] > x; j--)
+                    w[j] = w[j - 1];
+                w[j] = x;
+            }
+            *out_lo = w[r_lo];
+            *out_hi = w[r_hi];
+            return;
+        }
+        float a = w[random_below(&state, n)], b = w[random_below(&state, n)],
+              c = w[random_below(&state, n)];
+        float pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+        size_t below = 0, above = 0;
+        for (size_t i = 0; i < n; i++) {
+            float x = w[i];
+            tmp[below] = x;
+            tmp[n - 1 - above] = x;
+            below += x < pivot;
+            above += x > pivot;
+        }
+        const size_t equal_end = n - above; /* ranks [below, equal_end) equal the pivot */
+        if (r_hi < below) { /* both among the values below */
+            float *t = w;
+            w = tmp;
+            tmp = t;
+            n = below;
+            continue;
+        }
+        if (r_lo >= equal_end) { /* both among the values above */
+            float *t = w;
+            w = tmp + equal_end;
+            tmp = t;
+            n = above;
+            r_lo -= equal_end;
+            r_hi -= equal_end;
+            continue;
+        }
+        /* at least one rank in [below, equal_end), or r_lo = below - 1 and r_hi = equal_end:
+         * the pivot's neighbours are the largest value below it and the smallest above */
+        if (r_lo < below) {
+            float m = tmp[0];
+            for (size_t i = 1; i < below; i++)
+                m = tmp[i] > m ? tmp[i] : m;
+            *out_lo = m;
+        } else {
+            *out_lo = pivot;
+        }
+        if (r_hi >= equal_end) {
+            float m = tmp[equal_end];
+            for (size_t i = equal_end + 1; i < n; i++)
+                m = tmp[i] < m ? tmp[i] : m;
+            *out_hi = m;
+        } else {
+            *out_hi = pivot;
+        }
+        return;
+    }
+}
+
+/*
  * Exact selection in large arrays by histogram narrowing. One level: the minimum and maximum,
  * a histogram of SELECT_BUCKETS equal-width buckets between them (four interleaved copies of
  * 32-bit counts, which stay in L1 and keep runs of equal values from serialising on one
@@ -232,16 +312,14 @@ static enum ecg_status select_pair(const float *v, size_t n, float center, bool 
         }
         const float inv_width = (float)((double)SELECT_BUCKETS / ((double)hi - (double)lo));
         if (n <= SELECT_SMALL || !isfinite(inv_width)) { /* few values, or a tiny range */
-            float *small = malloc(n * sizeof *small);
+            float *small = malloc(2 * n * sizeof *small);
             if (!small) {
                 status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "median: %zu values", n);
                 break;
             }
             for (size_t i = 0; i < n; i++)
                 small[i] = select_value(v, i, center, deviation);
-            *out_hi = cpu_select_rank(small, n, r_hi);
-            /* small[0..r_hi] now holds the r_hi + 1 smallest values */
-            *out_lo = cpu_select_rank(small, r_hi + 1, r_lo);
+            small_select_pair(small, small + n, n, r_lo, r_hi, out_lo, out_hi);
             free(small);
             break;
         }

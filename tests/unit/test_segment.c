@@ -75,9 +75,11 @@ static void fill_random(float *v, size_t n, int kind)
 static void test_select_against_sort(void **state)
 {
     (void)state;
-    const size_t lengths[] = {1, 2, 3, 4, 5, 10, 101, 1000, 4097};
+    /* 23..25: around the insertion sort that finishes the median's selection; 2500 and
+     * 20000: a 10-s and an 80-s strip at 250 Hz */
+    const size_t lengths[] = {1, 2, 3, 4, 5, 10, 23, 24, 25, 101, 1000, 2500, 4097, 20000};
     rng_state = 99;
-    float *v = malloc(4097 * sizeof *v), *w = malloc(4097 * sizeof *w);
+    float *v = malloc(20000 * sizeof *v), *w = malloc(20000 * sizeof *w);
     assert_non_null(v);
     assert_non_null(w);
     for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
