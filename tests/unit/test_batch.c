@@ -36,15 +36,22 @@ static struct ecg_engine *engine_with(struct ecg_model *model, unsigned max_batc
     return engine_deep(model, max_batch, window_us, 0);
 }
 
-/* 64 concurrent requests, batched by up to 16 within 20 ms, against each alone; with the
- * shipped model, so that the scores go through the batch too. */
-static void test_batched_answers_are_the_lone_ones(void **state)
+/* The shipped model, with the CPU backend batching (ECG_BATCH_ANY=1, unset by the test). */
+static struct ecg_model *batching_model(void)
 {
     struct ecg_error err = {0};
     struct ecg_model *model = ecg_model_load("models/default.ecgm", &err);
     if (!model)
         fail_msg("model: %s", err.message);
     assert_int_equal(setenv("ECG_BATCH_ANY", "1", 1), 0);
+    return model;
+}
+
+/* 64 concurrent requests, batched by up to 16 within 20 ms, against each alone; with the
+ * shipped model, so that the scores go through the batch too. */
+static void test_batched_answers_are_the_lone_ones(void **state)
+{
+    struct ecg_model *model = batching_model();
     struct ecg_engine *alone = engine_with(model, 1, 0);
     struct ecg_engine *batched = engine_with(model, 16, 20000);
     unsigned largest = parity_check(alone, batched, PARITY_MIXED);
@@ -73,11 +80,7 @@ static void test_batched_answers_are_the_lone_ones(void **state)
  * a short window and a long one. */
 static void test_batches_in_flight_answer_as_alone(void **state)
 {
-    struct ecg_error err = {0};
-    struct ecg_model *model = ecg_model_load("models/default.ecgm", &err);
-    if (!model)
-        fail_msg("model: %s", err.message);
-    assert_int_equal(setenv("ECG_BATCH_ANY", "1", 1), 0);
+    struct ecg_model *model = batching_model();
     struct ecg_engine *alone = engine_with(model, 1, 0);
     const unsigned depths[] = {1, 3, ECG_BATCH_DEPTH_MAX};
     for (size_t i = 0; i < sizeof depths / sizeof *depths; i++) {
