@@ -300,17 +300,17 @@ static enum ecg_status select_pair(const float *v, size_t n, float center, bool 
 {
     enum ecg_status status = ECG_OK;
     float *owned = NULL; /* the values gathered by the previous level */
-    size_t *hist = malloc(SELECT_BUCKETS * sizeof *hist);
-    if (!hist)
-        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "median: histogram");
+    size_t *hist = NULL;
     for (;;) {
-        float lo, hi;
-        select_min_max(v, n, center, deviation, &lo, &hi);
-        if (!(lo < hi)) { /* all equal */
-            *out_lo = *out_hi = lo;
-            break;
+        float lo = 0.0f, hi = 0.0f, inv_width = 0.0f;
+        if (n > SELECT_SMALL) { /* few values go straight to the selection below */
+            select_min_max(v, n, center, deviation, &lo, &hi);
+            if (!(lo < hi)) { /* all equal */
+                *out_lo = *out_hi = lo;
+                break;
+            }
+            inv_width = (float)((double)SELECT_BUCKETS / ((double)hi - (double)lo));
         }
-        const float inv_width = (float)((double)SELECT_BUCKETS / ((double)hi - (double)lo));
         if (n <= SELECT_SMALL || !isfinite(inv_width)) { /* few values, or a tiny range */
             float *small = malloc(2 * n * sizeof *small);
             if (!small) {
@@ -321,6 +321,10 @@ static enum ecg_status select_pair(const float *v, size_t n, float center, bool 
                 small[i] = select_value(v, i, center, deviation);
             small_select_pair(small, small + n, n, r_lo, r_hi, out_lo, out_hi);
             free(small);
+            break;
+        }
+        if (!hist && !(hist = malloc(SELECT_BUCKETS * sizeof *hist))) {
+            status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "median: histogram");
             break;
         }
         select_histogram(v, n, center, deviation, lo, inv_width, hist);
