@@ -290,7 +290,7 @@ struct ecg_engine_config {
 };
 #define ECG_BATCH_LANES_DEFAULT 2u
 #define ECG_BATCH_LANES_MAX 8u
-#define ECG_BATCH_DEPTH_DEFAULT 1u
+#define ECG_BATCH_DEPTH_DEFAULT 2u
 #define ECG_BATCH_DEPTH_MAX 4u
 /* The longest recording (samples, one lead) a batch takes; longer ones keep their own pass. */
 #define ECG_BATCH_MAX_SAMPLES ((size_t)1 << 17)

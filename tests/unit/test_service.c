@@ -219,7 +219,7 @@ static void test_config_batching(void **state)
     assert_int_equal(cfg.max_batch, 64);
     assert_int_equal(cfg.batch_window_us, 100);
     assert_int_equal(cfg.batch_lanes, 2);
-    assert_int_equal(cfg.batch_depth, 1);
+    assert_int_equal(cfg.batch_depth, 2);
     assert_int_equal(cfg.workers, cpus);
     assert_int_equal(cfg.io_threads, io);
 
