@@ -44,6 +44,15 @@ static double local_median(const double *rr_ms, size_t n, size_t i)
  * on its neighbourhood only, so the thread count changes no result). */
 #define NN_PARALLEL_MIN 16384
 
+/* Interval i's flags (bit 0 premature or bad, bit 1 no NN interval of itself). */
+static uint8_t nn_flag(const double *rr_ms, const uint8_t *bad, size_t n, size_t i)
+{
+    double med = local_median(rr_ms, n, i);
+    bool premature = rr_ms[i] < ECG_HRV_PREMATURE * med;
+    bool own = !(rr_ms[i] > 0) || rr_ms[i] > ECG_HRV_LONG * med;
+    return (uint8_t)((premature || (bad && bad[i])) | own << 1);
+}
+
 enum ecg_status ecg_hrv_select_nn(const double *rr_ms, const uint8_t *bad, size_t n,
                                   uint8_t *nn, struct ecg_error *err)
 {
@@ -55,14 +64,15 @@ enum ecg_status ecg_hrv_select_nn(const double *rr_ms, const uint8_t *bad, size_
     if (!flag)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "hrv: %zu beats", n);
     flag[0] = (uint8_t)(2 | (bad && bad[0]));
+    if (n >= NN_PARALLEL_MIN) { /* short ones stay out of OpenMP: ecg_parallel.h */
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (n >= NN_PARALLEL_MIN)
+#pragma omp parallel for schedule(static)
 #endif
-    for (size_t i = 1; i < n; i++) {
-        double med = local_median(rr_ms, n, i);
-        bool premature = rr_ms[i] < ECG_HRV_PREMATURE * med;
-        bool own = !(rr_ms[i] > 0) || rr_ms[i] > ECG_HRV_LONG * med;
-        flag[i] = (uint8_t)((premature || (bad && bad[i])) | own << 1);
+        for (size_t i = 1; i < n; i++)
+            flag[i] = nn_flag(rr_ms, bad, n, i);
+    } else {
+        for (size_t i = 1; i < n; i++)
+            flag[i] = nn_flag(rr_ms, bad, n, i);
     }
     for (size_t i = 0; i < n; i++)
         nn[i] = !(flag[i] || (i > 0 && flag[i - 1] & 1));
@@ -253,6 +263,49 @@ static void lomb_totals(const struct lomb_sums *acc, size_t blocks, size_t j, do
         sum[q] = t[0][q];
 }
 
+/* The points' state for the periodogram: times t and values y (n of them, mean subtracted into
+ * v), each point's rotation at LF_LO (c, s) and of one grid step (dc, ds), padded to whole lane
+ * groups. */
+struct lomb_points {
+    const double *t, *y;
+    double mean, step;
+    size_t n;
+    double *c, *s, *dc, *ds, *v;
+};
+
+/* Point i's state (padding: nothing added, a unit rotation). */
+static void lomb_point_rotation(const struct lomb_points *p, size_t i)
+{
+    if (i < p->n) {
+        double dt = p->t[i] - p->t[0];
+        sincos(2.0 * M_PI * ECG_HRV_LF_LO * dt, &p->s[i], &p->c[i]);
+        sincos(2.0 * M_PI * p->step * dt, &p->ds[i], &p->dc[i]);
+        p->v[i] = p->y[i] - p->mean;
+    } else {
+        p->c[i] = p->s[i] = p->ds[i] = p->v[i] = 0.0;
+        p->dc[i] = 1.0;
+    }
+}
+
+/* One chunk of frequencies over the points, split into blocks of lane groups. */
+struct lomb_blocks {
+    const struct lomb_points *p;
+    size_t groups, blocks;
+    struct lomb_sums *acc;
+    size_t k_n;
+    bool avx2;
+};
+
+/* Block b's sums of the chunk (acc + b * LOMB_CHUNK). */
+static void lomb_block(const struct lomb_blocks *lb, size_t b)
+{
+    const struct lomb_points *p = lb->p;
+    size_t g0 = lb->groups * b / lb->blocks, g1 = lb->groups * (b + 1) / lb->blocks;
+    size_t o = g0 * LOMB_LANES;
+    lomb_chunk(p->c + o, p->s + o, p->dc + o, p->ds + o, p->v + o, g1 - g0,
+               lb->acc + b * LOMB_CHUNK, lb->k_n, lb->avx2);
+}
+
 static enum ecg_status band_powers(const double *t, const double *y, size_t n, double *lf,
                                    double *hf, struct ecg_error *err)
 {
@@ -282,35 +335,35 @@ static enum ecg_status band_powers(const double *t, const double *y, size_t n, d
 #else
     bool avx2 = false;
 #endif
+    int threads = 1; /* one: no OpenMP region at all (ecg_parallel.h) */
 #ifdef _OPENMP
-    int threads = omp_get_max_threads() < (int)blocks ? omp_get_max_threads() : (int)blocks;
+    threads = omp_get_max_threads() < (int)blocks ? omp_get_max_threads() : (int)blocks;
 #endif
     /* each point's rotation: cos and sin at LF_LO and of one grid step; padding adds nothing */
+    const struct lomb_points pts = {t, y, mean, step, n, c, s, dc, ds, v};
+    if (threads > 1) {
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (threads > 1) num_threads(threads)
+#pragma omp parallel for schedule(static) num_threads(threads)
 #endif
-    for (size_t i = 0; i < padded; i++) {
-        if (i < n) {
-            double dt = t[i] - t[0];
-            sincos(2.0 * M_PI * ECG_HRV_LF_LO * dt, &s[i], &c[i]);
-            sincos(2.0 * M_PI * step * dt, &ds[i], &dc[i]);
-            v[i] = y[i] - mean;
-        } else {
-            c[i] = s[i] = ds[i] = v[i] = 0.0;
-            dc[i] = 1.0;
-        }
+        for (size_t i = 0; i < padded; i++)
+            lomb_point_rotation(&pts, i);
+    } else {
+        for (size_t i = 0; i < padded; i++)
+            lomb_point_rotation(&pts, i);
     }
     double band[2] = {0.0, 0.0}, prev = 0.0;
     for (size_t k0 = 0; k0 < m; k0 += LOMB_CHUNK) {
         size_t k_n = m - k0 < LOMB_CHUNK ? m - k0 : LOMB_CHUNK;
+        const struct lomb_blocks lb = {&pts, groups, blocks, acc, k_n, avx2};
+        if (threads > 1) {
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static, 1) if (threads > 1) num_threads(threads)
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
 #endif
-        for (size_t b = 0; b < blocks; b++) {
-            size_t g0 = groups * b / blocks, g1 = groups * (b + 1) / blocks;
-            size_t o = g0 * LOMB_LANES;
-            lomb_chunk(c + o, s + o, dc + o, ds + o, v + o, g1 - g0, acc + b * LOMB_CHUNK,
-                       k_n, avx2);
+            for (size_t b = 0; b < blocks; b++)
+                lomb_block(&lb, b);
+        } else {
+            for (size_t b = 0; b < blocks; b++)
+                lomb_block(&lb, b);
         }
         for (size_t j = 0; j < k_n; j++) {
             size_t k = k0 + j;

@@ -152,8 +152,16 @@ static void context_stats(const struct ecg_quality_window *w, size_t n_win, size
 static void medians(double *v, double *v2, double *v3, size_t n, double *m, double *m2,
                     double *m3)
 {
+    if (n < QUALITY_PARALLEL_MIN) { /* short ones stay out of OpenMP: ecg_parallel.h */
+        *m = median_of(v, n);
+        if (v2)
+            *m2 = median_of(v2, n);
+        if (v3)
+            *m3 = median_of(v3, n);
+        return;
+    }
 #ifdef _OPENMP
-#pragma omp parallel sections if (n >= QUALITY_PARALLEL_MIN)
+#pragma omp parallel sections
 #endif
     {
 #ifdef _OPENMP
@@ -171,6 +179,17 @@ static void medians(double *v, double *v2, double *v3, size_t n, double *m, doub
         if (v3)
             *m3 = median_of(v3, n);
     }
+}
+
+/* Window j's context statistics into refs, and the values whose medians are taken next (its
+ * kurtosis, NaN as the largest, into range; its power, NaN as 0, into lo). */
+static void window_context(const struct ecg_quality_window *w, size_t n_win, size_t j,
+                           struct quality_refs *refs, double *range, double *lo)
+{
+    context_stats(w, n_win, j, FLAT_REL * refs->typical_range, &refs->kurtosis[j],
+                  &refs->hf_ratio[j], &refs->power[j]);
+    range[j] = isnan(refs->kurtosis[j]) ? INFINITY : refs->kurtosis[j];
+    lo[j] = isnan(refs->power[j]) ? 0.0 : refs->power[j];
 }
 
 static enum ecg_status recording_refs(const struct ecg_quality_window *w, size_t n_win,
@@ -196,14 +215,15 @@ static enum ecg_status recording_refs(const struct ecg_quality_window *w, size_t
     }
     medians(range, lo, hi, n_win, &refs->typical_range, &refs->usual_lo, &refs->usual_hi);
     /* NaN kurtosis (a still stretch) sorts as the largest: it never lowers the median */
+    if (n_win >= QUALITY_PARALLEL_MIN) {
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (n_win >= QUALITY_PARALLEL_MIN)
+#pragma omp parallel for schedule(static)
 #endif
-    for (size_t j = 0; j < n_win; j++) {
-        context_stats(w, n_win, j, FLAT_REL * refs->typical_range, &refs->kurtosis[j],
-                      &refs->hf_ratio[j], &refs->power[j]);
-        range[j] = isnan(refs->kurtosis[j]) ? INFINITY : refs->kurtosis[j];
-        lo[j] = isnan(refs->power[j]) ? 0.0 : refs->power[j];
+        for (size_t j = 0; j < n_win; j++)
+            window_context(w, n_win, j, refs, range, lo);
+    } else {
+        for (size_t j = 0; j < n_win; j++)
+            window_context(w, n_win, j, refs, range, lo);
     }
     size_t at_top = 0, at_bottom = 0;
     for (size_t j = 0; j < n_win; j++) {
@@ -312,11 +332,16 @@ enum ecg_status ecg_quality_classify(const struct ecg_quality_window *windows, s
     size_t clip_min = ecg_quality_round_lag(CLIP_MIN_S * fs_hz);
     if (clip_min < 3)
         clip_min = 3;
+    if (n_win >= QUALITY_PARALLEL_MIN) { /* short ones stay out of OpenMP: ecg_parallel.h */
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (n_win >= QUALITY_PARALLEL_MIN)
+#pragma omp parallel for schedule(static)
 #endif
-    for (size_t j = 0; j < n_win; j++)
-        reason[j] = (uint8_t)classify_window(windows, n_win, j, &refs, clip_min, &score[j]);
+        for (size_t j = 0; j < n_win; j++)
+            reason[j] = (uint8_t)classify_window(windows, n_win, j, &refs, clip_min, &score[j]);
+    } else {
+        for (size_t j = 0; j < n_win; j++)
+            reason[j] = (uint8_t)classify_window(windows, n_win, j, &refs, clip_min, &score[j]);
+    }
     /* Noise comes and goes within a bad stretch: a readable gap of at most BRIDGE_S between
      * two windows unreadable for the same reason is taken as part of the stretch. */
     size_t bridge = ecg_quality_round_lag(BRIDGE_S / ECG_QUALITY_WINDOW_S);

@@ -39,6 +39,7 @@
 #endif
 
 #include "cpu.h"
+#include "ecg_parallel.h"
 
 #define FILTER_TILE CPU_FILTER_TILE  /* outputs per tile of the direct path */
 #define FILTER_PARALLEL_MIN 262144   /* shorter signals are filtered on one thread */
@@ -169,6 +170,37 @@ __attribute__((target("avx2,fma"))) static void tile_avx2(const float *g, size_t
 }
 #endif
 
+/* Tile `tile` of the direct convolution of y[0, n) (reversed kernel g, `taps` long) into out,
+ * which holds the outputs from lo on; buf: span = FILTER_TILE + taps - 1 floats of scratch. */
+static void filter_tile(const float *g, size_t taps, const float *y, size_t n, size_t lo,
+                        size_t tile, float *buf, bool avx2, float *out)
+{
+    const size_t half = (taps - 1) / 2;
+    const size_t i0 = tile * FILTER_TILE;
+    const size_t count = n - i0 < FILTER_TILE ? n - i0 : FILTER_TILE;
+    /* buf[t] = y[i0 - half + t] for t < count + taps - 1, zero outside [0, n) */
+    const size_t len = count + taps - 1;
+    size_t t = 0;
+    for (; t < len && i0 + t < half; t++)
+        buf[t] = 0.0f;
+    size_t src = i0 + t - half;
+    size_t avail = src < n ? n - src : 0;
+    size_t copy = len - t < avail ? len - t : avail;
+    memcpy(buf + t, y + src, copy * sizeof *buf);
+    t += copy;
+    for (; t < len; t++)
+        buf[t] = 0.0f;
+#ifdef FILTER_X86
+    if (avx2)
+        tile_avx2(g, taps, buf, count, out + (i0 - lo));
+    else
+        tile_portable(g, taps, buf, count, out + (i0 - lo));
+#else
+    (void)avx2;
+    tile_portable(g, taps, buf, count, out + (i0 - lo));
+#endif
+}
+
 /* Outputs [lo, hi) of the direct convolution of the whole signal y[0, n) into out[0, hi - lo);
  * lo is a multiple of FILTER_TILE, so the tiles (which decide where the vector code and its
  * fused multiply-adds apply) are those of the whole signal and every output is bit-identical to
@@ -177,11 +209,12 @@ static enum ecg_status filter_direct_range(const float *kernel, size_t taps, con
                                            size_t n, size_t lo, size_t hi, float *out,
                                            struct ecg_error *err)
 {
-    const size_t half = (taps - 1) / 2;
     const size_t span = FILTER_TILE + taps - 1;
     const size_t first = lo / FILTER_TILE, n_tiles = (hi - lo + FILTER_TILE - 1) / FILTER_TILE;
     /* Tiles are independent (each output is computed the same way whoever computes it): long
-     * ranges spread them over OpenMP's threads, each with a tile buffer of its own. */
+     * ranges spread them over OpenMP's threads, each with a tile buffer of its own. Short ones
+     * stay out of OpenMP altogether: a region whose if clause is false still allocates a team
+     * and wakes a futex on every call (ecg_parallel.h). */
     int threads = 1;
 #ifdef _OPENMP
     if (hi - lo >= FILTER_PARALLEL_MIN)
@@ -194,36 +227,19 @@ static enum ecg_status filter_direct_range(const float *kernel, size_t taps, con
         g[k] = kernel[taps - 1 - k];
 #ifdef FILTER_X86
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    const bool avx2 = false;
 #endif
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (size_t tile = first; tile < first + n_tiles; tile++) {
+    if (threads > 1) {
 #ifdef _OPENMP
-        float *buf = g + taps + (size_t)omp_get_thread_num() * span;
-#else
-        float *buf = g + taps;
+#pragma omp parallel for schedule(static) num_threads(threads)
 #endif
-        const size_t i0 = tile * FILTER_TILE;
-        const size_t count = n - i0 < FILTER_TILE ? n - i0 : FILTER_TILE;
-        /* buf[t] = y[i0 - half + t] for t < count + taps - 1, zero outside [0, n) */
-        const size_t len = count + taps - 1;
-        size_t t = 0;
-        for (; t < len && i0 + t < half; t++)
-            buf[t] = 0.0f;
-        size_t src = i0 + t - half;
-        size_t avail = src < n ? n - src : 0;
-        size_t copy = len - t < avail ? len - t : avail;
-        memcpy(buf + t, y + src, copy * sizeof *buf);
-        t += copy;
-        for (; t < len; t++)
-            buf[t] = 0.0f;
-#ifdef FILTER_X86
-        if (avx2)
-            tile_avx2(g, taps, buf, count, out + (i0 - lo));
-        else
-            tile_portable(g, taps, buf, count, out + (i0 - lo));
-#else
-        tile_portable(g, taps, buf, count, out + (i0 - lo));
-#endif
+        for (size_t tile = first; tile < first + n_tiles; tile++)
+            filter_tile(g, taps, y, n, lo, tile, g + taps + (size_t)ecg_thread_num() * span,
+                        avx2, out);
+    } else {
+        for (size_t tile = first; tile < first + n_tiles; tile++)
+            filter_tile(g, taps, y, n, lo, tile, g + taps, avx2, out);
     }
     free(g);
     return ECG_OK;
