@@ -24,7 +24,9 @@
 # "fuzz" (not in the default set) runs the fuzzing campaign of the libFuzzer harnesses
 # (tests/fuzz/campaign.sh; FUZZ_SECONDS per harness (50), FUZZ_RUNS (10 M), FUZZ_JOBS (all CPUs)).
 # "depth" (not in the default set) sweeps --batch-depth (batches in flight per batcher) and
-# --batch-window-us over bench_batch and the 10-s strips (DEPTH_ROUNDS, DEPTH_CELLS).
+# --batch-window-us over bench_batch and the 10-s strips (DEPTH_ROUNDS; DEPTH_CELLS, each
+# DEPTH:WINDOW_US or DEPTH:WINDOW_US:BATCHERS; bench_batch's depths and batchers:
+# DEPTH_BATCH_DEPTHS, DEPTH_BATCH_LANES).
 # "tests" includes test_gpu_trace (kept traces, min/max decimation on the device); "http"
 # includes tests/e2e/test_analyses.sh (/v1/analyses) against a CUDA-backed server; "dashboard"
 # (not in the default set) runs bench/bench_dashboard.sh against a CUDA- and a CPU-backed server.
@@ -256,19 +258,21 @@ if [[ " $parts " == *" depth "* ]] && [ -x "$dir/ecgd" ] && [ -x "$dir/wrk" ] &&
     # each cell against its own sink) for depth x window, DEPTH_ROUNDS rounds (default 2)
     # alternating the settings, so that a drifting host hits each alike.
     echo "== batches in flight: bench_batch and 10-s strips by --batch-depth and --batch-window-us"
-    for depth in 1 2 3; do
-        ECG_BATCH_DEPTH=$depth BENCH_LANES="1 2 4" BENCH_SECONDS=3 ECG_SHARED_DATA=$dir/data \
+    for depth in ${DEPTH_BATCH_DEPTHS:-1 2 3}; do
+        ECG_BATCH_DEPTH=$depth BENCH_LANES="${DEPTH_BATCH_LANES:-1 2 4}" BENCH_SECONDS=3 ECG_SHARED_DATA=$dir/data \
             timeout 60 "$dir/bench_batch" 2>&1 | sed "s/^RESULT /RESULT depth=$depth /" |
             tee -a "$out/depth-batch.log" | grep RESULT
     done
     for round in $(seq 1 "${DEPTH_ROUNDS:-2}"); do
         for cell in ${DEPTH_CELLS:-"1:100" "2:100" "2:30" "3:30" "2:0"}; do
-            echo "== round $round, --batch-depth ${cell%%:*}, --batch-window-us ${cell##*:}"
+            # a cell is DEPTH:WINDOW_US, or DEPTH:WINDOW_US:BATCHERS (--batch-lanes)
+            IFS=: read -r c_depth c_window c_lanes <<<"$cell"
+            echo "== round $round, --batch-depth $c_depth, --batch-window-us $c_window${c_lanes:+, --batch-lanes $c_lanes}"
             PATH="$dir:$PATH" ECGD=$dir/ecgd SINK=$dir/http_sink BACKENDS=cuda SIZES=10 \
                 CONNS=64 DURATION=${STRIP_DURATION:-4s} WRK_THREADS=${WRK_THREADS:-4} \
-                ECG_SHARED_DATA=$dir/data BATCH_DEPTH=${cell%%:*} BATCH_WINDOW_US=${cell##*:} \
-                timeout 120 bash bench/bench_strips.sh 2>&1 |
-                tee "$out/depth-r$round-${cell/:/-}.log" | grep -E '^# ecgd|^RESULT name=strip '
+                ECG_SHARED_DATA=$dir/data BATCH_DEPTH=$c_depth BATCH_WINDOW_US=$c_window \
+                BATCH_LANES=${c_lanes:-} timeout 120 bash bench/bench_strips.sh 2>&1 |
+                tee "$out/depth-r$round-${cell//:/-}.log" | grep -E '^# ecgd|^RESULT name=strip '
         done
     done
 fi
