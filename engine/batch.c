@@ -623,6 +623,7 @@ enum ecg_status ecg_batcher_finish(struct ecg_batch_job *job, struct ecg_result 
     snprintf(m->result->leads[0], sizeof m->result->leads[0], "%s", sig->lead);
     snprintf(m->result->time_column, sizeof m->result->time_column, "%s", sig->time_column);
     m->result->fs_from_time = sig->fs_from_time;
+    m->result->decimal_comma = sig->decimal_comma;
     if (!m->windows_done) { /* the batch did not compute the quality features: the host does */
         const double t = batch_now_ms();
         cpu_quality_features(sig->samples, sig->n, sig->fs_hz, job->windows);

@@ -107,6 +107,7 @@ struct ecg_signal {
     char time_column[32]; /* CSV: the time (or sample index) column skipped, by its header
                            * name or "column 1"; "" when there was none */
     bool fs_from_time;    /* fs_hz was measured from that time column */
+    bool decimal_comma;   /* CSV: numbers were read with ',' as their decimal mark */
 };
 void ecg_signal_free(struct ecg_signal *sig); /* frees every lead, zeroes the struct; NULL ok */
 
@@ -408,6 +409,7 @@ struct ecg_result {
     char leads[ECG_MAX_LEADS][32];
     char time_column[32];  /* CSV: the time column skipped (ecg_signal), or "" */
     bool fs_from_time;     /* fs_hz was measured from it */
+    bool decimal_comma;    /* CSV numbers read with a decimal comma (ecg_signal) */
     struct ecg_timing timing;
     /* signal quality (engine/quality.c) */
     float *beat_quality;   /* 0 (unreadable) .. 1, the quality of the stretch at the R peak */

@@ -382,6 +382,7 @@ struct lead_names {
     char name[ECG_MAX_LEADS][32];
     char time_column[32];  /* a CSV's time column skipped (read_csv_time.c), or "" */
     bool fs_from_time;     /* the rate was measured from it */
+    bool decimal_comma;    /* its numbers were read with a decimal comma */
 };
 
 /* Loads a decoded signal, all its leads, into the context. */
@@ -397,6 +398,7 @@ static enum ecg_status load_signal(const struct ecg_backend_ops *ops, void *ctx,
         snprintf(leads->name[i + 1], 32, "%s", sig->extra_lead[i]);
     snprintf(leads->time_column, sizeof leads->time_column, "%s", sig->time_column);
     leads->fs_from_time = sig->fs_from_time;
+    leads->decimal_comma = sig->decimal_comma;
     if (!sig->samples || sig->n == 0)
         return ecg_fail(err, ECG_ERR_FORMAT, "empty_input", "the recording has no samples");
     if (sig->n_extra >= ECG_MAX_LEADS)
@@ -570,6 +572,7 @@ static enum ecg_status analyze_alone(struct ecg_engine *engine, const struct ana
         goto out;
     snprintf(result->time_column, sizeof result->time_column, "%s", leads.time_column);
     result->fs_from_time = leads.fs_from_time;
+    result->decimal_comma = leads.decimal_comma;
     timing.total_ms = now_ms() - t0;
     result->timing = timing;
     *out = result;

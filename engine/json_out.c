@@ -381,6 +381,8 @@ void ecg_result_write_json(const struct ecg_result *r, const struct ecg_engine *
         put_string(out, r->time_column);
         ecg_buf_puts(out, r->fs_from_time ? ",\"fs_from\":\"time_column\"" : ",\"fs_from\":\"fs\"");
     }
+    if (r->decimal_comma)
+        ecg_buf_puts(out, ",\"decimal_mark\":\",\"");
     ecg_buf_puts(out, "}");
     put_quality(out, r);
     if (include & ECG_INCLUDE_SUMMARY)

@@ -601,7 +601,7 @@ static enum ecg_status read_leads(const struct read_source *src,
     const char *names[ECG_MAX_LEADS];
     char index_names[ECG_MAX_LEADS][8];
     size_t n = 0;
-    bool all = false;
+    bool all = false, decimal_comma = false;
     enum ecg_status status;
 
     if (!opts)
@@ -647,6 +647,7 @@ static enum ecg_status read_leads(const struct read_source *src,
             status = ECG_OK;
             break;
         }
+        decimal_comma = decimal_comma || (status == ECG_OK && sig.decimal_comma);
         if (status == ECG_OK)
             status = add_lead(out, &sig, names[i], err);
         ecg_signal_free(&sig);
@@ -660,6 +661,7 @@ static enum ecg_status read_leads(const struct read_source *src,
     }
     snprintf(out->time_column, sizeof out->time_column, "%s", time_column);
     out->fs_from_time = fs_from_time > 0;
+    out->decimal_comma = decimal_comma;
     return ECG_OK;
 fail:
     ecg_signal_free(out);

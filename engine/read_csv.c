@@ -7,10 +7,14 @@
  * by ';', ',' or tab (whichever the first non-blank line uses, in that order of preference);
  * spaces around fields. With ';' between columns, a comma in a number is its decimal mark
  * ("1,25;1,30", as European spreadsheets export): a comma cannot separate columns there, so it
- * is read as '.' (a field holding both ',' and '.' is refused, not guessed). Only the selected column (opts->lead: 0-based index, or a header name)
- * must hold numbers; every field of the rows must still be text (no control bytes). Numbers are
- * decimal (ecg_parse_float): "nan", "inf" and values beyond the float range are refused with
- * their line and column.
+ * is read as '.' (a field holding both ',' and '.' is refused, not guessed); so is a comma in a
+ * file of one column, and a file of one number per line written with decimal commas
+ * ("-0,145", the one-column export of such a spreadsheet) is read as one column, not as two
+ * split at the comma (comma_file: when its lines rule out the other readings; refused when
+ * they do not). The signal records when a decimal comma was read. Only the selected column
+ * (opts->lead: 0-based index, or a header name) must hold numbers; every field of the rows must
+ * still be text (no control bytes). Numbers are decimal (ecg_parse_float): "nan", "inf" and values
+ * beyond the float range are refused with their line and column.
  *
  * Speed: the file is scanned once, in place, with no per-line allocation; the output grows
  * geometrically. Column 0 has two fast paths. Lines of a short number alone, such as
@@ -35,6 +39,9 @@ struct csv_state {
     const char *end; /* end of the input */
     char delim;      /* ',', ';', '\t', or 0 for a single column */
     size_t line;     /* 1-based number of the line being read */
+    bool comma_mark; /* a ',' in a number is its decimal mark (';' files, comma_file) */
+    bool comma_seen; /* one-column files: comma_file has judged the data rows */
+    bool comma_read; /* a number was read with one */
 };
 
 static inline bool is_blank(char c)
@@ -380,6 +387,152 @@ static enum ecg_status header_select(const struct csv_state *st, const char *ls,
                     "no column named \"%s\" in the header (line %zu)", q, st->line);
 }
 
+/*
+ * Decimal commas in one column. A spreadsheet whose locale writes ',' as the decimal mark saves
+ * a one-column sheet as "-0,145" per line: no delimiter, since there is one column (with
+ * several it separates them with ';', which read_csv_column already reads). Read as columns
+ * split by ',', such a file gives the integer parts as the signal, a silent wrong answer. So
+ * when the first line has a ',' (or, where it has no delimiter, a data row has one) and every
+ * non-blank data row is one number written as digits with at most one ',' between two runs of
+ * them ("-0,02", "1,5", "0": no '.', no exponent, no other delimiter), the file is read as one
+ * column with a decimal comma once both other readings are ruled out:
+ *  - two integer columns ("12,512"): ruled out by a line with no ',' (a CSV writer gives every
+ *    row its fields), a part after the ',' with a leading zero ("0,05": nobody pads an integer)
+ *    or a part before it written "-0";
+ *  - one column of integers with a thousands separator ("1,024"): ruled out by a part before
+ *    the ',' that is 0 or -0, or a part after it of other than three digits.
+ * Where two columns are not ruled out (every line "12,512" or "1,25"), the file reads as two
+ * integer columns, as before; where they are but a thousands separator is not ("512", "1,024"),
+ * it is refused (ambiguous_csv) rather than guessed. The answer says when a decimal comma was
+ * read (signal.decimal_mark).
+ */
+enum comma_reading { COMMA_COLUMNS = 0, COMMA_DECIMAL, COMMA_AMBIGUOUS };
+
+/* Whether [s, e) (a line, trimmed of spaces and CR) is such a number; what it rules out. */
+static bool comma_number(const char *s, const char *e, bool *not_columns, bool *not_thousands)
+{
+    const char *i = s;
+    bool negative = false;
+    if (i < e && (*i == '-' || *i == '+'))
+        negative = *i++ == '-';
+    const char *int_start = i;
+    while (i < e && (unsigned char)(*i - '0') < 10)
+        i++;
+    const size_t int_len = (size_t)(i - int_start);
+    if (int_len == 0)
+        return false;
+    if (i == e) { /* a whole number: no row of two columns looks like this */
+        *not_columns = true;
+        return true;
+    }
+    if (*i != ',')
+        return false;
+    const char *frac = ++i;
+    while (i < e && (unsigned char)(*i - '0') < 10)
+        i++;
+    const size_t frac_len = (size_t)(i - frac);
+    if (frac_len == 0 || i != e)
+        return false;
+    const bool zero_int = int_len == 1 && *int_start == '0';
+    if ((frac_len > 1 && *frac == '0') || (negative && zero_int))
+        *not_columns = true;
+    if (zero_int || frac_len != 3)
+        *not_thousands = true;
+    return true;
+}
+
+/* The reading of a file whose first non-blank line [ls, le) has a ',' (see above); lines from
+ * ls to end. *comma_line, *comma (may be NULL): the first line with a ',' (0 for ls's, counting
+ * blank lines) and where it starts. */
+static enum comma_reading comma_file(const char *ls, const char *end, size_t *comma_line,
+                                     const char **comma)
+{
+    bool not_columns = false, not_thousands = false, seen = false;
+    const char *p = ls;
+    for (size_t line = 0; p < end; line++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *s = p, *e = nl ? nl : end;
+        p = nl ? nl + 1 : end;
+        while (s < e && is_blank(*s))
+            s++;
+        while (e > s && (is_blank(e[-1]) || e[-1] == '\r'))
+            e--;
+        if (s == e)
+            continue; /* blank */
+        if (!comma_number(s, e, &not_columns, &not_thousands))
+            return COMMA_COLUMNS;
+        if (!seen && comma_line && memchr(s, ',', (size_t)(e - s))) {
+            seen = true;
+            *comma_line = line;
+            *comma = s;
+        }
+    }
+    if (!not_columns)
+        return COMMA_COLUMNS;
+    return not_thousands ? COMMA_DECIMAL : COMMA_AMBIGUOUS;
+}
+
+/* The first non-blank line [*ls, *le) of buf (after a byte order mark); false if none. */
+static bool first_line(const char *buf, size_t len, const char **ls, const char **le)
+{
+    const char *p = buf, *end = buf + len, *next;
+    if (len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0)
+        p += 3;
+    while (p < end) {
+        *ls = p;
+        *le = line_end(p, end, &next);
+        for (const char *s = *ls; s < *le; s++)
+            if (!is_blank(*s) && *s != '\r')
+                return true;
+        p = next;
+    }
+    return false;
+}
+
+/* comma_file for the rows from ls (line number line): whether ',' is a decimal mark in them;
+ * ambiguous_csv when they leave it open. */
+static enum ecg_status comma_rows(const struct csv_state *st, const char *ls, size_t line,
+                                  bool *mark, struct ecg_error *err)
+{
+    size_t comma_line = 0;
+    const char *comma = ls;
+    enum comma_reading reading = comma_file(ls, st->end, &comma_line, &comma);
+    *mark = reading == COMMA_DECIMAL;
+    if (reading != COMMA_AMBIGUOUS)
+        return ECG_OK;
+    char q[4 * READ_QUOTE_MAX + 8];
+    const char *ce = memchr(comma, '\n', (size_t)(st->end - comma));
+    ce = ce ? ce : st->end;
+    while (ce > comma && (is_blank(ce[-1]) || ce[-1] == '\r'))
+        ce--;
+    read_quote(q, sizeof q, comma, (size_t)(ce - comma));
+    return ecg_fail(err, ECG_ERR_FORMAT, "ambiguous_csv",
+                    "line %zu (\"%s\"): every line holds one number, and its ',' may be a "
+                    "decimal mark or a thousands separator: write the numbers with '.' as "
+                    "their decimal mark and no separator",
+                    line + comma_line, q);
+}
+
+bool read_csv_decimal_comma_column(const char *buf, size_t len)
+{
+    const char *ls, *le;
+    return first_line(buf, len, &ls, &le) && read_csv_delimiter(ls, le) == ',' &&
+           comma_file(ls, buf + len, NULL, NULL) == COMMA_DECIMAL;
+}
+
+bool read_csv_decimal_comma_likely(const char *buf, size_t len)
+{
+    const char *ls, *le;
+    if (!first_line(buf, len, &ls, &le) || read_csv_delimiter(ls, le) != ',')
+        return false;
+    while (le > ls && (is_blank(le[-1]) || le[-1] == '\r'))
+        le--;
+    while (ls < le && is_blank(*ls))
+        ls++;
+    bool not_columns = false, not_thousands = false;
+    return comma_number(ls, le, &not_columns, &not_thousands);
+}
+
 /* Counts the fields of a line. */
 static size_t count_fields(const struct csv_state *st, const char *ls, const char *le)
 {
@@ -432,6 +585,15 @@ enum ecg_status read_csv_column(const char *buf, size_t len, const struct ecg_re
 
     long index;
     const char *name = read_lead_index(opts->lead, &index) ? NULL : opts->lead;
+    st.comma_mark = st.delim == ';';
+    if (st.delim == ',') { /* one column with decimal commas? (see comma_file) */
+        status = comma_rows(&st, ls, st.line, &st.comma_mark, err);
+        if (status != ECG_OK)
+            goto out;
+        if (st.comma_mark)
+            st.delim = 0; /* one column: its commas are decimal marks */
+        st.comma_seen = true;
+    }
     size_t column = name ? 0 : (size_t)index;
     /* A header row: for a lead chosen by name, any field that looks like a name; for an index,
      * the chosen field itself (so that "0.5,N" with a text column is still data). */
@@ -473,6 +635,8 @@ enum ecg_status read_csv_column(const char *buf, size_t len, const struct ecg_re
     }
 
     /* Data rows. */
+    const char *const data = p;
+    const size_t data_line = st.line;
     size_t short_skip = 0, short_retry = SHORT_RETRY_MIN;
     while (p < st.end) {
         ls = p;
@@ -546,7 +710,15 @@ enum ecg_status read_csv_column(const char *buf, size_t len, const struct ecg_re
         trim_field(&st, &fs, &fe);
         float v = 0;
         const char *q = (fs < fe) ? ecg_parse_float(fs, fe, &v) : fs;
-        if (st.delim == ';' && q != fe && q > fs && *q == ',') {
+        if (!st.delim && !st.comma_seen && q != fe && q > fs && *q == ',') {
+            /* the first ',' in a number of a one-column file (its first line, header or data,
+             * has no delimiter): a decimal mark in every row, or refused (comma_file) */
+            st.comma_seen = true;
+            status = comma_rows(&st, data, data_line, &st.comma_mark, err);
+            if (status != ECG_OK)
+                goto out;
+        }
+        if (st.comma_mark && q != fe && q > fs && *q == ',') {
             /* a decimal comma: the number again with '.', from a copy of the field */
             char number[64];
             size_t n = (size_t)(fe - fs);
@@ -555,6 +727,7 @@ enum ecg_status read_csv_column(const char *buf, size_t len, const struct ecg_re
                 number[q - fs] = '.';
                 const char *r = ecg_parse_float(number, number + n, &v);
                 q = r == number + n ? fe : fs + (r - number);
+                st.comma_read = st.comma_read || q == fe;
             }
         }
         if (q == fs || q != fe) {
@@ -578,6 +751,7 @@ enum ecg_status read_csv_column(const char *buf, size_t len, const struct ecg_re
     out->samples = sb.v;
     out->n = sb.n;
     out->fs_hz = fs_hz;
+    out->decimal_comma = st.comma_read;
     sb.v = NULL;
 out:
     sample_buf_fini(&sb);

@@ -259,9 +259,11 @@ static bool csv_head_read(const char *buf, size_t len, const struct ecg_read_opt
     for (const char *c = ls; c < le; c++)
         if ((unsigned char)*c < 0x20 && *c != '\t')
             return false;
-    /* ';' files (whose numbers may have decimal commas: read_csv.c) and files whose first
-     * column may be time (read_csv_time.c) go to the host reader */
-    if (memchr(ls, ';', (size_t)(le - ls)) || read_csv_time_column_likely(buf, len, opts))
+    /* ';' files (whose numbers may have decimal commas: read_csv.c), files of one number per
+     * line with a decimal comma or split by ',' (read_csv.c's comma_file), and files whose
+     * first column may be time (read_csv_time.c) go to the host reader */
+    if (memchr(ls, ';', (size_t)(le - ls)) || read_csv_decimal_comma_likely(buf, len) ||
+        read_csv_time_column_likely(buf, len, opts))
         return false;
     h->delim = memchr(ls, ',', (size_t)(le - ls))    ? ','
                : memchr(ls, '\t', (size_t)(le - ls)) ? '\t'

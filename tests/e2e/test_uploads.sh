@@ -7,7 +7,9 @@
 #     excerpts of MIT-BIH 101 written here);
 #   - Content-Encoding gzip, deflate (zlib and raw) and zstd, up to the body limit, which applies
 #     to the decompressed size; a ~1 KB gzip bomb refused 413; corrupt, truncated, unknown codings;
-#   - CSV with decimal commas ("1,25;1,30"), and with a first column of time or sample numbers
+#   - CSV with decimal commas ("1,25;1,30", and one number per line, "-0,145": one column, not
+#     two split at the comma; "1,024" among whole numbers refused), and with a first column of
+#     time or sample numbers
 #     (recognised, skipped, checked against fs and reported in the answer);
 #   - silent choices made loud: repeated query options, fs in the query and in a JSON body.
 # Usage: ECGD=build/ecgd tests/e2e/test_uploads.sh   (run from the repository root)
@@ -218,9 +220,35 @@ rows = open(sys.argv[1]).read().split("\n")[1:]
 with open(sys.argv[2], "w") as f:
     f.write("MLII;Resp\n")
     f.writelines("%s;1,5\n" % r.replace(".", ",") for r in rows if r)' "$tmp/rec.csv" "$tmp/comma.csv"
+# marked_answer CODE PLAIN: the last answer is a 200 that says "decimal_mark": "," and is
+# PLAIN's answer otherwise
+marked_answer() {
+    [ "$1" = 200 ] && grep -q '"decimal_mark":","' "$tmp/body" &&
+        sed 's/,"decimal_mark":","//' "$tmp/body" >"$tmp/body.unmarked" &&
+        $HELP same "$tmp/body.unmarked" "$2"
+}
 code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' --data-binary @"$tmp/comma.csv")
-check "CSV with decimal commas (\"-0,125;1,5\"): same answer as the plain CSV" bash -c \
-    "[ $code = 200 ] && $HELP same '$tmp/body' '$tmp/plain.json'"
+check "CSV with decimal commas (\"-0,125;1,5\"): the plain CSV's answer, decimal_mark said" \
+    marked_answer "$code" "$tmp/plain.json"
+# One number per line with decimal commas, as such a spreadsheet saves one column: one column,
+# not two split at the comma; with a header (no ',' in it) and without.
+python3 -c 'import sys
+rows = [r for r in open(sys.argv[1]).read().split("\n")[1:] if r]
+open(sys.argv[2], "w").write("MLII\n" + "".join(r.replace(".", ",") + "\n" for r in rows))
+open(sys.argv[3], "w").write("".join(r + "\n" for r in rows))
+open(sys.argv[4], "w").write("".join(r.replace(".", ",") + "\r\n" for r in rows))' \
+    "$tmp/rec.csv" "$tmp/onecomma.csv" "$tmp/nohead.csv" "$tmp/nohead_comma.csv"
+code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' --data-binary @"$tmp/onecomma.csv")
+check "one column \"MLII\" of \"-0,145\" lines: the plain CSV's answer, decimal_mark said" \
+    marked_answer "$code" "$tmp/plain.json"
+code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' --data-binary @"$tmp/nohead.csv")
+cp "$tmp/body" "$tmp/nohead.json"
+code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' --data-binary @"$tmp/nohead_comma.csv")
+check "\"-0,145\" lines, no header, CRLF: one column, not two split at the comma" \
+    marked_answer "$code" "$tmp/nohead.json"
+code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' --data-binary $'512\n1,024\n998\n1,000\n')
+check "whole numbers and \"1,024\": a thousands separator or a decimal mark: 400 ambiguous_csv" \
+    is_error 400 ambiguous_csv
 code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' --data-binary $'1.234,5;2\n1;2\n')
 check "a ';' CSV field with both '.' and ',': 400 bad_csv (not guessed)" is_error 400 bad_csv
 

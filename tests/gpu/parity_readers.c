@@ -165,6 +165,19 @@ void test_csv_bits(void **state)
             p->gpu->load_bytes(p->gpu_ctx, bad[i], strlen(bad[i]), &opts, &n, &fs, lead, &err);
         assert_int_equal(st, ECG_ERR_UNSUPPORTED);
     }
+    /* numbers with decimal commas, one per line (read_csv.c's comma_file), with a header and
+     * without: the host reader's, which reads them as one column */
+    static const char *const comma[] = {"-0,02\n0\n1,5\n", "mV\n-0,02\n0\n1,5\n"};
+    opts.lead = NULL;
+    for (size_t i = 0; i < sizeof comma / sizeof comma[0]; i++) {
+        size_t n = 0;
+        double fs = 0;
+        char lead[32];
+        struct ecg_error err = {0};
+        enum ecg_status st = p->gpu->load_bytes(p->gpu_ctx, comma[i], strlen(comma[i]), &opts,
+                                                &n, &fs, lead, &err);
+        assert_int_equal(st, ECG_ERR_UNSUPPORTED);
+    }
 }
 
 void test_raw_bits(void **state)

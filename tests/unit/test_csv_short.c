@@ -355,7 +355,11 @@ static void test_bad_token_mid_file(void **state)
             int bad_line = 2 + (int)rnd((uint32_t)lines - 1);
             bool crlf = trial % 3 == 0;
             for (int line = 1; line <= lines; line++) {
-                if (line == bad_line) {
+                if (line == 1 && strchr(bad[b].token, ',')) {
+                    /* a '.' decimal in the file: its "1,5" is no number with a decimal comma
+                     * (in a file of whole numbers it would be: read_csv.c's comma_file) */
+                    text_line(&t, "0.5", crlf);
+                } else if (line == bad_line) {
                     text_put(&t, bad[b].token, strlen(bad[b].token));
                     text_put(&t, crlf ? "\r\n" : "\n", crlf ? 2 : 1);
                 } else {

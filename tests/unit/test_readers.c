@@ -124,6 +124,98 @@ static void test_csv_real_recording(void **state)
     ecg_signal_free(&sig);
 }
 
+/*
+ * A file of one number per line written with decimal commas, as a spreadsheet in such a locale
+ * saves one column: read as that column, not as two split at the comma (read_csv.c's
+ * comma_file), the answer told; the readings it cannot rule out are kept or refused.
+ */
+static void test_csv_decimal_comma(void **state)
+{
+    (void)state;
+    struct ecg_signal dot, sig;
+    struct ecg_error err = {0};
+    struct ecg_read_opts opts = {.fs_hz = 250};
+
+    /* The UCR recording with ',' for '.': the same 50,000 samples, bit for bit, and the flag. */
+    assert_int_equal(ecg_read_file(ECG_SHARED_DATA "/ucr/ecg50T.txt", &opts, &dot, &err), ECG_OK);
+    assert_false(dot.decimal_comma);
+    FILE *f = fopen(ECG_SHARED_DATA "/ucr/ecg50T.txt", "rb");
+    assert_non_null(f);
+    char *text = malloc(1 << 20);
+    assert_non_null(text);
+    size_t len = fread(text, 1, 1 << 20, f);
+    fclose(f);
+    assert_true(len > 0 && len < (1 << 20));
+    size_t commas = 0;
+    for (size_t i = 0; i < len; i++)
+        if (text[i] == '.')
+            text[i] = ',', commas++;
+    assert_true(commas > 40000); /* most lines have a fraction; some ("0") do not */
+    assert_int_equal(read_mem(text, len, ECG_FORMAT_CSV, 250, NULL, &sig, &err), ECG_OK);
+    assert_int_equal(sig.n, dot.n);
+    assert_memory_equal(sig.samples, dot.samples, dot.n * sizeof(float));
+    assert_true(sig.decimal_comma);
+    assert_string_equal(sig.time_column, "");
+    ecg_signal_free(&sig);
+    /* a lead list reads the one column once; a second column does not exist */
+    assert_int_equal(read_mem(text, len, ECG_FORMAT_CSV, 250, "all", &sig, &err), ECG_OK);
+    assert_int_equal(sig.n_extra, 0);
+    assert_memory_equal(sig.samples, dot.samples, dot.n * sizeof(float));
+    assert_true(sig.decimal_comma);
+    ecg_signal_free(&sig);
+    assert_int_equal(read_mem(text, len, ECG_FORMAT_CSV, 250, "1", &sig, &err),
+                     ECG_ERR_NOT_FOUND);
+    free(text);
+    ecg_signal_free(&dot);
+
+    /* Every line with a comma, but fractions with leading zeros: one column. */
+    const char *padded = "0,05\r\n-0,125\r\n1,250\r\n";
+    assert_int_equal(read_mem(padded, strlen(padded), ECG_FORMAT_CSV, 100, NULL, &sig, &err),
+                     ECG_OK);
+    float want_padded[] = {0.05f, -0.125f, 1.25f};
+    assert_int_equal(sig.n, 3);
+    assert_memory_equal(sig.samples, want_padded, sizeof want_padded);
+    assert_true(sig.decimal_comma);
+    ecg_signal_free(&sig);
+
+    /* Nothing rules out two integer columns: read as columns, as any CSV. */
+    const char *pairs = "12,512\n13,498\n14,1023\n";
+    assert_int_equal(read_mem(pairs, strlen(pairs), ECG_FORMAT_CSV, 100, "1", &sig, &err),
+                     ECG_OK);
+    float want_pairs[] = {512, 498, 1023};
+    assert_memory_equal(sig.samples, want_pairs, sizeof want_pairs);
+    assert_false(sig.decimal_comma);
+    ecg_signal_free(&sig);
+
+    /* One column, but the comma may be a thousands separator: refused, with the line. */
+    const char *thousands = "\n512\n1,024\n998\n";
+    assert_int_equal(read_mem(thousands, strlen(thousands), ECG_FORMAT_CSV, 100, NULL, &sig,
+                              &err),
+                     ECG_ERR_FORMAT);
+    assert_string_equal(err.code, "ambiguous_csv");
+    assert_non_null(strstr(err.message, "line 3 (\"1,024\")"));
+
+    /* A one-column file with a header, and ';' files: their commas are decimal marks too. */
+    const char *headed = "mV\n-0,02\n0\n1,5\n";
+    assert_int_equal(read_mem(headed, strlen(headed), ECG_FORMAT_CSV, 100, NULL, &sig, &err),
+                     ECG_OK);
+    float want_headed[] = {-0.02f, 0, 1.5f};
+    assert_memory_equal(sig.samples, want_headed, sizeof want_headed);
+    assert_string_equal(sig.lead, "mV");
+    assert_true(sig.decimal_comma);
+    ecg_signal_free(&sig);
+    const char *semi = "1,25;1,30\n2;3\n";
+    assert_int_equal(read_mem(semi, strlen(semi), ECG_FORMAT_CSV, 100, NULL, &sig, &err), ECG_OK);
+    assert_true(sig.samples[0] == 1.25f && sig.samples[1] == 2.0f);
+    assert_true(sig.decimal_comma);
+    ecg_signal_free(&sig);
+    const char *plain = "1.25;1.30\n2;3\n";
+    assert_int_equal(read_mem(plain, strlen(plain), ECG_FORMAT_CSV, 100, NULL, &sig, &err),
+                     ECG_OK);
+    assert_false(sig.decimal_comma);
+    ecg_signal_free(&sig);
+}
+
 static void test_raw_forms(void **state)
 {
     (void)state;
@@ -462,6 +554,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_csv_forms),
         cmocka_unit_test(test_csv_real_recording),
+        cmocka_unit_test(test_csv_decimal_comma),
         cmocka_unit_test(test_raw_forms),
         cmocka_unit_test(test_npy_forms),
         cmocka_unit_test(test_json_forms),
