@@ -4,10 +4,12 @@
  * Accepted: LF or CRLF line ends; blank (or all-space) lines anywhere; an optional UTF-8 byte
  * order mark; an optional header row (the first non-blank line, when its chosen field - or, for
  * a lead chosen by name, any field - starts with a letter, '_' or a quote); columns separated
- * by ';', ',' or tab (whichever the first non-blank line uses, in that order of preference);
+ * by ';', ',' or tab (whichever the first non-blank line uses, in that order of preference, but
+ * tab where a tab separates text on a line that also has a ',': tab_separates);
  * spaces around fields. With ';' between columns, a comma in a number is its decimal mark
  * ("1,25;1,30", as European spreadsheets export): a comma cannot separate columns there, so it
  * is read as '.' (a field holding both ',' and '.' is refused, not guessed); so is a comma in a
+ * tab-separated file (unless no number rules a thousands separator out: tab_comma) and in a
  * file of one column, and a file of one number per line written with decimal commas
  * ("-0,145", the one-column export of such a spreadsheet) is read as one column, not as two
  * split at the comma (comma_file: when its lines rule out the other readings; refused when
@@ -42,6 +44,11 @@ struct csv_state {
     bool comma_mark; /* a ',' in a number is its decimal mark (';' files, comma_file) */
     bool comma_seen; /* one-column files: comma_file has judged the data rows */
     bool comma_read; /* a number was read with one */
+    /* tab files: whether a number read with a decimal comma ruled out a thousands separator,
+     * and the first such number (for ambiguous_csv) */
+    bool comma_not_thousands;
+    size_t comma_line;
+    char comma_text[4 * READ_QUOTE_MAX + 8];
 };
 
 static inline bool is_blank(char c)
@@ -334,13 +341,30 @@ static enum ecg_status out_of_range(const struct csv_state *st, size_t column, c
                     q);
 }
 
+/* Whether a tab of [ls, le) separates two fields rather than pads one: text other than a ','
+ * on both sides of it, blanks skipped ("-0,02<TAB>1,5", not "0.1,<TAB>0.2"). */
+static bool tab_separates(const char *ls, const char *le)
+{
+    for (const char *t = ls; (t = memchr(t, '\t', (size_t)(le - t))) != NULL; t++) {
+        const char *a = t, *b = t + 1;
+        while (a > ls && is_blank(a[-1]))
+            a--;
+        while (b < le && (is_blank(*b) || *b == '\r'))
+            b++;
+        if (a > ls && b < le && a[-1] != ',' && *b != ',')
+            return true;
+    }
+    return false;
+}
+
 char read_csv_delimiter(const char *ls, const char *le)
 {
-    static const char candidates[] = {';', ',', '\t'};
-    for (size_t i = 0; i < sizeof candidates; i++)
-        if (memchr(ls, candidates[i], (size_t)(le - ls)))
-            return candidates[i];
-    return 0;
+    const size_t n = (size_t)(le - ls);
+    if (memchr(ls, ';', n))
+        return ';';
+    if (memchr(ls, ',', n))
+        return tab_separates(ls, le) ? '\t' : ',';
+    return memchr(ls, '\t', n) ? '\t' : 0;
 }
 
 /*
@@ -533,6 +557,29 @@ bool read_csv_decimal_comma_likely(const char *buf, size_t len)
     return comma_number(ls, le, &not_columns, &not_thousands);
 }
 
+/*
+ * Tab-separated files (as spreadsheets also export them) read a ',' in a number as its decimal
+ * mark, as ';' files do; but a tab file may come from a locale whose ',' groups thousands. So
+ * each number [fs, fe) read with a decimal comma at comma is checked: a part before it that is
+ * 0 ("-0,02") or a part after it of other than three digits ("1,5") rules a thousands separator
+ * out; a file whose numbers never do ("1,024", "2,048") is refused (ambiguous_csv).
+ */
+static void tab_comma(struct csv_state *st, const char *fs, const char *comma, const char *fe)
+{
+    const char *i = fs;
+    if (i < comma && (*i == '-' || *i == '+'))
+        i++;
+    const char *d = comma + 1;
+    while (d < fe && (unsigned char)(*d - '0') < 10)
+        d++;
+    if ((comma - i == 1 && *i == '0') || d - (comma + 1) != 3)
+        st->comma_not_thousands = true;
+    if (!st->comma_line) {
+        st->comma_line = st->line;
+        read_quote(st->comma_text, sizeof st->comma_text, fs, (size_t)(fe - fs));
+    }
+}
+
 /* Counts the fields of a line. */
 static size_t count_fields(const struct csv_state *st, const char *ls, const char *le)
 {
@@ -585,7 +632,7 @@ enum ecg_status read_csv_column(const char *buf, size_t len, const struct ecg_re
 
     long index;
     const char *name = read_lead_index(opts->lead, &index) ? NULL : opts->lead;
-    st.comma_mark = st.delim == ';';
+    st.comma_mark = st.delim == ';' || st.delim == '\t';
     if (st.delim == ',') { /* one column with decimal commas? (see comma_file) */
         status = comma_rows(&st, ls, st.line, &st.comma_mark, err);
         if (status != ECG_OK)
@@ -723,10 +770,13 @@ enum ecg_status read_csv_column(const char *buf, size_t len, const struct ecg_re
             char number[64];
             size_t n = (size_t)(fe - fs);
             if (n < sizeof number && !memchr(fs, '.', n)) {
+                const char *comma = q;
                 memcpy(number, fs, n);
                 number[q - fs] = '.';
                 const char *r = ecg_parse_float(number, number + n, &v);
                 q = r == number + n ? fe : fs + (r - number);
+                if (q == fe && st.delim == '\t')
+                    tab_comma(&st, fs, comma, fe);
                 st.comma_read = st.comma_read || q == fe;
             }
         }
@@ -746,6 +796,14 @@ enum ecg_status read_csv_column(const char *buf, size_t len, const struct ecg_re
     }
     if (sb.n == 0) {
         status = ecg_fail(err, ECG_ERR_FORMAT, "empty_input", "CSV holds no data rows");
+        goto out;
+    }
+    if (st.comma_line && !st.comma_not_thousands) { /* see tab_comma */
+        status = ecg_fail(err, ECG_ERR_FORMAT, "ambiguous_csv",
+                          "line %zu, column %zu (\"%s\"): no number of the column shows "
+                          "whether its ',' is a decimal mark or a thousands separator: write "
+                          "the numbers with '.' as their decimal mark and no separator",
+                          st.comma_line, column + 1, st.comma_text);
         goto out;
     }
     out->samples = sb.v;

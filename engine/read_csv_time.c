@@ -99,6 +99,26 @@ static enum time_kind kind_of_name(const char *s, size_t len)
     return ms ? TIME_MILLISECONDS : TIME_SECONDS;
 }
 
+/* Whether [s, e) is a number, as read_csv_column reads the fields of a file with this
+ * delimiter (a ',' in a number is its decimal mark with ';' or tab between fields); its value. */
+static bool field_number(const char *s, const char *e, char delim, double *value)
+{
+    char copy[64];
+    const size_t n = (size_t)(e - s);
+    if (n == 0 || n >= sizeof copy)
+        return false;
+    memcpy(copy, s, n);
+    copy[n] = '\0';
+    char *comma = memchr(copy, ',', n);
+    if (comma && (delim == ';' || delim == '\t') && !memchr(copy, '.', n))
+        *comma = '.';
+    float v;
+    if (ecg_parse_float(copy, copy + n, &v) != copy + n || !isfinite(v))
+        return false;
+    *value = strtod(copy, NULL);
+    return true;
+}
+
 static bool peek(const char *buf, size_t len, const struct ecg_read_opts *opts,
                  struct time_peek *tp)
 {
@@ -114,8 +134,8 @@ static bool peek(const char *buf, size_t len, const struct ecg_read_opts *opts,
     if (!delim || (delim == ',' && read_csv_decimal_comma_column(buf, len)))
         return false; /* one column (decimal commas included): nothing to skip */
     first_field(ls, le, delim, &s, &e);
-    float v;
-    if (ecg_parse_float(s, e, &v) != e) {
+    double value;
+    if (!field_number(s, e, delim, &value)) {
         /* a header row */
         tp->kind = kind_of_name(s, (size_t)(e - s));
         tp->named = true;
@@ -129,9 +149,7 @@ static bool peek(const char *buf, size_t len, const struct ecg_read_opts *opts,
     p = ls;
     while (rows < PEEK_ROWS && next_line(&p, end, &ls, &le)) {
         first_field(ls, le, delim, &s, &e);
-        double value = strtod(s, NULL);
-        const char *q = ecg_parse_float(s, e, &v);
-        if (q != e || !isfinite(v))
+        if (!field_number(s, e, delim, &value))
             return false;
         integers = integers && value == floor(value);
         if (rows == 1)

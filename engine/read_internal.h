@@ -26,6 +26,7 @@ enum ecg_status read_csv(const char *buf, size_t len, const struct ecg_read_opts
 
 /* The delimiter of a CSV, picked from its first non-blank line [ls, le): ';', ',' or tab,
  * whichever it holds, in that order (a line with both ';' and ',' is ';'-separated with decimal
+ * commas), but tab where a tab separates text on a line with a ',' ("-0,02<TAB>1,5": decimal
  * commas), or 0 for one column. */
 char read_csv_delimiter(const char *ls, const char *le);
 

@@ -265,9 +265,9 @@ static bool csv_head_read(const char *buf, size_t len, const struct ecg_read_opt
     if (memchr(ls, ';', (size_t)(le - ls)) || read_csv_decimal_comma_likely(buf, len) ||
         read_csv_time_column_likely(buf, len, opts))
         return false;
-    h->delim = memchr(ls, ',', (size_t)(le - ls))    ? ','
-               : memchr(ls, '\t', (size_t)(le - ls)) ? '\t'
-                                                     : 0;
+    /* read_csv.c's choice (a tab that separates text beside a ',' makes it tab; the ',' in
+     * those numbers are then decimal marks, which the device parser refuses to the host) */
+    h->delim = read_csv_delimiter(ls, le);
     name = read_lead_index(opts->lead, &index) ? NULL : opts->lead;
     /* a header row: for a lead chosen by name, any field that looks like a name; for an
      * index, the chosen field itself (read_csv.c's rule) */

@@ -246,6 +246,14 @@ cp "$tmp/body" "$tmp/nohead.json"
 code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' --data-binary @"$tmp/nohead_comma.csv")
 check "\"-0,145\" lines, no header, CRLF: one column, not two split at the comma" \
     marked_answer "$code" "$tmp/nohead.json"
+# ... and tab-separated with decimal commas, as such a spreadsheet's "text (tab-delimited)"
+python3 -c 'import sys
+rows = [r for r in open(sys.argv[1]).read().split("\n")[1:] if r]
+open(sys.argv[2], "w").write("MLII\tResp\n" + "".join(r.replace(".", ",") + "\t1,5\n" for r in rows))' \
+    "$tmp/rec.csv" "$tmp/tabcomma.csv"
+code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' --data-binary @"$tmp/tabcomma.csv")
+check "tab-separated \"-0,145<TAB>1,5\": the plain CSV's answer, decimal_mark said" \
+    marked_answer "$code" "$tmp/plain.json"
 code=$(req POST "$A&fs=360" -H 'Content-Type: text/csv' --data-binary $'512\n1,024\n998\n1,000\n')
 check "whole numbers and \"1,024\": a thousands separator or a decimal mark: 400 ambiguous_csv" \
     is_error 400 ambiguous_csv

@@ -166,8 +166,10 @@ void test_csv_bits(void **state)
         assert_int_equal(st, ECG_ERR_UNSUPPORTED);
     }
     /* numbers with decimal commas, one per line (read_csv.c's comma_file), with a header and
-     * without: the host reader's, which reads them as one column */
-    static const char *const comma[] = {"-0,02\n0\n1,5\n", "mV\n-0,02\n0\n1,5\n"};
+     * without, and tab-separated: the host reader's, which reads them as one column (or the
+     * tab file's first) */
+    static const char *const comma[] = {"-0,02\n0\n1,5\n", "mV\n-0,02\n0\n1,5\n",
+                                        "-0,02\t1,5\n0\t2\n"};
     opts.lead = NULL;
     for (size_t i = 0; i < sizeof comma / sizeof comma[0]; i++) {
         size_t n = 0;

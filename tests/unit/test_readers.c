@@ -165,8 +165,50 @@ static void test_csv_decimal_comma(void **state)
     ecg_signal_free(&sig);
     assert_int_equal(read_mem(text, len, ECG_FORMAT_CSV, 250, "1", &sig, &err),
                      ECG_ERR_NOT_FOUND);
+
+    /* The same numbers behind a time column, tab- and then ';'-separated, as such a
+     * spreadsheet exports several columns: the time is recognised (its own decimal commas) and
+     * skipped, the signal read bit for bit. */
+    struct ecg_buf rows = {0};
+    for (int sep = 0; sep < 2; sep++) {
+        const char *line = text;
+        for (size_t i = 0; line < text + len; i++) {
+            const char *nl = memchr(line, '\n', (size_t)(text + len - line));
+            const char *e = nl ? nl : text + len;
+            char t[32];
+            snprintf(t, sizeof t, "%.3f", (double)i / 250.0);
+            *strchr(t, '.') = ',';
+            if (e > line)
+                ecg_buf_printf(&rows, "%s%c%.*s\n", t, sep ? ';' : '\t', (int)(e - line), line);
+            line = nl ? nl + 1 : text + len;
+        }
+        assert_false(rows.failed);
+        assert_int_equal(read_mem(rows.data, rows.len, ECG_FORMAT_CSV, 250, NULL, &sig, &err),
+                         ECG_OK);
+        assert_int_equal(sig.n, dot.n);
+        assert_memory_equal(sig.samples, dot.samples, dot.n * sizeof(float));
+        assert_string_equal(sig.time_column, "column 1");
+        assert_true(sig.decimal_comma);
+        ecg_signal_free(&sig);
+        ecg_buf_fini(&rows);
+    }
     free(text);
     ecg_signal_free(&dot);
+
+    /* Tab-separated, but every number could hold a thousands separator: refused. A ',' file
+     * padded with tabs stays comma-separated. */
+    const char *grouped = "1,024\t2,048\n3,072\t4,096\n";
+    assert_int_equal(read_mem(grouped, strlen(grouped), ECG_FORMAT_CSV, 100, "1", &sig, &err),
+                     ECG_ERR_FORMAT);
+    assert_string_equal(err.code, "ambiguous_csv");
+    assert_non_null(strstr(err.message, "line 1, column 2 (\"2,048\")"));
+    const char *padded_tabs = "0.1,\t0.2\n0.3,\t0.4\n";
+    assert_int_equal(read_mem(padded_tabs, strlen(padded_tabs), ECG_FORMAT_CSV, 100, "1", &sig,
+                              &err),
+                     ECG_OK);
+    assert_true(sig.samples[0] == 0.2f && sig.samples[1] == 0.4f);
+    assert_false(sig.decimal_comma);
+    ecg_signal_free(&sig);
 
     /* Every line with a comma, but fractions with leading zeros: one column. */
     const char *padded = "0,05\r\n-0,125\r\n1,250\r\n";
