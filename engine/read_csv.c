@@ -432,6 +432,23 @@ static enum ecg_status header_select(const struct csv_state *st, const char *ls,
  */
 enum comma_reading { COMMA_COLUMNS = 0, COMMA_DECIMAL, COMMA_AMBIGUOUS };
 
+/* Whether a number whose digits before its ',' are [i, comma) and after it frac_len long
+ * rules a thousands separator out: a part before that is 0, or one after of other than three
+ * digits. */
+static bool comma_not_thousands(const char *i, const char *comma, size_t frac_len)
+{
+    return (comma - i == 1 && *i == '0') || frac_len != 3;
+}
+
+/* [*s, *e) without its leading and trailing blanks and a trailing CR. */
+static void trim_line(const char **s, const char **e)
+{
+    while (*s < *e && is_blank(**s))
+        (*s)++;
+    while (*e > *s && (is_blank((*e)[-1]) || (*e)[-1] == '\r'))
+        (*e)--;
+}
+
 /* Whether [s, e) (a line, trimmed of spaces and CR) is such a number; what it rules out. */
 static bool comma_number(const char *s, const char *e, bool *not_columns, bool *not_thousands)
 {
@@ -457,10 +474,9 @@ static bool comma_number(const char *s, const char *e, bool *not_columns, bool *
     const size_t frac_len = (size_t)(i - frac);
     if (frac_len == 0 || i != e)
         return false;
-    const bool zero_int = int_len == 1 && *int_start == '0';
-    if ((frac_len > 1 && *frac == '0') || (negative && zero_int))
+    if ((frac_len > 1 && *frac == '0') || (negative && int_len == 1 && *int_start == '0'))
         *not_columns = true;
-    if (zero_int || frac_len != 3)
+    if (comma_not_thousands(int_start, frac - 1, frac_len))
         *not_thousands = true;
     return true;
 }
@@ -477,10 +493,7 @@ static enum comma_reading comma_file(const char *ls, const char *end, size_t *co
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *s = p, *e = nl ? nl : end;
         p = nl ? nl + 1 : end;
-        while (s < e && is_blank(*s))
-            s++;
-        while (e > s && (is_blank(e[-1]) || e[-1] == '\r'))
-            e--;
+        trim_line(&s, &e);
         if (s == e)
             continue; /* blank */
         if (!comma_number(s, e, &not_columns, &not_thousands))
@@ -525,11 +538,10 @@ static enum ecg_status comma_rows(const struct csv_state *st, const char *ls, si
     if (reading != COMMA_AMBIGUOUS)
         return ECG_OK;
     char q[4 * READ_QUOTE_MAX + 8];
-    const char *ce = memchr(comma, '\n', (size_t)(st->end - comma));
+    const char *cs = comma, *ce = memchr(comma, '\n', (size_t)(st->end - comma));
     ce = ce ? ce : st->end;
-    while (ce > comma && (is_blank(ce[-1]) || ce[-1] == '\r'))
-        ce--;
-    read_quote(q, sizeof q, comma, (size_t)(ce - comma));
+    trim_line(&cs, &ce);
+    read_quote(q, sizeof q, cs, (size_t)(ce - cs));
     return ecg_fail(err, ECG_ERR_FORMAT, "ambiguous_csv",
                     "line %zu (\"%s\"): every line holds one number, and its ',' may be a "
                     "decimal mark or a thousands separator: write the numbers with '.' as "
@@ -537,22 +549,12 @@ static enum ecg_status comma_rows(const struct csv_state *st, const char *ls, si
                     line + comma_line, q);
 }
 
-bool read_csv_decimal_comma_column(const char *buf, size_t len)
-{
-    const char *ls, *le;
-    return first_line(buf, len, &ls, &le) && read_csv_delimiter(ls, le) == ',' &&
-           comma_file(ls, buf + len, NULL, NULL) == COMMA_DECIMAL;
-}
-
 bool read_csv_decimal_comma_likely(const char *buf, size_t len)
 {
     const char *ls, *le;
     if (!first_line(buf, len, &ls, &le) || read_csv_delimiter(ls, le) != ',')
         return false;
-    while (le > ls && (is_blank(le[-1]) || le[-1] == '\r'))
-        le--;
-    while (ls < le && is_blank(*ls))
-        ls++;
+    trim_line(&ls, &le);
     bool not_columns = false, not_thousands = false;
     return comma_number(ls, le, &not_columns, &not_thousands);
 }
@@ -572,7 +574,7 @@ static void tab_comma(struct csv_state *st, const char *fs, const char *comma, c
     const char *d = comma + 1;
     while (d < fe && (unsigned char)(*d - '0') < 10)
         d++;
-    if ((comma - i == 1 && *i == '0') || d - (comma + 1) != 3)
+    if (comma_not_thousands(i, comma, (size_t)(d - (comma + 1))))
         st->comma_not_thousands = true;
     if (!st->comma_line) {
         st->comma_line = st->line;

@@ -131,8 +131,8 @@ static bool peek(const char *buf, size_t len, const struct ecg_read_opts *opts,
     if (!next_line(&p, end, &ls, &le))
         return false;
     char delim = read_csv_delimiter(ls, le);
-    if (!delim || (delim == ',' && read_csv_decimal_comma_column(buf, len)))
-        return false; /* one column (decimal commas included): nothing to skip */
+    if (!delim)
+        return false; /* one column: nothing to skip */
     first_field(ls, le, delim, &s, &e);
     double value;
     if (!field_number(s, e, delim, &value)) {

@@ -48,9 +48,6 @@ bool read_csv_time_column_likely(const char *buf, size_t len, const struct ecg_r
  * column with decimal commas from two integer columns (read_csv.c). The CUDA backend hands such
  * files to the host reader. */
 bool read_csv_decimal_comma_likely(const char *buf, size_t len);
-/* True when read_csv_column() reads the file as one column with decimal commas (read_csv.c):
- * it then has no second column, and its first is no time column. */
-bool read_csv_decimal_comma_column(const char *buf, size_t len);
 
 /* Raw little-endian samples: format is ECG_FORMAT_F32, _F64 or _I16; rate from opts->fs_hz. */
 enum ecg_status read_raw(const void *buf, size_t len, enum ecg_format format,
