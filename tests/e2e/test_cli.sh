@@ -74,6 +74,23 @@ if [ -d "$mitdb" ]; then
     check "eval --json on 101 and 208: Se and +P > 99%" $PY -c '
 import json,sys; t=json.load(open(sys.argv[1]))["total"]
 sys.exit(not (t["se_pct"] > 99 and t["ppv_pct"] > 99 and t["beats"] == 1865 + 2955))' "$tmp/eval.json"
+    # the noise stress test read from another point of the noise record: offset 0 is the
+    # standard test, 120 s meets other noise at the same gain, the noise's length wraps to 0
+    for o in none 0 120 1805.5556; do
+        opt=; [ "$o" = none ] || opt="--noise-offset $o"
+        "$ECGD" eval --json --model none --lead 0 --noise em_a --snr 6 $opt $mitdb 101 119 \
+            >"$tmp/nst-$o.json"
+    done
+    check "eval --noise-offset: 0 and the noise's length give the standard test, 120 s other noise at the same gain" $PY -c '
+import json, sys
+runs = [json.load(open(f)) for f in sys.argv[1:]]
+w = [r["nothing_left_out"] for r in runs]
+assert w[0] == w[1] == w[3], w
+assert w[2] != w[0] and w[2]["tp"] + w[2]["fn"] == w[0]["tp"] + w[0]["fn"], w
+assert [r["noise"]["offset_s"] for r in runs] == [0, 0, 120, 1805.56], runs
+assert all(r["noise"]["snr_db"] == 6 for r in runs)' "$tmp/nst-none.json" "$tmp/nst-0.json" "$tmp/nst-120.json" "$tmp/nst-1805.5556.json"
+    expect_fail "--noise-offset without --noise" "name one" eval --noise-offset 120 $mitdb 101
+    expect_fail "negative --noise-offset" "seconds >= 0" eval --noise em_a --noise-offset -3 $mitdb 101
     "$ECGD" analyze ../shared/data/ucr/ecg50T.txt --fs 250 --include summary >"$tmp/ucr.json"
     check "analyze ecg50T.txt at 250 Hz" $PY -c '
 import json,sys; d=json.load(open(sys.argv[1])); s=d["summary"]
