@@ -24,8 +24,8 @@
  * A = 2 / (sqrt(3 a) pi^(1/4)), with a = ricker_sigma_s * fs_a samples, over
  * 2 * round(ricker_points_s * fs_a / 2) + 1 samples centred on t = 0 (30 points at 250 Hz ->
  * 31 taps, t = -15..15). Positive at the centre, so a positive QRS gives a positive response
- * maximum. Two more Ricker kernels of fixed widths serve the detector's noise-aware band
- * (engine/cpu/noise_core.h): ricker_hi and ricker_lo.
+ * maximum. Three more Ricker kernels of fixed widths serve the detector's noise-aware band
+ * (engine/cpu/noise_core.h): ricker_hi, ricker_h2 and ricker_lo.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -235,6 +235,9 @@ enum ecg_status ecg_plan_init(struct ecg_plan *plan, const struct ecg_params *pa
         status = design_ricker(plan->fs_a_hz, NOISE_HI_SIGMA_S, NOISE_HI_POINTS_S,
                                &plan->ricker_hi, &plan->ricker_hi_len, err);
     if (status == ECG_OK)
+        status = design_ricker(plan->fs_a_hz, NOISE_H2_SIGMA_S, NOISE_HI_POINTS_S,
+                               &plan->ricker_h2, &plan->ricker_h2_len, err);
+    if (status == ECG_OK)
         status = design_ricker(plan->fs_a_hz, NOISE_LO_SIGMA_S, NOISE_LO_POINTS_S,
                                &plan->ricker_lo, &plan->ricker_lo_len, err);
 out:
@@ -250,6 +253,7 @@ void ecg_plan_fini(struct ecg_plan *plan)
     free(plan->fir);
     free(plan->ricker);
     free(plan->ricker_hi);
+    free(plan->ricker_h2);
     free(plan->ricker_lo);
     memset(plan, 0, sizeof *plan);
 }

@@ -36,10 +36,10 @@ struct ecg_plan {
     /* Ricker wavelet at the analysis rate, odd length, centred ('same' convolution). */
     float *ricker;
     size_t ricker_len;
-    /* The noise-aware band's two Ricker kernels (engine/cpu/noise_core.h), same form: a higher
-     * band the detector may read instead, a lower one it measures with. */
-    float *ricker_hi, *ricker_lo;
-    size_t ricker_hi_len, ricker_lo_len;
+    /* The noise-aware band's three Ricker kernels (engine/cpu/noise_core.h), same form: two
+     * higher bands the detector may read instead, a lower one it measures with. */
+    float *ricker_hi, *ricker_h2, *ricker_lo;
+    size_t ricker_hi_len, ricker_h2_len, ricker_lo_len;
 
     /* Detector and segmentation, in samples at the analysis rate. */
     uint32_t nms_window;

