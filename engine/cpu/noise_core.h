@@ -138,12 +138,10 @@ FUSE_FN void noise_band_window(const float *f, const float *f_hi, const float *f
     noise_band_finish(&s, m, j);
 }
 
-/* The scale that gives a band's QRS complexes the height they have in f: the median of
- * NOISE_SCALE_SPAN window peaks of |f| over the same of the band's. */
-FUSE_FN double noise_band_scale(const struct noise_band_measures *m, const double *peak_band,
-                                size_t n_win, size_t j)
+/* The scale that gives a band's QRS complexes the height they have in f: p (the median of
+ * NOISE_SCALE_SPAN window peaks of |f|) over the same median of the band's peaks. */
+FUSE_FN double noise_band_scale(double p, const double *peak_band, size_t n_win, size_t j)
 {
-    const double p = fuse_median_span(m->peak, n_win, j, NOISE_SCALE_SPAN);
     const double p_band = fuse_median_span(peak_band, n_win, j, NOISE_SCALE_SPAN);
     return p_band > 0.0 ? FUSE_DDIV(p, p_band) : 0.0;
 }
@@ -167,11 +165,13 @@ FUSE_FN void noise_band_gains(const struct noise_band_measures *m, size_t n_win,
     const double mean = fuse_median_span(m->mean, n_win, j, NOISE_INDEX_SPAN);
     const double quiet = mean > 0.0 ? FUSE_DDIV(peak, mean) : NOISE_FLOOR_TO;
     const double g = FUSE_DSUB(1.0, noise_ramp(quiet, NOISE_FLOOR_FROM, NOISE_FLOOR_TO));
+    /* the scales of the bands in use only: each is a median of NOISE_SCALE_SPAN values */
+    const double p = fuse_median_span(m->peak, n_win, j, NOISE_SCALE_SPAN);
     *keep = (float)FUSE_DSUB(1.0, w);
     *take = g < 1.0 ? (float)FUSE_DMUL(FUSE_DMUL(w, FUSE_DSUB(1.0, g)),
-                                       noise_band_scale(m, m->peak_hi, n_win, j))
+                                       noise_band_scale(p, m->peak_hi, n_win, j))
                     : 0.0f;
-    *take2 = g > 0.0 ? (float)FUSE_DMUL(FUSE_DMUL(w, g), noise_band_scale(m, m->peak_h2, n_win, j))
+    *take2 = g > 0.0 ? (float)FUSE_DMUL(FUSE_DMUL(w, g), noise_band_scale(p, m->peak_h2, n_win, j))
                      : 0.0f;
 }
 
