@@ -310,13 +310,48 @@ static __global__ void band_window_kernel(const float *f, const float *f_hi, con
     }
 }
 
-/* Thread j: window j's gains (noise_band_gains). */
+/*
+ * Window t / 4's gains, by four lanes of a warp (t = 4 j + k, the warp's 32 lanes together;
+ * valid false past the last window): each computes the window's switch (noise_band_switch:
+ * medians of 5), lane k = 1, 2, 3 the median of 31 window peaks of |f|, |f_hi| or |f_h2| where
+ * the window reads it, and lane 0 the gains from the three (noise_band_gains_of): the values of
+ * noise_band_gains, with its three long medians side by side instead of one after another (in
+ * a lead's front each costs a thread several microseconds).
+ */
+static __device__ __forceinline__ void band_gains_lanes(const struct noise_band_measures &m,
+                                                        size_t n_win, size_t t, bool valid,
+                                                        float *keep, float *take, float *take2)
+{
+    const size_t j = t / 4;
+    const unsigned k = (unsigned)(t % 4), lane = threadIdx.x % 32, first = lane & ~3u;
+    double w = 0.0, g = 0.0, v = 0.0;
+    if (valid) {
+        noise_band_switch(&m, n_win, j, &w, &g);
+        if (w > 0.0 && k == 1)
+            v = fuse_median_span(m.peak, n_win, j, NOISE_SCALE_SPAN);
+        else if (w > 0.0 && k == 2 && g < 1.0)
+            v = fuse_median_span(m.peak_hi, n_win, j, NOISE_SCALE_SPAN);
+        else if (w > 0.0 && k == 3 && g > 0.0)
+            v = fuse_median_span(m.peak_h2, n_win, j, NOISE_SCALE_SPAN);
+    }
+    const double p = __shfl_sync(0xffffffffu, v, first + 1);
+    const double p_hi = __shfl_sync(0xffffffffu, v, first + 2);
+    const double p_h2 = __shfl_sync(0xffffffffu, v, first + 3);
+    if (valid && k == 0)
+        noise_band_gains_of(w, g, p, p_hi, p_h2, &keep[j], &take[j], &take2[j]);
+}
+
+/* Four threads per window: its gains (band_gains_lanes). Every lane of a warp runs the same
+ * number of rounds (the stride is a multiple of 32), as the shuffles need. */
 static __global__ void band_gain_kernel(const struct noise_band_measures m, size_t n_win,
                                         float *keep, float *take, float *take2)
 {
-    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n_win;
-         j += (size_t)gridDim.x * blockDim.x)
-        noise_band_gains(&m, n_win, j, &keep[j], &take[j], &take2[j]);
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t first = blockIdx.x * (size_t)blockDim.x + threadIdx.x / 32 * 32;
+    for (size_t base = first; base < 4 * n_win; base += stride) {
+        const size_t t = base + threadIdx.x % 32;
+        band_gains_lanes(m, n_win, t, t < 4 * n_win, keep, take, take2);
+    }
 }
 
 /* Thread i: f[i] mixed with f_hi[i] and f_h2[i] (noise_band_mix). */
@@ -389,8 +424,8 @@ static enum ecg_status noise_band(struct cuda_ctx *ctx, const struct ecg_plan *p
                                             b.m);
     }
     CUDA_LAUNCH_CHECK();
-    band_gain_kernel<<<grid_for(b.n_win), CUDA_THREADS, 0, ctx->stream>>>(b.m, b.n_win, b.keep,
-                                                                          b.take, b.take2);
+    band_gain_kernel<<<grid_for(4 * b.n_win), CUDA_THREADS, 0, ctx->stream>>>(
+        b.m, b.n_win, b.keep, b.take, b.take2);
     CUDA_LAUNCH_CHECK();
     band_mix_kernel<<<grid_for(b.n), CUDA_THREADS, 0, ctx->stream>>>(
         d_f, b.f_hi, b.f_h2, b.n, b.keep, b.take, b.take2, b.n_win, b.win);
@@ -462,8 +497,10 @@ static __device__ __forceinline__ void filter_small_band(const float *in, const 
     for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
         noise_band_window(in, in_hi, in_lo, in_h2, b.n, b.win, j, &b.m);
     __syncthreads();
-    for (size_t j = threadIdx.x; j < b.n_win; j += FILTER_SMALL_THREADS)
-        noise_band_gains(&b.m, b.n_win, j, &b.keep[j], &b.take[j], &b.take2[j]);
+    for (size_t base = threadIdx.x / 32 * 32; base < 4 * b.n_win; base += FILTER_SMALL_THREADS) {
+        const size_t t = base + threadIdx.x % 32;
+        band_gains_lanes(b.m, b.n_win, t, t < 4 * b.n_win, b.keep, b.take, b.take2);
+    }
     __syncthreads();
     for (size_t i = threadIdx.x; i < b.n; i += FILTER_SMALL_THREADS)
         f[i] = noise_band_mix(b.keep, b.take, b.take2, b.n_win, b.win, i, in[i], in_hi[i],

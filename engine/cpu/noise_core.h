@@ -138,41 +138,64 @@ FUSE_FN void noise_band_window(const float *f, const float *f_hi, const float *f
     noise_band_finish(&s, m, j);
 }
 
-/* The scale that gives a band's QRS complexes the height they have in f: p (the median of
- * NOISE_SCALE_SPAN window peaks of |f|) over the same median of the band's peaks. */
-FUSE_FN double noise_band_scale(double p, const double *peak_band, size_t n_win, size_t j)
-{
-    const double p_band = fuse_median_span(peak_band, n_win, j, NOISE_SCALE_SPAN);
-    return p_band > 0.0 ? FUSE_DDIV(p, p_band) : 0.0;
-}
-
-/* Step 1's gains for window j: keep (of f), take (of f_hi) and take2 (of f_h2), from the n_win
- * windows' measures. */
-FUSE_FN void noise_band_gains(const struct noise_band_measures *m, size_t n_win, size_t j,
-                              float *keep, float *take, float *take2)
+/* Step 1's switch for window j: w, how far it reads a higher band (0: the usual band alone),
+ * and g, how much of that is the narrower band (the floor index; 0 where w is 0). */
+FUSE_FN void noise_band_switch(const struct noise_band_measures *m, size_t n_win, size_t j,
+                               double *w, double *g)
 {
     const double l = fuse_median_span(m->lo, n_win, j, NOISE_INDEX_SPAN);
     const double h = fuse_median_span(m->hi, n_win, j, NOISE_INDEX_SPAN);
-    const double w = FUSE_DMUL(noise_ramp(l, NOISE_LO_FROM, NOISE_LO_TO),
-                               FUSE_DSUB(1.0, noise_ramp(h, NOISE_HI_FROM, NOISE_HI_TO)));
-    if (!(w > 0.0)) { /* the usual band (most windows: the scales are not needed) */
+    *w = FUSE_DMUL(noise_ramp(l, NOISE_LO_FROM, NOISE_LO_TO),
+                   FUSE_DSUB(1.0, noise_ramp(h, NOISE_HI_FROM, NOISE_HI_TO)));
+    *g = 0.0;
+    if (!(*w > 0.0))
+        return;
+    const double peak = fuse_median_span(m->peak, n_win, j, NOISE_INDEX_SPAN);
+    const double mean = fuse_median_span(m->mean, n_win, j, NOISE_INDEX_SPAN);
+    const double quiet = mean > 0.0 ? FUSE_DDIV(peak, mean) : NOISE_FLOOR_TO;
+    *g = FUSE_DSUB(1.0, noise_ramp(quiet, NOISE_FLOOR_FROM, NOISE_FLOOR_TO));
+}
+
+/* The scale that gives a band's QRS complexes the height they have in f: p (the median of
+ * NOISE_SCALE_SPAN window peaks of |f|) over p_band, the same median of the band's peaks. */
+FUSE_FN double noise_band_scale(double p, double p_band)
+{
+    return p_band > 0.0 ? FUSE_DDIV(p, p_band) : 0.0;
+}
+
+/* Step 1's gains from the switch (w, g) and the medians of NOISE_SCALE_SPAN window peaks of
+ * |f| (p), |f_hi| (p_hi, read only where g < 1) and |f_h2| (p_h2, only where g > 0); keep (of
+ * f), take (of f_hi), take2 (of f_h2). */
+FUSE_FN void noise_band_gains_of(double w, double g, double p, double p_hi, double p_h2,
+                                 float *keep, float *take, float *take2)
+{
+    if (!(w > 0.0)) { /* the usual band (most windows: the medians are not needed) */
         *keep = 1.0f;
         *take = 0.0f;
         *take2 = 0.0f;
         return;
     }
-    const double peak = fuse_median_span(m->peak, n_win, j, NOISE_INDEX_SPAN);
-    const double mean = fuse_median_span(m->mean, n_win, j, NOISE_INDEX_SPAN);
-    const double quiet = mean > 0.0 ? FUSE_DDIV(peak, mean) : NOISE_FLOOR_TO;
-    const double g = FUSE_DSUB(1.0, noise_ramp(quiet, NOISE_FLOOR_FROM, NOISE_FLOOR_TO));
-    /* the scales of the bands in use only: each is a median of NOISE_SCALE_SPAN values */
-    const double p = fuse_median_span(m->peak, n_win, j, NOISE_SCALE_SPAN);
     *keep = (float)FUSE_DSUB(1.0, w);
-    *take = g < 1.0 ? (float)FUSE_DMUL(FUSE_DMUL(w, FUSE_DSUB(1.0, g)),
-                                       noise_band_scale(p, m->peak_hi, n_win, j))
+    *take = g < 1.0 ? (float)FUSE_DMUL(FUSE_DMUL(w, FUSE_DSUB(1.0, g)), noise_band_scale(p, p_hi))
                     : 0.0f;
-    *take2 = g > 0.0 ? (float)FUSE_DMUL(FUSE_DMUL(w, g), noise_band_scale(p, m->peak_h2, n_win, j))
-                     : 0.0f;
+    *take2 = g > 0.0 ? (float)FUSE_DMUL(FUSE_DMUL(w, g), noise_band_scale(p, p_h2)) : 0.0f;
+}
+
+/* Step 1's gains for window j from the n_win windows' measures (each median taken only where
+ * it is read; gpu/cuda_filter.cu takes the three on three threads at once, same values). */
+FUSE_FN void noise_band_gains(const struct noise_band_measures *m, size_t n_win, size_t j,
+                              float *keep, float *take, float *take2)
+{
+    double w, g, p = 0.0, p_hi = 0.0, p_h2 = 0.0;
+    noise_band_switch(m, n_win, j, &w, &g);
+    if (w > 0.0) {
+        p = fuse_median_span(m->peak, n_win, j, NOISE_SCALE_SPAN);
+        if (g < 1.0)
+            p_hi = fuse_median_span(m->peak_hi, n_win, j, NOISE_SCALE_SPAN);
+        if (g > 0.0)
+            p_h2 = fuse_median_span(m->peak_h2, n_win, j, NOISE_SCALE_SPAN);
+    }
+    noise_band_gains_of(w, g, p, p_hi, p_h2, keep, take, take2);
 }
 
 /* Step 1 at sample i: the mixed response, gains interpolated between window centres (f itself
