@@ -8,9 +8,10 @@
  * (baseline jumps of a few hertz that the 14 Hz Ricker band still passes as QRS-like bumps),
  * muscle noise high and broad. So, per lead and per window of NOISE_WINDOW_S:
  *
- * 1. Band (band.c; before detection, on each lead's filter response f). Two more Ricker
+ * 1. Band (band.c; before detection, on each lead's filter response f). Three more Ricker
  *    responses of the resampled lead: a narrower, higher band (a = NOISE_HI_SIGMA_S, centre
- *    near 22 Hz) and a wider, lower one (a = NOISE_LO_SIGMA_S, near 7 Hz) used only to measure.
+ *    near 22 Hz), a narrower one still (a = NOISE_H2_SIGMA_S, near 32 Hz) and a wider, lower one
+ *    (a = NOISE_LO_SIGMA_S, near 7 Hz) used only to measure.
  *    Per window: lo = sqrt(E_lo / E) and hi = sqrt(E_hi / E), E the energy of f; each smoothed by
  *    the median of NOISE_INDEX_SPAN windows. Where lo is high (low-frequency noise) and hi is not
  *    (no high-frequency noise), the detector reads the higher band instead:
