@@ -112,22 +112,10 @@ static enum ecg_status add_noise_lead(const struct stress *st, long channel,
         goto out;
     /* --noise-offset: the same noise at the same gain (its RMS is taken over the whole record
      * above), read from another point: the record's noisy stretches meet other noise. */
-    const size_t shift =
+    const size_t from =
         noise.n ? (size_t)fmod(floor(st->offset_s * fs_hz + 0.5), (double)noise.n) : 0;
-    if (shift) {
-        float *turned = malloc(noise.n * sizeof *turned);
-        if (!turned) {
-            status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "noise of %zu samples",
-                              noise.n);
-            goto out;
-        }
-        memcpy(turned, noise.samples + shift, (noise.n - shift) * sizeof *turned);
-        memcpy(turned + (noise.n - shift), noise.samples, shift * sizeof *turned);
-        memcpy(noise.samples, turned, noise.n * sizeof *turned);
-        free(turned);
-    }
-    ecg_nst_mix(samples, n, noise.samples, noise.n, fs_hz, ecg_nst_gain(st->snr_db, pp, rms),
-                ECG_NST_START_S, ECG_NST_PERIOD_S);
+    ecg_nst_mix_from(samples, n, noise.samples, noise.n, from, fs_hz,
+                     ecg_nst_gain(st->snr_db, pp, rms), ECG_NST_START_S, ECG_NST_PERIOD_S);
 out:
     ecg_signal_free(&noise);
     return status;

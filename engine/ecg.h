@@ -670,7 +670,8 @@ double ecg_roc_auc(const float *pos, size_t n_pos, const float *neg, size_t n_ne
  * peak-to-peak amplitude (from its reference annotations) and the noise's baseline-free RMS;
  * ecg_nst_gain() turns them and an SNR into nst's noise gain; ecg_nst_mix() adds gain x noise
  * to x in place in alternating stretches (clean before start_s, then noisy and clean by turns of
- * period_s: 300 and 120 s in the NSTDB), with the noise wrapping at its end;
+ * period_s: 300 and 120 s in the NSTDB), with the noise wrapping at its end (ecg_nst_mix_from:
+ * the noise read from its sample `from` on, the record's sample 0 meeting it);
  * ecg_nst_noisy() says whether time t_s lies in a noisy stretch.
  */
 #define ECG_NST_START_S 300.0
@@ -682,6 +683,8 @@ enum ecg_status ecg_nst_amplitudes(const float *x, size_t n, const float *noise,
 double ecg_nst_gain(double snr_db, double qrs_pp, double noise_rms);
 void ecg_nst_mix(float *x, size_t n, const float *noise, size_t n_noise, double fs_hz,
                  double gain, double start_s, double period_s);
+void ecg_nst_mix_from(float *x, size_t n, const float *noise, size_t n_noise, size_t from,
+                      double fs_hz, double gain, double start_s, double period_s);
 bool ecg_nst_noisy(double t_s, double start_s, double period_s);
 
 #ifdef __cplusplus

@@ -111,9 +111,15 @@ bool ecg_nst_noisy(double t_s, double start_s, double period_s)
 void ecg_nst_mix(float *x, size_t n, const float *noise, size_t n_noise, double fs_hz,
                  double gain, double start_s, double period_s)
 {
+    ecg_nst_mix_from(x, n, noise, n_noise, 0, fs_hz, gain, start_s, period_s);
+}
+
+void ecg_nst_mix_from(float *x, size_t n, const float *noise, size_t n_noise, size_t from,
+                      double fs_hz, double gain, double start_s, double period_s)
+{
     double offset = 0.0, g = 0.0, prev_out = 0.0, prev_in = 0.0, prev_noise = 0.0;
     for (size_t i = 0; i < n; i++) {
-        const double nz = n_noise ? noise[i % n_noise] : 0.0;
+        const double nz = n_noise ? noise[(i % n_noise + from % n_noise) % n_noise] : 0.0;
         const double want = ecg_nst_noisy((double)i / fs_hz, start_s, period_s) ? gain : 0.0;
         if (want != g && i > 0) {
             /* nst: keep the output continuous across the switch */
