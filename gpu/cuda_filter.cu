@@ -273,40 +273,82 @@ out:
 
 /* ---------------------------------------------------------------- noise-aware band */
 
-/* Lane l of each warp: window (32 w + l)'s indices and peaks, summed in sample order as
- * noise_band_window does. The warp stages 32 samples of each of its 32 windows at a time in
- * shared memory, each window's row read as one coalesced run, then each lane sums its own row:
- * a thread walking its window alone would read 32 scattered runs per load. */
-#define BAND_WARPS 2
-static __global__ void band_window_kernel(const float *f, const float *f_hi, const float *f_lo,
-                                          const float *f_h2, size_t n, size_t win, size_t n_win,
-                                          const struct noise_band_measures m)
+/*
+ * Window sums of BAND_ROWS windows per block, as noise_band_window takes them (each sum in
+ * sample order: the same bits). The block stages BAND_CHUNK samples of each window's four
+ * responses at a time in shared memory: every thread issues all of its loads before it stores
+ * any (BAND_LOADS per response, coalesced along each window), so the block waits for memory
+ * once per chunk, not once per load. Then the first warp sums: lane 4 r + k holds window r's
+ * sums that read response k (k = 0: the energy and peak of f; 1: of f_hi; 2: the energy of f_lo;
+ * 3: the sum of |f| and the peak of |f_h2|), four short chains side by side instead of one long
+ * one, and lane 4 r gathers them by shuffles and writes the window's measures.
+ */
+#define BAND_ROWS 8
+#define BAND_CHUNK 256
+#define BAND_THREADS 256
+#define BAND_LOADS (BAND_ROWS * BAND_CHUNK / BAND_THREADS)
+static __global__ void __launch_bounds__(BAND_THREADS)
+    band_window_kernel(const float *__restrict__ f, const float *__restrict__ f_hi,
+                       const float *__restrict__ f_lo, const float *__restrict__ f_h2, size_t n,
+                       size_t win, size_t n_win, const struct noise_band_measures m)
 {
-    __shared__ float rows[BAND_WARPS][4][32][33];
-    const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (size_t w0 = (blockIdx.x * (size_t)BAND_WARPS + warp) * 32; w0 < n_win;
-         w0 += (size_t)gridDim.x * BAND_WARPS * 32) {
-        struct noise_band_sums sums = {0.0, 0.0, 0.0, 0.0, 0.0f, 0.0f, 0.0f, 0};
-        const size_t j = w0 + lane;
-        for (size_t c = 0; c < win; c += 32) {
-            for (unsigned r = 0; r < 32; r++) {
-                const size_t i = (w0 + r) * win + c + lane;
-                const bool in = w0 + r < n_win && c + lane < win && i < n;
-                rows[warp][0][r][lane] = in ? f[i] : 0.0f;
-                rows[warp][1][r][lane] = in ? f_hi[i] : 0.0f;
-                rows[warp][2][r][lane] = in ? f_lo[i] : 0.0f;
-                rows[warp][3][r][lane] = in ? f_h2[i] : 0.0f;
+    __shared__ float rows[4][BAND_ROWS][BAND_CHUNK + 1];
+    const unsigned lane = threadIdx.x % 32, r = lane / 4, k = lane % 4;
+    for (size_t w0 = blockIdx.x * (size_t)BAND_ROWS; w0 < n_win;
+         w0 += (size_t)gridDim.x * BAND_ROWS) {
+        const size_t j = w0 + r, start = j * win;
+        const size_t count = j < n_win ? (start + win < n ? win : n - start) : 0;
+        double e = 0.0, a = 0.0; /* lane k's energy; lane 3's sum of |f| */
+        float p = 0.0f;          /* lane k's peak (none on lane 2) */
+        for (size_t c = 0; c < win; c += BAND_CHUNK) {
+            float v[4][BAND_LOADS];
+#pragma unroll
+            for (unsigned q = 0; q < BAND_LOADS; q++) {
+                const unsigned at = q * BAND_THREADS + threadIdx.x;
+                const size_t row = w0 + at / BAND_CHUNK, col = c + at % BAND_CHUNK;
+                const size_t i = row * win + col;
+                const bool in = row < n_win && col < win && i < n;
+                v[0][q] = in ? f[i] : 0.0f;
+                v[1][q] = in ? f_hi[i] : 0.0f;
+                v[2][q] = in ? f_lo[i] : 0.0f;
+                v[3][q] = in ? f_h2[i] : 0.0f;
             }
-            __syncwarp();
-            for (unsigned t = 0; t < 32 && c + t < win; t++) {
-                if (j < n_win && j * win + c + t < n)
-                    noise_band_add(&sums, rows[warp][0][lane][t], rows[warp][1][lane][t],
-                                   rows[warp][2][lane][t], rows[warp][3][lane][t]);
+#pragma unroll
+            for (unsigned q = 0; q < BAND_LOADS; q++) {
+                const unsigned at = q * BAND_THREADS + threadIdx.x;
+                for (unsigned resp = 0; resp < 4; resp++)
+                    rows[resp][at / BAND_CHUNK][at % BAND_CHUNK] = v[resp][q];
             }
-            __syncwarp();
+            __syncthreads();
+            if (threadIdx.x < 32) {
+                const size_t end = count > c ? (count - c < BAND_CHUNK ? count - c : BAND_CHUNK)
+                                             : 0;
+                for (size_t t = 0; t < end; t++) {
+                    const float x = rows[k][r][t];
+                    if (k != 2)
+                        p = noise_peak_add(p, x);
+                    if (k != 3)
+                        e = noise_energy_add(e, x);
+                    else
+                        a = noise_abs_add(a, rows[0][r][t]);
+                }
+            }
+            __syncthreads(); /* the rows are read before the next chunk writes them */
         }
-        if (j < n_win)
-            noise_band_finish(&sums, &m, j);
+        if (threadIdx.x < 32) {
+            const unsigned g = lane & ~3u;
+            struct noise_band_sums s;
+            s.e = __shfl_sync(0xffffffffu, e, g);
+            s.p = __shfl_sync(0xffffffffu, p, g);
+            s.e_hi = __shfl_sync(0xffffffffu, e, g + 1);
+            s.p_hi = __shfl_sync(0xffffffffu, p, g + 1);
+            s.e_lo = __shfl_sync(0xffffffffu, e, g + 2);
+            s.a = __shfl_sync(0xffffffffu, a, g + 3);
+            s.p_h2 = __shfl_sync(0xffffffffu, p, g + 3);
+            s.n = count;
+            if (k == 0 && j < n_win)
+                noise_band_finish(&s, &m, j);
+        }
     }
 }
 
@@ -418,8 +460,8 @@ static enum ecg_status noise_band(struct cuda_ctx *ctx, const struct ecg_plan *p
     ECG_TRY(launch_filter_direct(ctx->stream, d_y, b.n, plan->ricker_lo, plan->ricker_lo_len,
                                  b.f_lo, fma_path, err));
     {
-        const size_t blocks = (b.n_win + 32 * BAND_WARPS - 1) / (32 * BAND_WARPS);
-        band_window_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 32 * BAND_WARPS, 0,
+        const size_t blocks = (b.n_win + BAND_ROWS - 1) / BAND_ROWS;
+        band_window_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), BAND_THREADS, 0,
                              ctx->stream>>>(d_f, b.f_hi, b.f_lo, b.f_h2, b.n, b.win, b.n_win,
                                             b.m);
     }

@@ -94,17 +94,36 @@ struct noise_band_sums {
     size_t n;
 };
 
+/* One sample's share of a window's sums: the energy (v^2 in double), the sum of |v| and the
+ * peak of |v|. noise_band_add applies them to the four responses of a sample; a window kernel
+ * on the device may apply each to one response on its own lane (same operations, same order
+ * per sum: the same bits). */
+FUSE_FN double noise_energy_add(double e, float v)
+{
+    const double d = (double)v;
+    return FUSE_DADD(e, FUSE_DMUL(d, d));
+}
+
+FUSE_FN double noise_abs_add(double a, float v)
+{
+    return FUSE_DADD(a, (double)fabsf(v));
+}
+
+FUSE_FN float noise_peak_add(float p, float v)
+{
+    return fabsf(v) > p ? fabsf(v) : p;
+}
+
 FUSE_FN void noise_band_add(struct noise_band_sums *s, float f, float f_hi, float f_lo,
                             float f_h2)
 {
-    const double v = (double)f, v_hi = (double)f_hi, v_lo = (double)f_lo;
-    s->e = FUSE_DADD(s->e, FUSE_DMUL(v, v));
-    s->e_hi = FUSE_DADD(s->e_hi, FUSE_DMUL(v_hi, v_hi));
-    s->e_lo = FUSE_DADD(s->e_lo, FUSE_DMUL(v_lo, v_lo));
-    s->a = FUSE_DADD(s->a, (double)fabsf(f));
-    s->p = fabsf(f) > s->p ? fabsf(f) : s->p;
-    s->p_hi = fabsf(f_hi) > s->p_hi ? fabsf(f_hi) : s->p_hi;
-    s->p_h2 = fabsf(f_h2) > s->p_h2 ? fabsf(f_h2) : s->p_h2;
+    s->e = noise_energy_add(s->e, f);
+    s->e_hi = noise_energy_add(s->e_hi, f_hi);
+    s->e_lo = noise_energy_add(s->e_lo, f_lo);
+    s->a = noise_abs_add(s->a, f);
+    s->p = noise_peak_add(s->p, f);
+    s->p_hi = noise_peak_add(s->p_hi, f_hi);
+    s->p_h2 = noise_peak_add(s->p_h2, f_h2);
     s->n++;
 }
 
