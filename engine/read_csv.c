@@ -20,25 +20,23 @@
  *
  * Speed: the file is scanned once, in place, with no per-line allocation; the output grows
  * geometrically. Column 0 has two fast paths. Lines of a short number alone, such as
- * "-0.02" or "0.145" (the body of a typical strip), are read a word at a time with no call
- * (short_lines); other lines that hold a number alone are parsed with one ecg_parse_float
+ * "-0.02" or "0.145" (the body of a typical strip), are read eight at a time (AVX2) or a
+ * word at a time, with no call per line (short_lines, read_csv_short.c); other lines that hold a number alone are parsed with one ecg_parse_float
  * call and a check that LF or CRLF follows. Lines with several columns or spaces take the
  * general path.
  */
-#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
-#include <emmintrin.h> /* SSE2: x86-64's baseline, below -march=x86-64-v2 */
-
 #include "ecg.h"
 #include "read_internal.h"
 
 struct csv_state {
-    const char *end; /* end of the input */
+    const char *begin; /* the input */
+    const char *end;
     char delim;      /* ',', ';', '\t', or 0 for a single column */
     size_t line;     /* 1-based number of the line being read */
     bool comma_mark; /* a ',' in a number is its decimal mark (';' files, comma_file) */
@@ -73,161 +71,37 @@ static inline enum ecg_status push(struct sample_buf *sb, float v, struct ecg_er
     return ECG_OK;
 }
 
-/* ---------------------------------------------------------------- short numbers, a word at once */
+/* ---------------------------------------------------------------- short numbers */
 
-#define BYTES_01 0x0101010101010101u
-#define BYTES_7F 0x7f7f7f7f7f7f7f7fu
-#define BYTES_80 0x8080808080808080u
-
-/* Eight bytes as a little-endian word: the first byte is the least significant. */
-static inline uint64_t load_word(const char *s)
-{
-    uint64_t v;
-    memcpy(&v, s, sizeof v);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
-
-/* Bit 7 of each byte: that byte is not '0'..'9'. With x = c ^ '0', c is a digit exactly when
- * x < 10, i.e. neither x's bit 7 nor that of (x & 0x7f) + 0x76 is set; no sum leaves its byte. */
-static inline uint64_t non_digit_bytes(uint64_t v)
-{
-    uint64_t x = v ^ ('0' * BYTES_01);
-    return (((x & BYTES_7F) + 0x76 * BYTES_01) | x) & BYTES_80;
-}
-
-/* The positions of the '\n' bytes of [s, s + 64), as the bits of a word (bit i: s[i]). */
-static inline uint64_t newline_mask(const char *s)
-{
-    /* four 16-byte compares, each byte's result bit gathered by movemask */
-    const __m128i nl = _mm_set1_epi8('\n');
-    uint64_t mask = 0;
-    for (int i = 0; i < 4; i++) {
-        __m128i bytes = _mm_loadu_si128((const __m128i *)(const void *)(s + 16 * i));
-        mask |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, nl)) << (16 * i);
-    }
-    return mask;
-}
-
-/*
- * The value of the first k digit bytes of v (1 <= k <= 8): moved to the top bytes with zeros
- * below, they read as the eight digits "000ddddd", combined pairwise (x10, x100, x10000) as in
- * parse_float.c. Subtracting '0' borrows into the next byte only out of a byte below '0', and
- * the bytes past the k digits are shifted out.
- */
-static inline uint32_t digits_value(uint64_t v, unsigned k)
-{
-    const uint64_t mask = 0x000000ff000000ffu;
-    const uint64_t mul1 = 100 + (1000000ull << 32);
-    const uint64_t mul2 = 1 + (10000ull << 32);
-    v = (v - 0x30 * BYTES_01) << (8 * (8 - k));
-    v = (v * 10) + (v >> 8);
-    v = (((v & mask) * mul1) + (((v >> 16) & mask) * mul2)) >> 32;
-    return (uint32_t)v;
-}
-
-/* A short line's body (after the sign, before CR LF) is at most this long: 8 bytes, one word. */
-#define SHORT_BODY_MAX 8
 /* Lines left to the other paths after short_lines took none: from MIN, doubling up to MAX. */
 #define SHORT_RETRY_MIN 16
 #define SHORT_RETRY_MAX 1024
 
 /*
- * Reads, from *pp, the run of lines that each hold a short number alone:
- *     -? B \r? \n
- * where the body B is 1 to SHORT_BODY_MAX bytes, all digits but for at most one '.', with at
- * least one digit, and its digits (leading zeros included) make an integer w <= 2^24 (always
- * true with a '.', which leaves at most 7 digits; 8 digits alone may exceed it). It stops
- * at the first other line, and before the last 72 bytes or so of the input (left to the
- * caller, so that every 8-byte load stays inside). Each value is pushed to sb; *pp and
- * st->line move past the lines taken. Returns ECG_OK, or sample_buf_reserve's status
- * (max_samples reached, out of memory) with *pp at the line that did not fit.
- *
- * The newlines of 64 bytes are found at once, ahead of the parsing, so that where the next
- * line starts never waits on the parse of this one; the parse itself has no branch on the
- * data but the checks that end the run.
- *
- * Why it is exact: such a line is one the caller's ecg_parse_float path would take (a number
- * that starts the line, LF or CR LF right after it), and ecg_parse_float reads it as w * 10^q
- * with the same integer w (at most 8 digits, none dropped) and q = -(digits after the '.'),
- * -7 <= q <= 0; so it takes its step 1 (w <= 2^24, |q| <= 10: see parse_float.c) and returns
- * (float)w / 10^-q (times 1 when q = 0; 0 when w = 0), negated for '-'. This path computes
- * (float)w / 10^-q, the same IEEE operation on the same operands (x / 1 and x * 1 are both x,
- * and 0 / 10^-q is +0), then flips the sign bit for '-', as the unary minus does: the bits
- * are the same, strtof's. The values are finite, so the caller's isfinite check has nothing to
- * refuse. Compiled only where ecg_parse_float's step 1 is (FLT_EVAL_METHOD == 0); elsewhere it
- * takes no line.
+ * Reads, from *pp, the run of lines that each hold a short number alone (csv_short_lines,
+ * read_csv_short.c: "-0.02", "0.145", bit for bit what the other paths read). It stops at the
+ * first other line, and before the last 72 bytes or so of the input (left to the caller). The
+ * values go to sb; *pp and st->line move past the lines taken. Returns ECG_OK, or
+ * sample_buf_reserve's status (max_samples reached, out of memory) with *pp at the line that
+ * did not fit.
  */
-/* noinline: inlined into read_csv_column, its loop loses registers to the caller's (measured
- * 15 % slower with GCC 12). */
-static __attribute__((noinline)) enum ecg_status
-short_lines(struct csv_state *st, const char **pp, struct sample_buf *sb, struct ecg_error *err)
+static enum ecg_status short_lines(struct csv_state *st, const char **pp, struct sample_buf *sb,
+                                   struct ecg_error *err)
 {
-#if FLT_EVAL_METHOD == 0
-    static const float pow10_f[] = {1e0f, 1e1f, 1e2f, 1e3f, 1e4f, 1e5f, 1e6f, 1e7f};
-    const char *const end = st->end;
-    const char *ls = *pp; /* start of the line being read */
-    /* Locals, not sb's fields: with -fno-strict-aliasing a float store could be sb->n. */
-    float *v = sb->v;
-    size_t n = sb->n, cap = sb->cap, n_first = sb->n;
     enum ecg_status status = ECG_OK;
-
-    /* 64 + 8: a body starts at or before its newline, so its 8-byte load stays inside. */
-    for (const char *block = ls; end - block >= 64 + 8; block += 64) {
-        for (uint64_t newlines = newline_mask(block); newlines; newlines &= newlines - 1) {
-            const char *nl = block + __builtin_ctzll(newlines);
-            /* arithmetic, not a branch: the signs of samples come in no order */
-            unsigned negative = *ls == '-';
-            const char *body = ls + negative;
-            const char *body_end = nl > body && nl[-1] == '\r' ? nl - 1 : nl;
-            size_t len = (size_t)(body_end - body);
-            if (len - 1 >= SHORT_BODY_MAX) /* empty, or too long */
-                goto stop;
-            uint64_t word = load_word(body);
-            uint64_t in_body = BYTES_80 >> (8 * (SHORT_BODY_MAX - len));
-            /* At most one byte of the body is no digit, and that one is '.'. */
-            uint64_t odd = non_digit_bytes(word) & in_body;
-            uint64_t dot = odd >> 7; /* 1 << (8 * its index), or 0 */
-            if ((odd & (odd - 1)) || (word & dot * 0xff) != dot * '.' || odd == in_body)
-                goto stop;
-            /* Drop the '.': the bytes above it move down one. */
-            uint64_t below = dot - 1; /* all ones without a '.' */
-            word = (word & below) | ((word >> 8) & ~below);
-            unsigned frac_digits = (unsigned)__builtin_popcountll(in_body & ~(below | odd));
-            uint32_t w = digits_value(word, (unsigned)len - (dot != 0));
-            if (w > (UINT32_C(1) << 24))
-                goto stop;
-            float value = (float)w / pow10_f[frac_digits];
-            uint32_t bits;
-            memcpy(&bits, &value, sizeof bits);
-            bits ^= (uint32_t)negative << 31;
-            memcpy(&value, &bits, sizeof value);
-            if (n == cap) {
-                sb->n = n;
-                status = sample_buf_reserve(sb, 1, err);
-                if (status != ECG_OK)
-                    goto stop;
-                v = sb->v;
-                cap = sb->cap;
-            }
-            v[n++] = value;
-            ls = nl + 1;
-        }
-        /* No newline yet and the line is already too long to be short: leave it. */
-        if (block + 64 - ls > 1 + SHORT_BODY_MAX + 1)
+    size_t n_first = sb->n;
+    for (;;) {
+        bool full;
+        float *room_at = sb->v ? sb->v + sb->n : NULL;
+        sb->n += csv_short_lines(st->begin, st->end, pp, room_at, sb->cap - sb->n, &full);
+        if (!full)
+            break;
+        status = sample_buf_reserve(sb, 1, err);
+        if (status != ECG_OK)
             break;
     }
-stop:
-    sb->n = n;
-    st->line += n - n_first;
-    *pp = ls;
+    st->line += sb->n - n_first;
     return status;
-#else
-    (void)st, (void)pp, (void)sb, (void)err;
-    return ECG_OK;
-#endif
 }
 
 /* End of the line that starts at p: the '\n' (or end); a '\r' before it is not included. */
@@ -598,7 +472,7 @@ enum ecg_status read_csv_column(const char *buf, size_t len, const struct ecg_re
 {
     enum ecg_status status = ECG_OK;
     struct sample_buf sb = {.max = opts->max_samples};
-    struct csv_state st = {.end = buf + len, .line = 1};
+    struct csv_state st = {.begin = buf, .end = buf + len, .line = 1};
     const char *p = buf;
     double fs_hz = 0;
 

@@ -144,6 +144,22 @@ struct wfdb_memory {
 enum ecg_status read_wfdb_memory(const struct wfdb_memory *rec, const struct ecg_read_opts *opts,
                                  struct ecg_signal *out, struct ecg_error *err);
 
+/*
+ * Short-number lines (read_csv_short.c): from *pp, the run of lines that each hold a number
+ * of at most 8 digits and one '.' alone ("-?B\r?\n", as read_csv.c's fast path takes them),
+ * read to exactly strtof's bits into v[0, room). Returns how many were read; *pp moves past
+ * them. Stops at the first other line (*full false), at a short line with no room left (*full
+ * true, *pp at it), or before the last 72 bytes or so of [begin, end). begin is the input's
+ * first byte: reads stay inside [begin, end). csv_short_lines takes the fastest the CPU runs;
+ * the other two are for tests and benchmarks (csv_short_avx2 only where the CPU has AVX2).
+ */
+size_t csv_short_lines(const char *begin, const char *end, const char **pp, float *v,
+                       size_t room, bool *full);
+size_t csv_short_word(const char *begin, const char *end, const char **pp, float *v, size_t room,
+                      bool *full);
+size_t csv_short_avx2(const char *begin, const char *end, const char **pp, float *v, size_t room,
+                      bool *full);
+
 /* Whether a source read as format (AUTO: sniffed from its first bytes, buf[0, len)) is CSV. */
 bool read_is_csv(enum ecg_format format, const void *buf, size_t len);
 

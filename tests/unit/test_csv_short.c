@@ -4,8 +4,10 @@
  *
  * The oracles: strtof() on each line's token, bit for bit; and the reader's general path,
  * which the same file takes when every line starts with a space (trimmed, then parsed as a
- * field): values, statuses, error messages and line numbers must all agree. Random inputs use
- * fixed seeds.
+ * field): values, statuses, error messages and line numbers must all agree. The reader takes
+ * the fastest way the CPU runs (eight lines at a time in AVX2, else a word at a time); the two
+ * are also run side by side on the same bytes, from every kind of start and with every kind of
+ * room left, and must stop at the same line with the same bits. Random inputs use fixed seeds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +20,7 @@
 #include <cmocka.h>
 
 #include "ecg.h"
+#include "read_internal.h" /* csv_short_word, csv_short_avx2: the two ways, side by side */
 
 /* A file under construction, and the strtof() value of each of its data lines. */
 struct csv_text {
@@ -426,12 +429,104 @@ static void test_max_samples(void **state)
     }
 }
 
+/* ---------------------------------------------------------------- the two ways agree */
+
+/* One line of the mixed files below: mostly short, and every shape that ends a run. */
+static void mixed_line(struct csv_text *t)
+{
+    static const char *const other[] = {
+        "",        "\r",         "-",        ".",         "-.",        "1.2.3",   "+1",
+        "12345678", "-12345678", "123456789", "-1234.567", "16777217", "1e3",     "0.1 ",
+        " 0.1",    "1,5",        "abc",      "-0.0000001", "99999999", "-9999999", ".0000001"};
+    char token[64];
+    if (rnd(150) == 0) {
+        const char *o = other[rnd(sizeof other / sizeof other[0])];
+        text_put(t, o, strlen(o));
+        text_put(t, "\n", 1);
+        return;
+    }
+    if (rnd(60) == 0) {
+        random_token(token);
+    } else { /* a strip's sample: "-0.145", "1.2", "12" */
+        size_t k = 0;
+        if (rnd(2))
+            token[k++] = '-';
+        for (int i = 0, n = 1 + (int)rnd(3); i < n; i++)
+            token[k++] = (char)('0' + rnd(10));
+        if (rnd(5)) {
+            token[k++] = '.';
+            for (int i = 0, n = (int)rnd(5); i < n; i++)
+                token[k++] = (char)('0' + rnd(10));
+        }
+        token[k] = 0;
+    }
+    text_put(t, token, strlen(token));
+    bool crlf = rnd(30) == 0;
+    text_put(t, crlf ? "\r\n" : "\n", crlf ? 2 : 1);
+}
+
+/*
+ * csv_short_word and csv_short_avx2 on the same bytes: the same count, stop, *full and bits,
+ * from the input's first byte (where the AVX2 way must not read before it) and from random
+ * lines, with room for everything, for nothing, and for a few values. Each file is copied to a
+ * buffer of exactly its length, so that a read outside it is an error under AddressSanitizer.
+ */
+static void test_word_and_avx2_agree(void **state)
+{
+    (void)state;
+    if (!__builtin_cpu_supports("avx2"))
+        skip();
+    rng_state = 0xa5a5a5a5u;
+    float *got_word = malloc(8192 * sizeof(float)), *got_avx2 = malloc(8192 * sizeof(float));
+    assert_non_null(got_word);
+    assert_non_null(got_avx2);
+    size_t values = 0;
+    for (int file = 0; file < 600; file++) {
+        struct csv_text t;
+        text_init(&t);
+        int lines = 1 + (int)rnd(file % 3 ? 2000 : 40);
+        for (int line = 0; line < lines; line++)
+            mixed_line(&t);
+        char *exact = malloc(t.len);
+        assert_non_null(exact);
+        memcpy(exact, t.text, t.len);
+        for (int run = 0; run < 8; run++) {
+            const char *start = exact;
+            if (run > 0) { /* the start of a random line */
+                size_t at = rnd((uint32_t)t.len);
+                while (at > 0 && exact[at - 1] != '\n')
+                    at--;
+                start = exact + at;
+            }
+            size_t room = run % 4 == 1 ? 0 : run % 4 == 2 ? 1 + rnd(20) : 8192;
+            const char *p_word = start, *p_avx2 = start;
+            bool full_word, full_avx2;
+            size_t n_word = csv_short_word(exact, exact + t.len, &p_word, got_word, room,
+                                           &full_word);
+            size_t n_avx2 = csv_short_avx2(exact, exact + t.len, &p_avx2, got_avx2, room,
+                                           &full_avx2);
+            assert_int_equal(n_avx2, n_word);
+            assert_ptr_equal(p_avx2, p_word);
+            assert_int_equal(full_avx2, full_word);
+            assert_same_bits(got_avx2, got_word, n_word);
+            assert_true(n_word <= room);
+            values += n_word;
+        }
+        free(exact);
+        text_fini(&t);
+    }
+    /* the runs read lines, not only stopped at once */
+    assert_true(values > 100000);
+    free(got_word);
+    free(got_avx2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_short_body), cmocka_unit_test(test_long_short_bodies),
         cmocka_unit_test(test_random_files),     cmocka_unit_test(test_bad_token_mid_file),
-        cmocka_unit_test(test_max_samples),
+        cmocka_unit_test(test_max_samples),      cmocka_unit_test(test_word_and_avx2_agree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
