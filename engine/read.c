@@ -169,10 +169,25 @@ enum ecg_status read_rate_from_opts(const struct ecg_read_opts *opts, const char
 enum ecg_status read_check_finite(const float *v, size_t n, const char *format_name,
                                   struct ecg_error *err)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(v[i]))
-            return ecg_fail(err, ECG_ERR_FORMAT, "nan_in_input", "%s: sample %zu is %s",
-                            format_name, i, isnan(v[i]) ? "NaN" : "infinite");
+    /* Blocks of 64 tested with no branch (the compiler's vectors: a NaN or an infinity has
+     * every exponent bit set), then the first bad sample found one by one: a 10-s strip is
+     * checked in a fraction of a microsecond, where an exit per sample kept it scalar. */
+    enum { BLOCK = 64 };
+    for (size_t start = 0; start < n; start += BLOCK) {
+        size_t len = n - start < BLOCK ? n - start : BLOCK;
+        uint32_t bad = 0;
+        for (size_t i = 0; i < len; i++) {
+            uint32_t bits;
+            memcpy(&bits, &v[start + i], sizeof bits);
+            bad |= (bits & 0x7f800000u) == 0x7f800000u;
+        }
+        if (!bad)
+            continue;
+        for (size_t i = start; i < start + len; i++) {
+            if (!isfinite(v[i]))
+                return ecg_fail(err, ECG_ERR_FORMAT, "nan_in_input", "%s: sample %zu is %s",
+                                format_name, i, isnan(v[i]) ? "NaN" : "infinite");
+        }
     }
     return ECG_OK;
 }

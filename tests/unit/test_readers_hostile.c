@@ -497,12 +497,47 @@ static void test_hostile_wfdb(void **state)
     tmp_path(path, sizeof path, "r.dat");
     unlink(path);
 }
+/* A NaN or an infinity anywhere in a long float32 body: the first one is named, wherever it
+ * falls in the blocks read_check_finite tests at once (first, last, either side of a block
+ * edge, after a bad sample of a later block). */
+static void test_hostile_nonfinite_anywhere(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    static const size_t at[] = {0, 1, 62, 63, 64, 65, 127, 128, 191, 255, 256, 298, 299};
+    float v[N];
+    for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+        for (int kind = 0; kind < 3; kind++) {
+            for (size_t i = 0; i < N; i++)
+                v[i] = (float)i * 0.01f - 1.0f;
+            v[at[k]] = kind == 0 ? NAN : kind == 1 ? INFINITY : -INFINITY;
+            if (at[k] + 70 < N) /* a second one later: the first is reported */
+                v[at[k] + 70] = NAN;
+            struct ecg_read_opts opts = {.format = ECG_FORMAT_F32, .fs_hz = 250};
+            struct ecg_signal sig;
+            struct ecg_error err = {0};
+            assert_int_equal(ecg_read_memory(v, sizeof v, &opts, &sig, &err), ECG_ERR_FORMAT);
+            char want[64];
+            snprintf(want, sizeof want, "f32: sample %zu is %s", at[k], kind ? "infinite" : "NaN");
+            assert_string_equal(err.message, want);
+        }
+    }
+    for (size_t i = 0; i < N; i++) /* and finite values near the limits pass */
+        v[i] = i % 2 ? 3.4028234e38f : -1.17549435e-38f;
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_F32, .fs_hz = 250};
+    struct ecg_signal sig;
+    struct ecg_error err = {0};
+    assert_int_equal(ecg_read_memory(v, sizeof v, &opts, &sig, &err), ECG_OK);
+    assert_int_equal(sig.n, N);
+    ecg_signal_free(&sig);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostile_table), cmocka_unit_test(test_hostile_huge_lines),
         cmocka_unit_test(test_hostile_npy),   cmocka_unit_test(test_hostile_edf),
-        cmocka_unit_test(test_hostile_wfdb),
+        cmocka_unit_test(test_hostile_wfdb),  cmocka_unit_test(test_hostile_nonfinite_anywhere),
     };
     return cmocka_run_group_tests(tests, fixtures_setup, fixtures_teardown);
 }
