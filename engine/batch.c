@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <semaphore.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -56,11 +55,6 @@ struct ecg_batcher {
     unsigned max_batch;
     double window_ms;
     unsigned n_lanes;
-    /* How a lane's thread spends a poll that found nothing (poll_oldest): ECG_BATCH_POLL=spin
-     * (at once again), pause (the CPU's spin-wait hint first, which leaves a hyperthread's
-     * sibling its share), yield (sched_yield) or sleep:US (nanosleep). For measurements. */
-    enum { POLL_SPIN, POLL_PAUSE, POLL_YIELD, POLL_SLEEP } poll;
-    long poll_sleep_ns;
     bool wait_all;           /* ECG_BATCH_WAIT=all: a batch waits while any analysis is on its
                               * way to any lane (the rule before per-lane counts; sweeps) */
     unsigned next_lane;      /* round-robin (atomic) */
@@ -286,25 +280,6 @@ static unsigned take_batch(struct ecg_batcher *b, struct batch_lane *lane)
     return slot;
 }
 
-/* Between two polls of poll_oldest: as b->poll says. */
-static void poll_relax(const struct ecg_batcher *b)
-{
-    switch (b->poll) {
-    case POLL_SPIN: break;
-    case POLL_PAUSE:
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-        break;
-    case POLL_YIELD: sched_yield(); break;
-    case POLL_SLEEP: {
-        struct timespec ts = {0, b->poll_sleep_ns};
-        nanosleep(&ts, NULL);
-        break;
-    }
-    }
-}
-
 /*
  * While batches are in flight and another slot is free (the lock not held): polls the oldest
  * batch and the queue until that batch's device work is done (true: finish it) or the queue
@@ -315,9 +290,7 @@ static void poll_relax(const struct ecg_batcher *b)
 static bool poll_oldest(struct ecg_batcher *b, struct batch_lane *lane)
 {
     double seen_ms = -1;
-    for (bool first = true;; first = false) {
-        if (!first)
-            poll_relax(b);
+    for (;;) {
         if (batch_ready(lane, lane->oldest))
             return true;
         if (__atomic_load_n(&lane->queued, __ATOMIC_RELAXED) == 0) {
@@ -529,16 +502,6 @@ struct ecg_batcher *ecg_batcher_create(const struct ecg_backend_ops *ops, void *
     b->window_ms = window_us / 1000.0;
     const char *wait = getenv("ECG_BATCH_WAIT");
     b->wait_all = wait && !strcmp(wait, "all");
-    const char *poll = getenv("ECG_BATCH_POLL");
-    b->poll = POLL_SPIN;
-    if (poll && !strcmp(poll, "pause"))
-        b->poll = POLL_PAUSE;
-    else if (poll && !strcmp(poll, "yield"))
-        b->poll = POLL_YIELD;
-    else if (poll && !strncmp(poll, "sleep:", 6)) {
-        b->poll = POLL_SLEEP;
-        b->poll_sleep_ns = 1000 * strtol(poll + 6, NULL, 10);
-    }
     pthread_mutex_init(&b->plan_lock, NULL);
     b->n_lanes = native ? ops->batch_lanes(state) : 1;
     if (b->n_lanes < 1)
