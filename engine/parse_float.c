@@ -13,8 +13,8 @@
  *
  *  1. w <= 2^24 and |q| <= 10: w and 10^|q| (5^10 < 2^24) are exact floats, and one IEEE
  *     multiplication or division rounds the exact value once, to nearest: that is strtof's answer.
- *     read_csv.c's short-line path (short_lines) computes this same step inline for lines such
- *     as "-0.145" and relies on it: keep the two in step.
+ *     The CSV reader's short-line paths (read_csv_short.c, a word or eight lines at a time)
+ *     compute this same step inline for lines such as "-0.145" and rely on it: keep them in step.
  *
  *  2. w < 2^53 and |q| <= 22 (or w < 2^64 and |q| <= 27 in x87 extended precision, whose 64-bit
  *     significand holds w and 5^27 exactly): one multiplication or division gives x = RN_p(X),
