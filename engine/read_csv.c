@@ -21,9 +21,9 @@
  * Speed: the file is scanned once, in place, with no per-line allocation; the output grows
  * geometrically. Column 0 has two fast paths. Lines of a short number alone, such as
  * "-0.02" or "0.145" (the body of a typical strip), are read eight at a time (AVX2) or a
- * word at a time, with no call per line (short_lines, read_csv_short.c); other lines that hold a number alone are parsed with one ecg_parse_float
- * call and a check that LF or CRLF follows. Lines with several columns or spaces take the
- * general path.
+ * word at a time, with no call per line (short_lines, read_csv_short.c); other lines that
+ * hold a number alone are parsed with one ecg_parse_float call and a check that LF or CRLF
+ * follows. Lines with several columns or spaces take the general path.
  */
 #include <math.h>
 #include <stdint.h>

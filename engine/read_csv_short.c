@@ -272,6 +272,28 @@ eight_lines_avx2(const char *origin, const int32_t *nl, float *out)
     return true;
 }
 
+/*
+ * The count lines after nl[0] (line i from nl[i] + 1 to nl[i + 1]) read one by one by
+ * short_value into v[*n, room): returns how many were read, fewer than count at a line that is
+ * not short or, with *full set, when the room ran out before it.
+ */
+static size_t one_by_one(const char *origin, const int32_t *nl, size_t count, float *v,
+                         size_t *n, size_t room, bool *full)
+{
+    size_t i = 0;
+    for (; i < count; i++) {
+        float value;
+        if (!short_value(origin + nl[i] + 1, origin + nl[i + 1], &value))
+            break;
+        if (*n == room) {
+            *full = true;
+            break;
+        }
+        v[(*n)++] = value;
+    }
+    return i;
+}
+
 /* One call reads at most this many bytes, so that offsets from its start fit in 32 bits. */
 #define AVX2_SPAN ((size_t)1 << 30)
 
@@ -309,18 +331,9 @@ __attribute__((target("avx2"))) size_t csv_short_avx2(const char *begin, const c
                 n += 8;
                 continue;
             }
-            for (size_t i = done; i < done + 8; i++) {
-                float value;
-                if (!short_value(origin + nl[i] + 1, origin + nl[i + 1], &value))
-                    goto stop_at_line;
-                if (n == room) {
-                    *full = true;
-                    goto stop_at_line;
-                }
-                v[n++] = value;
-                continue;
-            stop_at_line:
-                *pp = origin + nl[i] + 1;
+            size_t got = one_by_one(origin, nl + done, 8, v, &n, room, full);
+            if (got < 8) {
+                *pp = origin + nl[done + got] + 1;
                 return n;
             }
         }
@@ -331,18 +344,7 @@ __attribute__((target("avx2"))) size_t csv_short_avx2(const char *begin, const c
             break;
     }
     /* the last lines found, fewer than eight */
-    size_t i = 0;
-    for (; i < pending; i++) {
-        float value;
-        if (!short_value(origin + nl[i] + 1, origin + nl[i + 1], &value))
-            break;
-        if (n == room) {
-            *full = true;
-            break;
-        }
-        v[n++] = value;
-    }
-    *pp = origin + nl[i] + 1;
+    *pp = origin + nl[one_by_one(origin, nl, pending, v, &n, room, full)] + 1;
     return n;
 }
 
