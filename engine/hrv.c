@@ -41,16 +41,129 @@ static double local_median(const double *rr_ms, size_t n, size_t i)
 }
 
 /* Intervals from which the NN selection runs in parallel (OpenMP; each interval's flags depend
- * on its neighbourhood only, so the thread count changes no result). */
+ * on its neighbourhood only, so the thread count changes no result), and the intervals each of
+ * its blocks takes. */
 #define NN_PARALLEL_MIN 16384
+#define NN_BLOCK 4096
 
-/* Interval i's flags (bit 0 premature or bad, bit 1 no NN interval of itself). */
-static uint8_t nn_flag(const double *rr_ms, const uint8_t *bad, size_t n, size_t i)
+/* Interval i's flags (bit 0 premature or bad, bit 1 no NN interval of itself) against its local
+ * median med. */
+static inline uint8_t nn_flag_of(const double *rr_ms, const uint8_t *bad, size_t i, double med)
 {
-    double med = local_median(rr_ms, n, i);
     bool premature = rr_ms[i] < ECG_HRV_PREMATURE * med;
     bool own = !(rr_ms[i] > 0) || rr_ms[i] > ECG_HRV_LONG * med;
     return (uint8_t)((premature || (bad && bad[i])) | own << 1);
+}
+
+/*
+ * The local median of a whole window (2 * ECG_HRV_LOCAL_HALF + 1 = 11 intervals) by a
+ * selection network: the comparators of Batcher's merge-exchange sort of 11 (Knuth, TAOCP
+ * 5.2.2, algorithm M) that lead to the middle output, 31 of its 37. A network's output is the
+ * value the insertion sort of local_median() puts in the middle (tests/unit/test_hrv.c checks
+ * it on every 0-1 input, which by the 0-1 principle covers every input, and against
+ * local_median() on ties and random series), and it has no branch to mispredict: the windows
+ * of NN_LANES intervals side by side compile to vector min and max.
+ */
+static const unsigned char median11_net[][2] = {
+    {0, 8}, {1, 9}, {2, 10}, {0, 4}, {1, 5}, {2, 6}, {3, 7}, {4, 8}, {5, 9}, {6, 10}, {0, 2},
+    {1, 3}, {4, 6}, {5, 7}, {8, 10}, {2, 8}, {3, 9}, {2, 4}, {3, 5}, {6, 8}, {7, 9}, {0, 1},
+    {2, 3}, {4, 5}, {6, 7}, {8, 9}, {1, 8}, {3, 10}, {3, 6}, {5, 8}, {5, 6},
+};
+#define NN_LANES 4
+#define NN_WIN (2 * ECG_HRV_LOCAL_HALF + 1)
+
+_Static_assert(NN_WIN == 11, "median11_net is the network of 11 inputs");
+
+/* Intervals from i0 (whole windows only: i0 > HALF, i1 + HALF <= n) in groups of NN_LANES while
+ * a whole group fits before i1, their local medians into med[]; returns where it stopped. */
+static inline __attribute__((always_inline)) size_t median_whole_body(const double *restrict rr_ms,
+                                                                    size_t i0, size_t i1,
+                                                                    double *restrict med)
+{
+    size_t i = i0;
+    for (; i + NN_LANES <= i1; i += NN_LANES) {
+        double v[NN_WIN][NN_LANES];
+        for (int k = 0; k < NN_WIN; k++)
+            for (int l = 0; l < NN_LANES; l++)
+                v[k][l] = rr_ms[i + l + k - ECG_HRV_LOCAL_HALF];
+#pragma GCC unroll 31
+        for (size_t c = 0; c < sizeof median11_net / sizeof median11_net[0]; c++) {
+            double *a = v[median11_net[c][0]], *b = v[median11_net[c][1]];
+            for (int l = 0; l < NN_LANES; l++) {
+                double lo = a[l] < b[l] ? a[l] : b[l], hi = a[l] < b[l] ? b[l] : a[l];
+                a[l] = lo;
+                b[l] = hi;
+            }
+        }
+        for (int l = 0; l < NN_LANES; l++)
+            med[i + l] = v[NN_WIN / 2][l];
+    }
+    return i;
+}
+
+static size_t median_whole_base(const double *rr_ms, size_t i0, size_t i1, double *med)
+{
+    return median_whole_body(rr_ms, i0, i1, med);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static size_t median_whole_avx2(const double *rr_ms, size_t i0,
+                                                                size_t i1, double *med)
+{
+    return median_whole_body(rr_ms, i0, i1, med);
+}
+#endif
+
+/* The local medians of intervals [i0, i1) of n: whole windows by the network in groups (in AVX2
+ * when avx2), the rest (windows cut by either end, a group's remainder) one by one by
+ * local_median. */
+static void local_medians(const double *rr_ms, size_t n, size_t i0, size_t i1, double *med,
+                          bool avx2)
+{
+    const size_t lo = ECG_HRV_LOCAL_HALF + 1; /* the first whole window's interval */
+    const size_t hi = n > ECG_HRV_LOCAL_HALF ? n - ECG_HRV_LOCAL_HALF : 0; /* past the last */
+    size_t w0 = i0 > lo ? i0 : lo, w1 = i1 < hi ? i1 : hi;
+    if (w0 >= w1)
+        w0 = w1 = i1;
+    for (size_t i = i0; i < w0; i++)
+        med[i] = local_median(rr_ms, n, i);
+    size_t i = w0;
+#if defined(__x86_64__)
+    if (avx2)
+        i = median_whole_avx2(rr_ms, w0, w1, med);
+    else
+#endif
+        i = median_whole_base(rr_ms, w0, w1, med);
+    (void)avx2;
+    for (; i < i1; i++)
+        med[i] = local_median(rr_ms, n, i);
+}
+
+static bool way_avx2(enum ecg_hrv_way way)
+{
+#if defined(__x86_64__)
+    return way == ECG_HRV_AVX2 || (way == ECG_HRV_BEST && __builtin_cpu_supports("avx2"));
+#else
+    (void)way;
+    return false;
+#endif
+}
+
+void ecg_hrv_local_medians(const double *rr_ms, size_t n, double *med, enum ecg_hrv_way way)
+{
+    const bool avx2 = way_avx2(way);
+    if (n >= NN_PARALLEL_MIN) { /* short ones stay out of OpenMP: ecg_parallel.h */
+        const size_t blocks = (n - 1 + NN_BLOCK - 1) / NN_BLOCK;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (size_t b = 0; b < blocks; b++) {
+            size_t i0 = 1 + b * NN_BLOCK, i1 = i0 + NN_BLOCK < n ? i0 + NN_BLOCK : n;
+            local_medians(rr_ms, n, i0, i1, med, avx2);
+        }
+    } else if (n > 1) {
+        local_medians(rr_ms, n, 1, n, med, avx2);
+    }
 }
 
 enum ecg_status ecg_hrv_select_nn(const double *rr_ms, const uint8_t *bad, size_t n,
@@ -60,23 +173,17 @@ enum ecg_status ecg_hrv_select_nn(const double *rr_ms, const uint8_t *bad, size_
         return ECG_OK;
     /* per beat: bit 0, an ectopic or bad beat (it spoils the intervals on both sides of it);
      * bit 1, an interval that is no NN interval of itself (not positive, or long) */
-    uint8_t *flag = calloc(n, 1);
-    if (!flag)
+    double *med = malloc(n * (sizeof *med + 1)); /* n local medians, then n flags */
+    if (!med)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "hrv: %zu beats", n);
+    uint8_t *flag = (uint8_t *)(med + n);
+    ecg_hrv_local_medians(rr_ms, n, med, ECG_HRV_BEST);
     flag[0] = (uint8_t)(2 | (bad && bad[0]));
-    if (n >= NN_PARALLEL_MIN) { /* short ones stay out of OpenMP: ecg_parallel.h */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-        for (size_t i = 1; i < n; i++)
-            flag[i] = nn_flag(rr_ms, bad, n, i);
-    } else {
-        for (size_t i = 1; i < n; i++)
-            flag[i] = nn_flag(rr_ms, bad, n, i);
-    }
+    for (size_t i = 1; i < n; i++)
+        flag[i] = nn_flag_of(rr_ms, bad, i, med[i]);
     for (size_t i = 0; i < n; i++)
         nn[i] = !(flag[i] || (i > 0 && flag[i - 1] & 1));
-    free(flag);
+    free(med);
     return ECG_OK;
 }
 

@@ -25,13 +25,23 @@ extern "C" {
 
 /*
  * Marks normal-to-normal intervals. rr_ms[i] is the interval ending at beat i (rr_ms[0] is
- * ignored); bad[i] (optional, NULL = none) flags beats that may not bound an NN interval
+ * ignored; the others finite); bad[i] (optional, NULL = none) flags beats that may not bound an NN interval
  * (unreadable, flagged by the model). Sets nn[i] = 1 when interval i is NN: neither of its
  * beats is bad or ectopic (premature against the local median), and it is not long against the
  * local median. nn[0] = 0. ECG_ERR_NOMEM or ECG_OK.
  */
 enum ecg_status ecg_hrv_select_nn(const double *rr_ms, const uint8_t *bad, size_t n,
                                   uint8_t *nn, struct ecg_error *err) ECG_WUR;
+
+/*
+ * The local medians ecg_hrv_select_nn compares each interval with: med[i] = the median of
+ * rr_ms[i - 5 .. i + 5] within 1..n-1 (the mean of the middle two where the ends cut the window
+ * to an even count), for i = 1..n-1 (med[0] is not written). way: BEST (AVX2 where the CPU has
+ * it), PORTABLE, or AVX2 (only on a CPU that has it); the same values every way. Exposed for
+ * tests.
+ */
+enum ecg_hrv_way { ECG_HRV_BEST, ECG_HRV_PORTABLE, ECG_HRV_AVX2 };
+void ecg_hrv_local_medians(const double *rr_ms, size_t n, double *med, enum ecg_hrv_way way);
 
 /*
  * The statistics of the NN intervals: rr_ms and nn as above, t_s[i] the time of beat i in

@@ -233,6 +233,95 @@ static void test_lf_hf(void **state)
     }
 }
 
+/* The median of rr[i-5 .. i+5] within 1..n-1, each value placed by a plain sort (qsort). */
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_by_sort(const double *rr, size_t n, size_t i)
+{
+    double v[11];
+    size_t lo = i > 6 ? i - 5 : 1, hi = i + 5 < n - 1 ? i + 5 : n - 1, m = 0;
+    for (size_t k = lo; k <= hi; k++)
+        v[m++] = rr[k];
+    qsort(v, m, sizeof *v, cmp_d);
+    return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
+/* The ways this CPU can take (AVX2 only where it has it). */
+static size_t hrv_ways(enum ecg_hrv_way way[3])
+{
+    size_t k = 0;
+    way[k++] = ECG_HRV_BEST;
+    way[k++] = ECG_HRV_PORTABLE;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2"))
+        way[k++] = ECG_HRV_AVX2;
+#endif
+    return k;
+}
+
+/*
+ * The local medians, whole windows by a selection network: on every one of the 2,048 0-1
+ * windows of 11 (by the 0-1 principle, a network that selects the middle of each selects the
+ * middle of every input), and on random series of every length from 1 to 70 and of 20,000 (the
+ * OpenMP blocks) with many ties, against a plain sort, the same bits every way.
+ */
+static void test_local_medians(void **state)
+{
+    (void)state;
+    enum ecg_hrv_way way[3];
+    const size_t n_ways = hrv_ways(way);
+    /* 0-1 inputs: intervals 1..11 of a series of 12 hold the bits; whole window at 6 only.
+     * Then 5 groups of 4 windows: a series of 12 + 3 puts the bits in four neighbours' windows */
+    for (unsigned bits = 0; bits < 2048; bits++) {
+        double rr[16], med[16];
+        rr[0] = NAN;
+        for (int k = 0; k < 15; k++)
+            rr[k + 1] = (double)((bits >> (k % 11)) & 1);
+        for (size_t w = 0; w < n_ways; w++) {
+            for (size_t n = 12; n <= 16; n += 4) {
+                ecg_hrv_local_medians(rr, n, med, way[w]);
+                for (size_t i = 1; i < n; i++)
+                    if (med[i] != median_by_sort(rr, n, i))
+                        fail_msg("0-1 bits %#x, n %zu, way %d: interval %zu median %g, not %g",
+                                 bits, n, (int)way[w], i, med[i], median_by_sort(rr, n, i));
+            }
+        }
+    }
+    uint64_t seed = 99;
+    const size_t big = 20000;
+    double *rr = malloc(big * sizeof *rr), *med = malloc(big * sizeof *med);
+    assert_true(rr && med);
+    for (size_t n = 1; n <= big; n = n < 70 ? n + 1 : big) {
+        for (int rep = 0; rep < (n < 70 ? 20 : 2); rep++) {
+            rr[0] = NAN;
+            for (size_t i = 1; i < n; i++) {
+                seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+                /* few distinct values (ties) in half the runs, any in the rest */
+                rr[i] = rep % 2 ? 300.0 + (double)(seed >> 40) / 16.0
+                                : 600.0 + 40.0 * (double)((seed >> 60) % 5);
+            }
+            for (size_t w = 0; w < n_ways; w++) {
+                memset(med, 0, n * sizeof *med);
+                ecg_hrv_local_medians(rr, n, med, way[w]);
+                for (size_t i = 1; i < n; i++)
+                    if (memcmp(&med[i], &(double){median_by_sort(rr, n, i)}, sizeof(double)))
+                        fail_msg("n %zu, way %d: interval %zu median %.17g, not %.17g", n,
+                                 (int)way[w], i, med[i], median_by_sort(rr, n, i));
+            }
+        }
+        if (n == big)
+            break;
+    }
+    printf("# local medians: %zu ways, every 0-1 window and random series of 1-70 and %zu\n",
+           n_ways, big);
+    free(rr);
+    free(med);
+}
+
 /* Regular 800 ms; a premature beat with its compensatory pause, a flagged beat, a missed beat. */
 static void test_nn_selection(void **state)
 {
@@ -447,7 +536,7 @@ int main(void)
         cmocka_unit_test(test_by_hand),      cmocka_unit_test(test_alternating_and_constant),
         cmocka_unit_test(test_random),       cmocka_unit_test(test_lf_hf),
         cmocka_unit_test(test_nn_selection), cmocka_unit_test(test_nn_on_records),
-        cmocka_unit_test(test_long_series_blocks),
+        cmocka_unit_test(test_long_series_blocks), cmocka_unit_test(test_local_medians),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
