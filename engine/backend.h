@@ -219,6 +219,11 @@ struct ecg_backend_ops {
     void (*batch_launch)(void *batch, struct ecg_batch_member *const *members, size_t n);
     bool (*batch_ready)(void *batch);
     void (*batch_finish)(void *batch, struct ecg_batch_member *const *members, size_t n);
+
+    /* The stages from resample to encode run on a device, the calling thread waiting: the
+     * engine then classifies a long recording's quality windows on a host thread beside them
+     * (engine.c). false (the CPU backend) where the stages take the host's cores themselves. */
+    bool stages_on_device;
 };
 
 /* engine/engine.c: a result and its arrays in one allocation for k beats (NULL: no memory). */

@@ -13,6 +13,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,10 @@ struct window_buf {
     struct ecg_quality_window *w;
     size_t cap;
 };
+
+/* Windows (seconds) of a recording from which its quality windows are classified beside a
+ * device's stages (result_assess_beside). */
+#define QUALITY_BESIDE_MIN 8192
 
 struct ecg_engine {
     const struct ecg_backend_ops *ops;
@@ -50,6 +55,8 @@ struct ecg_engine {
     struct ecg_plan *plans;
     struct window_buf *windows; /* per worker context: the quality features of a request */
     struct ecg_batcher *batcher; /* dynamic batching (batch.h), NULL when off */
+    size_t beside_min;           /* windows from which the quality classification runs beside
+                                  * the stages (QUALITY_BESIDE_MIN on a device, else never) */
 };
 
 /* A streaming upload: the host bytes (authoritative) and the backend's copy of them. */
@@ -143,6 +150,19 @@ static bool batching_wanted(const struct ecg_engine_config *config, bool backend
     return backend_batches || (any && strcmp(any, "1") == 0);
 }
 
+/* From how many windows the quality classification runs beside the stages: QUALITY_BESIDE_MIN
+ * where they run on a device, else never (SIZE_MAX); ECG_QUALITY_BESIDE=0 never, =1 from one
+ * window on any backend (tests of that path without a device, A/B on one). */
+static size_t beside_min(const struct ecg_backend_ops *ops)
+{
+    const char *v = getenv("ECG_QUALITY_BESIDE");
+    if (v && strcmp(v, "0") == 0)
+        return SIZE_MAX;
+    if (v && strcmp(v, "1") == 0)
+        return 1;
+    return ops->stages_on_device ? QUALITY_BESIDE_MIN : SIZE_MAX;
+}
+
 bool ecg_engine_would_batch(const struct ecg_engine_config *config)
 {
     const struct ecg_backend_ops *cuda = ecg_cuda_backend_ops();
@@ -170,6 +190,7 @@ struct ecg_engine *ecg_engine_create(const struct ecg_engine_config *config, str
     }
     if (open_backend(engine, config, err) != ECG_OK)
         goto fail;
+    engine->beside_min = beside_min(engine->ops);
     engine->n_ctx = config->workers ? config->workers : 1;
     engine->ctx = calloc(engine->n_ctx, sizeof *engine->ctx);
     engine->busy = calloc(engine->n_ctx, sizeof *engine->busy);
@@ -462,6 +483,81 @@ enum ecg_status ecg_result_assess(struct ecg_result *result,
     return status;
 }
 
+/*
+ * A long recording's quality windows classified on a host thread of their own while a device
+ * runs the stages from resample to encode (ops->stages_on_device, from QUALITY_BESIDE_MIN
+ * windows; ECG_QUALITY_BESIDE overrides it: beside_min()): the classification needs
+ * only the windows' features, which the device computes first from the loaded samples, and it
+ * is the verdict's costly half (five medians over every window, each window's context and
+ * test; ~3 ms for 15 h of signal), which would otherwise follow the stages. The thread runs
+ * the same function on the same windows, so the report is the same bits (test_gpu_quality
+ * compares a recording long enough for this path with the CPU backend's).
+ */
+
+struct quality_beside {
+    const struct ecg_quality_window *windows;
+    size_t n_win;
+    double fs_hz;
+    float *score;     /* n_win scores, then n_win reasons (one block) */
+    uint8_t *reason;
+    enum ecg_status status;
+    struct ecg_error err;
+    pthread_t thread;
+    bool started;     /* a thread runs it (else it ran, or runs, in the caller's) */
+};
+
+static void *quality_beside_main(void *arg)
+{
+    struct quality_beside *q = arg;
+    q->status = ecg_quality_classify(q->windows, q->n_win, q->fs_hz, q->reason, q->score,
+                                     &q->err);
+    return NULL;
+}
+
+/* Starts classifying windows[0, n_win) on a thread (in the caller's when no thread starts). */
+static enum ecg_status quality_beside_start(struct quality_beside *q,
+                                            const struct ecg_quality_window *windows,
+                                            size_t n_win, double fs_hz, struct ecg_error *err)
+{
+    q->windows = windows;
+    q->n_win = n_win;
+    q->fs_hz = fs_hz;
+    q->score = malloc((n_win ? n_win : 1) * (sizeof *q->score + 1));
+    if (!q->score)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
+    q->reason = (uint8_t *)(q->score + n_win);
+    q->started = pthread_create(&q->thread, NULL, quality_beside_main, q) == 0;
+    if (!q->started)
+        quality_beside_main(q);
+    return ECG_OK;
+}
+
+/* Waits for the classification (nothing to wait for when none started). */
+static void quality_beside_join(struct quality_beside *q)
+{
+    if (q->started)
+        pthread_join(q->thread, NULL);
+    q->started = false;
+}
+
+/* ecg_result_assess from the windows q classified: waits for it, then the rest of the verdict
+ * and the rhythm statistics; the time from the wait on is added to timing->quality_ms. */
+static enum ecg_status result_assess_beside(struct ecg_result *result, struct quality_beside *q,
+                                            struct ecg_timing *timing, struct ecg_error *err)
+{
+    double t = now_ms();
+    quality_beside_join(q);
+    enum ecg_status status = q->status;
+    if (status != ECG_OK)
+        *err = q->err;
+    else
+        status = ecg_quality_apply(q->reason, q->score, q->n_win, result, err);
+    if (status == ECG_OK)
+        status = ecg_hrv_assess(result, err);
+    timing->quality_ms += now_ms() - t;
+    return status;
+}
+
 static enum ecg_status analyze_alone(struct ecg_engine *engine, const struct analyze_input *in,
                                      struct ecg_result **out, float **embedding,
                                      struct ecg_error *err)
@@ -476,6 +572,8 @@ static enum ecg_status analyze_alone(struct ecg_engine *engine, const struct ana
     size_t n_in = 0, n_beats = 0;
     double fs_hz = 0.0;
     struct lead_names leads = {0};
+    struct quality_beside beside = {0};
+    bool early = false; /* the quality features before the stages, classified beside them */
     enum ecg_status status;
 
     *out = NULL;
@@ -513,17 +611,26 @@ static enum ecg_status analyze_alone(struct ecg_engine *engine, const struct ana
                           "needed", (double)n_in / fs_hz, n_in, fs_hz, ECG_MIN_DURATION_S);
         goto out;
     }
+    quality_geom = ecg_quality_geometry_of(n_in, fs_hz);
+    status = slot_windows(engine, slot, quality_geom.n_win, &windows, err);
+    if (status != ECG_OK)
+        goto out;
+    early = quality_geom.n_win >= engine->beside_min;
+    if (early) {
+        STAGE(quality_ms, ops->quality(ctx, plan, windows, quality_geom.n_win, err));
+        status = quality_beside_start(&beside, windows, quality_geom.n_win, fs_hz, err);
+        if (status != ECG_OK)
+            goto out;
+        t = now_ms();
+    }
     STAGE(resample_ms, ops->resample(ctx, plan, err));
     STAGE(filter_ms, ops->filter(ctx, plan, err));
     STAGE(detect_ms, ops->detect(ctx, plan, &n_beats, err));
     STAGE(embed_ms, ops->embed(ctx, plan, err));
     if (engine->model)
         STAGE(encode_ms, ops->encode(ctx, plan, err));
-    quality_geom = ecg_quality_geometry_of(n_in, fs_hz);
-    status = slot_windows(engine, slot, quality_geom.n_win, &windows, err);
-    if (status != ECG_OK)
-        goto out;
-    STAGE(quality_ms, ops->quality(ctx, plan, windows, quality_geom.n_win, err));
+    if (!early)
+        STAGE(quality_ms, ops->quality(ctx, plan, windows, quality_geom.n_win, err));
 #undef STAGE
 
     result = ecg_result_new(n_beats, engine->latent_dim, engine->model != NULL);
@@ -567,7 +674,8 @@ static enum ecg_status analyze_alone(struct ecg_engine *engine, const struct ana
     snprintf(result->lead, sizeof result->lead, "%s", leads.name[0]);
     result->n_leads = leads.n;
     memcpy(result->leads, leads.name, sizeof result->leads);
-    status = ecg_result_assess(result, windows, quality_geom.n_win, &timing, err);
+    status = early ? result_assess_beside(result, &beside, &timing, err)
+                   : ecg_result_assess(result, windows, quality_geom.n_win, &timing, err);
     if (status != ECG_OK)
         goto out;
     snprintf(result->time_column, sizeof result->time_column, "%s", leads.time_column);
@@ -582,6 +690,8 @@ static enum ecg_status analyze_alone(struct ecg_engine *engine, const struct ana
         emb = NULL;
     }
 out:
+    quality_beside_join(&beside); /* it reads the slot's windows: before the slot goes back */
+    free(beside.score);
     if (status != ECG_OK && in->trace) {
         ecg_trace_free(*in->trace);
         *in->trace = NULL;

@@ -410,12 +410,10 @@ static enum ecg_status build_segments(const uint8_t *reason, size_t n_win, size_
     return ECG_OK;
 }
 
-enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows, size_t n_win,
-                                   struct ecg_result *r, struct ecg_error *err)
+enum ecg_status ecg_quality_apply(const uint8_t *reason, const float *score, size_t n_win,
+                                  struct ecg_result *r, struct ecg_error *err)
 {
     struct ecg_quality_geometry g = ecg_quality_geometry_of(r->n_samples, r->fs_hz);
-    uint8_t *reason = NULL;
-    float *score = NULL;
     enum ecg_status status = ECG_OK;
     memset(&r->quality, 0, sizeof r->quality);
     if (g.n_win != n_win || !r->beat_quality || !r->readable) {
@@ -423,16 +421,7 @@ enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows, siz
                           n_win, g.n_win);
         goto out;
     }
-    /* one block: the reasons after the scores */
-    score = malloc((n_win ? n_win : 1) * (sizeof *score + 1));
-    reason = score ? (uint8_t *)(score + n_win) : NULL;
-    if (!score) {
-        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
-        goto out;
-    }
-    status = ecg_quality_classify(windows, n_win, r->fs_hz, reason, score, err);
-    if (status == ECG_OK)
-        status = build_segments(reason, n_win, g.len, r->n_samples, &r->quality, err);
+    status = build_segments(reason, n_win, g.len, r->n_samples, &r->quality, err);
     if (status != ECG_OK)
         goto out;
     for (size_t i = 0; i < r->n_beats; i++) {
@@ -445,6 +434,25 @@ enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows, siz
 out:
     if (status != ECG_OK)
         ecg_quality_fini(r);
+    return status;
+}
+
+enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows, size_t n_win,
+                                   struct ecg_result *r, struct ecg_error *err)
+{
+    struct ecg_quality_geometry g = ecg_quality_geometry_of(r->n_samples, r->fs_hz);
+    memset(&r->quality, 0, sizeof r->quality);
+    if (g.n_win != n_win || !r->beat_quality || !r->readable)
+        return ecg_fail(err, ECG_ERR_INTERNAL, "internal", "quality: %zu windows, expected %zu",
+                        n_win, g.n_win);
+    /* one block: the reasons after the scores */
+    float *score = malloc((n_win ? n_win : 1) * (sizeof *score + 1));
+    if (!score)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
+    uint8_t *reason = (uint8_t *)(score + n_win);
+    enum ecg_status status = ecg_quality_classify(windows, n_win, r->fs_hz, reason, score, err);
+    if (status == ECG_OK)
+        status = ecg_quality_apply(reason, score, n_win, r, err);
     free(score);
     return status;
 }

@@ -89,6 +89,12 @@ enum ecg_status ecg_quality_classify(const struct ecg_quality_window *windows, s
 enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows, size_t n_win,
                                    struct ecg_result *result, struct ecg_error *err) ECG_WUR;
 
+/* ecg_quality_assess's second half, from windows already classified (ecg_quality_classify's
+ * reason and score of the same n_win windows), so that a caller can classify them while other
+ * work runs (engine.c: beside a device's stages). Same contract and the same report. */
+enum ecg_status ecg_quality_apply(const uint8_t *reason, const float *score, size_t n_win,
+                                  struct ecg_result *result, struct ecg_error *err) ECG_WUR;
+
 /* Frees what ecg_quality_assess allocated in result (the segments) and empties the report. */
 void ecg_quality_fini(struct ecg_result *result);
 

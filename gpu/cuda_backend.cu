@@ -698,4 +698,5 @@ extern "C" const struct ecg_backend_ops ecg_cuda_backend = {
     /* .batch_launch = */ cuda_batch_launch,
     /* .batch_ready = */ cuda_batch_ready,
     /* .batch_finish = */ cuda_batch_finish,
+    /* .stages_on_device = */ true,
 };

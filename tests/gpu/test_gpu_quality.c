@@ -7,7 +7,8 @@
  * quality report, per-beat quality, NN flags and HRV on both backends.
  *
  * Tolerance: none. The features are exact (engine/quality.h says why), so every byte of every
- * window must match; so must the verdict drawn from them on the host.
+ * window must match; so must the verdict drawn from them on the host, also where a long
+ * recording's windows are classified beside the GPU's stages.
  *
  * Skips, visibly, where the build has no CUDA backend or the machine no device. Data:
  * ECG_GPU_DATA (a directory holding mitdb/ and noise/) overrides ECG_SHARED_DATA.
@@ -205,6 +206,32 @@ static struct ecg_engine *engine_of(enum ecg_backend_kind kind)
     return engine;
 }
 
+/* The same quality report, and (when the beats agree, which the main parity suite checks) the
+ * same per-beat quality, NN flags and HRV, bit for bit; returns whether the beats agreed. */
+static bool same_quality(const struct ecg_result *rc, const struct ecg_result *rg)
+{
+    const struct ecg_quality_report *qc = &rc->quality, *qg = &rg->quality;
+    assert_int_equal(qc->verdict, qg->verdict);
+    assert_int_equal(qc->reason, qg->reason);
+    assert_true(qc->usable_fraction == qg->usable_fraction);
+    assert_int_equal(qc->n_segments, qg->n_segments);
+    assert_true(qc->n_segments >= 2);
+    for (size_t s = 0; s < qc->n_segments; s++) {
+        assert_int_equal(qc->segments[s].start, qg->segments[s].start);
+        assert_int_equal(qc->segments[s].end, qg->segments[s].end);
+        assert_int_equal(qc->segments[s].reason, qg->segments[s].reason);
+    }
+    if (rc->n_beats != rg->n_beats ||
+        memcmp(rc->r_peak, rg->r_peak, rc->n_beats * sizeof *rc->r_peak))
+        return false;
+    size_t k = rc->n_beats;
+    assert_memory_equal(rc->beat_quality, rg->beat_quality, k * sizeof(float));
+    assert_memory_equal(rc->readable, rg->readable, k);
+    assert_memory_equal(rc->nn, rg->nn, k);
+    assert_memory_equal(&rc->hrv, &rg->hrv, sizeof rc->hrv);
+    return true;
+}
+
 /* The engines end to end: the same verdict, segments, and (when the beats agree, which the
  * main parity suite checks) the same per-beat quality, NN flags and HRV, bit for bit. */
 static void test_engine_quality(void **state)
@@ -226,28 +253,10 @@ static void test_engine_quality(void **state)
         assert_int_equal(ecg_engine_analyze(cpu, &sig, &rc, &err), ECG_OK);
         if (ecg_engine_analyze(gpu, &sig, &rg, &err) != ECG_OK)
             fail_msg("record %s on cuda: %s", records[r], err.message);
-        const struct ecg_quality_report *qc = &rc->quality, *qg = &rg->quality;
-        assert_int_equal(qc->verdict, qg->verdict);
-        assert_int_equal(qc->reason, qg->reason);
-        assert_true(qc->usable_fraction == qg->usable_fraction);
-        assert_int_equal(qc->n_segments, qg->n_segments);
-        assert_true(qc->n_segments >= 2);
-        for (size_t s = 0; s < qc->n_segments; s++) {
-            assert_int_equal(qc->segments[s].start, qg->segments[s].start);
-            assert_int_equal(qc->segments[s].end, qg->segments[s].end);
-            assert_int_equal(qc->segments[s].reason, qg->segments[s].reason);
-        }
-        if (rc->n_beats == rg->n_beats &&
-            !memcmp(rc->r_peak, rg->r_peak, rc->n_beats * sizeof *rc->r_peak)) {
-            same_beats++;
-            size_t k = rc->n_beats;
-            assert_memory_equal(rc->beat_quality, rg->beat_quality, k * sizeof(float));
-            assert_memory_equal(rc->readable, rg->readable, k);
-            assert_memory_equal(rc->nn, rg->nn, k);
-            assert_memory_equal(&rc->hrv, &rg->hrv, sizeof rc->hrv);
-        }
+        same_beats += same_quality(rc, rg);
         printf("# record %s: %s, %zu segments, usable %.4f; beats %s\n", records[r],
-               ecg_quality_verdict_name(qc->verdict), qc->n_segments, qc->usable_fraction,
+               ecg_quality_verdict_name(rc->quality.verdict), rc->quality.n_segments,
+               rc->quality.usable_fraction,
                rc->n_beats == rg->n_beats ? "same count" : "differ");
         ecg_result_free(rc);
         ecg_result_free(rg);
@@ -259,12 +268,57 @@ static void test_engine_quality(void **state)
     ecg_engine_destroy(gpu);
 }
 
+/*
+ * A recording long enough (every record in a row: 11 hours, ~39,700 windows) that the engine
+ * classifies its quality windows on a host thread while the GPU runs the stages (engine.c,
+ * result_assess_beside), with noisy and flat stretches: the same report as the CPU backend's.
+ */
+static void test_engine_quality_long(void **state)
+{
+    NEED_DEVICE(state);
+    struct ecg_engine *cpu = engine_of(ECG_BACKEND_CPU), *gpu = engine_of(ECG_BACKEND_CUDA);
+    struct ecg_signal sig = {.fs_hz = 360.0};
+    for (size_t r = 0; r < n_records(); r++) {
+        struct ecg_signal rec = {0};
+        read_data("mitdb", records[r], &rec);
+        float *grown = realloc(sig.samples, (sig.n + rec.n) * sizeof *grown);
+        assert_non_null(grown);
+        sig.samples = grown;
+        memcpy(sig.samples + sig.n, rec.samples, rec.n * sizeof *grown);
+        sig.n += rec.n;
+        ecg_signal_free(&rec);
+    }
+    uint64_t seed = 7;
+    for (size_t s = 600; s + 30 < sig.n / 360; s += 3600) { /* each hour: noise, then flat */
+        for (size_t i = s * 360; i < (s + 20) * 360; i++)
+            sig.samples[i] += (float)(2.0 * (uniform(&seed) - 0.5));
+        for (size_t i = (s + 20) * 360; i < (s + 30) * 360; i++)
+            sig.samples[i] = 0.0f;
+    }
+    struct ecg_result *rc = NULL, *rg = NULL;
+    struct ecg_error err = {0};
+    assert_int_equal(ecg_engine_analyze(cpu, &sig, &rc, &err), ECG_OK);
+    if (ecg_engine_analyze(gpu, &sig, &rg, &err) != ECG_OK)
+        fail_msg("cuda: %s", err.message);
+    bool beats = same_quality(rc, rg);
+    printf("# %zu samples (%.1f h): %s, %zu segments, usable %.4f; beats %s%s\n", sig.n,
+           (double)sig.n / 360.0 / 3600.0, ecg_quality_verdict_name(rc->quality.verdict),
+           rc->quality.n_segments, rc->quality.usable_fraction,
+           beats ? "identical" : "differ", beats ? ": per-beat quality and HRV identical" : "");
+    ecg_result_free(rc);
+    ecg_result_free(rg);
+    ecg_signal_free(&sig);
+    ecg_engine_destroy(cpu);
+    ecg_engine_destroy(gpu);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_features_random),
         cmocka_unit_test(test_features_records),
         cmocka_unit_test(test_engine_quality),
+        cmocka_unit_test(test_engine_quality_long),
     };
     return cmocka_run_group_tests(tests, setup, pair_teardown);
 }

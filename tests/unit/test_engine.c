@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,6 +393,88 @@ struct worker_arg {
     enum ecg_status status;
 };
 
+/* The JSON answer without its timings (the only part that may differ between two runs). */
+static char *answer_without_timing(const struct ecg_result *res, const struct ecg_engine *engine)
+{
+    struct ecg_buf out = {0};
+    ecg_result_write_json(res, engine, ECG_INCLUDE_ALL, &out);
+    assert_false(out.failed);
+    cJSON *doc = cJSON_Parse(out.data);
+    assert_non_null(doc);
+    assert_non_null(cJSON_GetObjectItem(doc, "timing_ms"));
+    cJSON_DeleteItemFromObject(doc, "timing_ms");
+    char *text = cJSON_PrintUnformatted(doc);
+    assert_non_null(text);
+    cJSON_Delete(doc);
+    ecg_buf_fini(&out);
+    return text;
+}
+
+/*
+ * The quality windows classified on a thread of their own beside the stages (what the engine
+ * does for long recordings on a GPU; ECG_QUALITY_BESIDE=1 takes that path on the CPU backend
+ * at any length) give the same answer, byte for byte, as classified after them: a record with
+ * a noisy and a flat stretch (1,806 windows), and 2.5 hours tiled from six records (9,000
+ * windows: the classification's parallel loops then run inside that thread).
+ */
+static void test_quality_beside(void **state)
+{
+    (void)state;
+    struct ecg_error err = {0};
+    struct ecg_model *model = ecg_model_load("models/default.ecgm", &err);
+    if (!model)
+        fail_msg("model: %s", err.message);
+    struct ecg_engine_config config = {.backend = ECG_BACKEND_CPU, .workers = 1, .model = model};
+    assert_int_equal(setenv("ECG_QUALITY_BESIDE", "0", 1), 0);
+    struct ecg_engine *after = ecg_engine_create(&config, &err);
+    assert_int_equal(setenv("ECG_QUALITY_BESIDE", "1", 1), 0);
+    struct ecg_engine *beside = ecg_engine_create(&config, &err);
+    assert_int_equal(unsetenv("ECG_QUALITY_BESIDE"), 0);
+    assert_true(after && beside);
+
+    struct ecg_signal sig[2] = {{0}};
+    read_record("203", NULL, &sig[0]);
+    uint64_t seed = 5;
+    for (size_t i = 100 * 360; i < 120 * 360; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        sig[0].samples[i] += (float)((double)(seed >> 11) / 9007199254740992.0 - 0.5) * 2.0f;
+    }
+    for (size_t i = 200 * 360; i < 210 * 360; i++)
+        sig[0].samples[i] = 0.0f;
+    const char *tiles[] = {"101", "119", "203", "208", "220", "230"};
+    sig[1].n = 9000 * 360;
+    sig[1].fs_hz = 360.0;
+    sig[1].samples = malloc(sig[1].n * sizeof(float));
+    assert_non_null(sig[1].samples);
+    for (size_t have = 0, t = 0; have < sig[1].n; t++) {
+        struct ecg_signal rec = {0};
+        read_record(tiles[t % 6], NULL, &rec);
+        size_t take = rec.n < sig[1].n - have ? rec.n : sig[1].n - have;
+        memcpy(sig[1].samples + have, rec.samples, take * sizeof(float));
+        have += take;
+        ecg_signal_free(&rec);
+    }
+    for (size_t k = 0; k < 2; k++) {
+        struct ecg_result *ra = NULL, *rb = NULL;
+        assert_int_equal(ecg_engine_analyze(after, &sig[k], &ra, &err), ECG_OK);
+        assert_int_equal(ecg_engine_analyze(beside, &sig[k], &rb, &err), ECG_OK);
+        assert_true(ra->quality.n_segments >= 1);
+        char *a = answer_without_timing(ra, after), *b = answer_without_timing(rb, beside);
+        assert_string_equal(a, b);
+        printf("# %zu samples: %zu beats, %zu unreadable stretches, usable %.4f: the same "
+               "answer (%zu bytes)\n", sig[k].n, ra->n_beats, ra->quality.n_segments,
+               ra->quality.usable_fraction, strlen(a));
+        cJSON_free(a);
+        cJSON_free(b);
+        ecg_result_free(ra);
+        ecg_result_free(rb);
+        ecg_signal_free(&sig[k]);
+    }
+    ecg_engine_destroy(after);
+    ecg_engine_destroy(beside);
+    ecg_model_free(model);
+}
+
 static void *worker(void *p)
 {
     struct worker_arg *a = p;
@@ -442,6 +525,7 @@ int main(void)
         cmocka_unit_test(test_json_schema),        cmocka_unit_test(test_json_numbers),
         cmocka_unit_test(test_json_fixed_numbers),
         cmocka_unit_test(test_include_parse),      cmocka_unit_test(test_concurrent),
+        cmocka_unit_test(test_quality_beside),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
