@@ -246,6 +246,12 @@ void ecg_hrv_lomb(const double *t, const double *y, size_t n, const double *freq
  * overlaps; long series are also split into blocks summed in parallel (below). The order is
  * fixed, so the result depends neither on the machine, the thread count nor the backend.
  * Frequencies are taken in chunks of LOMB_CHUNK so that the lanes' sums stay in cache.
+ *
+ * A series too short for two blocks of points (under 2 x LOMB_BLOCK_MIN intervals: from about
+ * 10 minutes to 2 hours of beats, whose grid still costs up to LOMB_MAX_TERMS, ~5 ms on one
+ * core) is split by frequency instead: each chunk starts from its own first frequency's cos and
+ * sin (each point's turned by whole chunks first), so the chunks run in parallel. That choice
+ * depends on the series alone; test_hrv checks both ways against the direct periodogram.
  */
 #define HRV_GRID_UNIT 0.01 /* every band edge (0.04, 0.15, 0.40 Hz) is a multiple of this */
 #define LOMB_LANES 8
@@ -413,6 +419,94 @@ static void lomb_block(const struct lomb_blocks *lb, size_t b)
                lb->acc + b * LOMB_CHUNK, lb->k_n, lb->avx2);
 }
 
+/* Point-frequency terms from which lomb_by_chunks runs its chunks in parallel (fewer: one
+ * thread, no OpenMP region; the same sums either way). */
+#define LOMB_PARALLEL_TERMS (1u << 20)
+
+/* lomb_by_chunks's chunks: the points, their per-chunk cos and sin (2 x padded doubles each)
+ * and sums (LOMB_CHUNK each), and the periodogram they fill. */
+struct lomb_chunks {
+    const struct lomb_points *p;
+    size_t groups, m;
+    bool avx2;
+    double span, *rot, *psd;
+    struct lomb_sums *acc;
+};
+
+/* Each chunk's starting cos and sin of every point, at its first frequency LF_LO + j LOMB_CHUNK
+ * step: chunk 0's are p's own, each next one the one before turned by the point's rotation of
+ * LOMB_CHUNK grid steps (one sincos per point; padding stays 0). */
+static void lomb_chunk_starts(const struct lomb_chunks *lc, size_t chunks)
+{
+    const struct lomb_points *p = lc->p;
+    const size_t padded = lc->groups * LOMB_LANES;
+    for (size_t i = 0; i < padded; i++) {
+        double c = p->c[i], s = p->s[i], dc = 1.0, ds = 0.0;
+        if (i < p->n)
+            sincos(2.0 * M_PI * (double)LOMB_CHUNK * p->step * (p->t[i] - p->t[0]), &ds, &dc);
+        for (size_t j = 0; j < chunks; j++) {
+            lc->rot[2 * j * padded + i] = c;
+            lc->rot[(2 * j + 1) * padded + i] = s;
+            double cn = c * dc - s * ds;
+            s = s * dc + c * ds;
+            c = cn;
+        }
+    }
+}
+
+/* Chunk j from its points' starting cos and sin (lomb_chunk_starts), advanced by p's one-step
+ * rotations within it. */
+static void lomb_chunk_alone(const struct lomb_chunks *lc, size_t j)
+{
+    const struct lomb_points *p = lc->p;
+    const size_t padded = lc->groups * LOMB_LANES, k0 = j * LOMB_CHUNK;
+    const size_t k_n = lc->m - k0 < LOMB_CHUNK ? lc->m - k0 : LOMB_CHUNK;
+    double *c = lc->rot + 2 * j * padded, *s = c + padded;
+    struct lomb_sums *a = lc->acc + j * LOMB_CHUNK;
+    lomb_chunk(c, s, p->dc, p->ds, p->v, lc->groups, a, k_n, lc->avx2);
+    for (size_t q = 0; q < k_n; q++) {
+        double sum[4];
+        lomb_totals(a, 1, q, sum);
+        lc->psd[k0 + q] = lomb_point(sum[0], sum[1], sum[2], sum[3], p->n, lc->span);
+    }
+}
+
+/* The periodogram psd[0, m) of the points p (a single block of groups lane groups), chunk by
+ * chunk of LOMB_CHUNK frequencies (lomb_chunk_alone), the chunks in parallel: the same sums in
+ * the same order on any number of threads. */
+static enum ecg_status lomb_by_chunks(const struct lomb_points *p, size_t groups, size_t m,
+                                      bool avx2, double *psd, struct ecg_error *err)
+{
+    const size_t padded = groups * LOMB_LANES, chunks = (m + LOMB_CHUNK - 1) / LOMB_CHUNK;
+    struct lomb_chunks lc = {p, groups, m, avx2, p->t[p->n - 1] - p->t[0], NULL, psd, NULL};
+    lc.rot = malloc(chunks * 2 * padded * sizeof *lc.rot);
+    lc.acc = malloc(chunks * LOMB_CHUNK * sizeof *lc.acc);
+    if (!lc.rot || !lc.acc) {
+        free(lc.rot);
+        free(lc.acc);
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "hrv: %zu frequencies", m);
+    }
+    lomb_chunk_starts(&lc, chunks);
+    int threads = 1; /* one: no OpenMP region at all (ecg_parallel.h) */
+#ifdef _OPENMP
+    if ((double)m * (double)p->n >= LOMB_PARALLEL_TERMS)
+        threads = omp_get_max_threads() < (int)chunks ? omp_get_max_threads() : (int)chunks;
+#endif
+    if (threads > 1) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#endif
+        for (size_t j = 0; j < chunks; j++)
+            lomb_chunk_alone(&lc, j);
+    } else {
+        for (size_t j = 0; j < chunks; j++)
+            lomb_chunk_alone(&lc, j);
+    }
+    free(lc.rot);
+    free(lc.acc);
+    return ECG_OK;
+}
+
 static enum ecg_status band_powers(const double *t, const double *y, size_t n, double *lf,
                                    double *hf, struct ecg_error *err)
 {
@@ -459,6 +553,22 @@ static enum ecg_status band_powers(const double *t, const double *y, size_t n, d
             lomb_point_rotation(&pts, i);
     }
     double band[2] = {0.0, 0.0}, prev = 0.0;
+    if (blocks == 1 && m > LOMB_CHUNK) { /* by frequency: lomb_by_chunks */
+        double *psd = malloc(m * sizeof *psd);
+        enum ecg_status status =
+            psd ? lomb_by_chunks(&pts, groups, m, avx2, psd, err)
+                : ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "hrv: %zu frequencies", m);
+        for (size_t k = 0; status == ECG_OK && k < m; k++) {
+            if (k > 0)
+                band[k > k_mid] += 0.5 * (psd[k - 1] + psd[k]) * step;
+        }
+        free(psd);
+        free(state);
+        free(acc);
+        *lf = band[0];
+        *hf = band[1];
+        return status;
+    }
     for (size_t k0 = 0; k0 < m; k0 += LOMB_CHUNK) {
         size_t k_n = m - k0 < LOMB_CHUNK ? m - k0 : LOMB_CHUNK;
         const struct lomb_blocks lb = {&pts, groups, blocks, acc, k_n, avx2};
