@@ -433,24 +433,22 @@ struct lomb_chunks {
     struct lomb_sums *acc;
 };
 
-/* Each chunk's starting cos and sin of every point, at its first frequency LF_LO + j LOMB_CHUNK
+/* Point i's starting cos and sin in every chunk, at its first frequency LF_LO + j LOMB_CHUNK
  * step: chunk 0's are p's own, each next one the one before turned by the point's rotation of
  * LOMB_CHUNK grid steps (one sincos per point; padding stays 0). */
-static void lomb_chunk_starts(const struct lomb_chunks *lc, size_t chunks)
+static void lomb_chunk_starts(const struct lomb_chunks *lc, size_t i)
 {
     const struct lomb_points *p = lc->p;
-    const size_t padded = lc->groups * LOMB_LANES;
-    for (size_t i = 0; i < padded; i++) {
-        double c = p->c[i], s = p->s[i], dc = 1.0, ds = 0.0;
-        if (i < p->n)
-            sincos(2.0 * M_PI * (double)LOMB_CHUNK * p->step * (p->t[i] - p->t[0]), &ds, &dc);
-        for (size_t j = 0; j < chunks; j++) {
-            lc->rot[2 * j * padded + i] = c;
-            lc->rot[(2 * j + 1) * padded + i] = s;
-            double cn = c * dc - s * ds;
-            s = s * dc + c * ds;
-            c = cn;
-        }
+    const size_t padded = lc->groups * LOMB_LANES, chunks = (lc->m + LOMB_CHUNK - 1) / LOMB_CHUNK;
+    double c = p->c[i], s = p->s[i], dc = 1.0, ds = 0.0;
+    if (i < p->n)
+        sincos(2.0 * M_PI * (double)LOMB_CHUNK * p->step * (p->t[i] - p->t[0]), &ds, &dc);
+    for (size_t j = 0; j < chunks; j++) {
+        lc->rot[2 * j * padded + i] = c;
+        lc->rot[(2 * j + 1) * padded + i] = s;
+        double cn = c * dc - s * ds;
+        s = s * dc + c * ds;
+        c = cn;
     }
 }
 
@@ -486,7 +484,6 @@ static enum ecg_status lomb_by_chunks(const struct lomb_points *p, size_t groups
         free(lc.acc);
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "hrv: %zu frequencies", m);
     }
-    lomb_chunk_starts(&lc, chunks);
     int threads = 1; /* one: no OpenMP region at all (ecg_parallel.h) */
 #ifdef _OPENMP
     if ((double)m * (double)p->n >= LOMB_PARALLEL_TERMS)
@@ -494,11 +491,23 @@ static enum ecg_status lomb_by_chunks(const struct lomb_points *p, size_t groups
 #endif
     if (threads > 1) {
 #ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#pragma omp parallel num_threads(threads)
 #endif
-        for (size_t j = 0; j < chunks; j++)
-            lomb_chunk_alone(&lc, j);
+        {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (size_t i = 0; i < padded; i++)
+                lomb_chunk_starts(&lc, i);
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+            for (size_t j = 0; j < chunks; j++)
+                lomb_chunk_alone(&lc, j);
+        }
     } else {
+        for (size_t i = 0; i < padded; i++)
+            lomb_chunk_starts(&lc, i);
         for (size_t j = 0; j < chunks; j++)
             lomb_chunk_alone(&lc, j);
     }
