@@ -477,116 +477,87 @@ static void test_nn_on_records(void **state)
 }
 
 /*
- * A Holter-length series (20 hours, 80,000 intervals: the band powers are split into 16 blocks
- * of points, summed in parallel): LF and HF are the same bits with one thread and with four,
- * and equal the direct periodogram on the same grid (ecg_hrv_lomb, each term from its own
- * cos and sin) to within 1e-9, although the band powers advance cos and sin by rotations.
+ * LF and HF of the series s (every interval NN): the same bits with one thread and with four,
+ * and equal to the direct periodogram (ecg_hrv_lomb, each term from its own cos and sin) on
+ * band_powers' grid (hrv.c: the step divides 0.01 Hz, is at most 1 / (8 span), and coarse
+ * enough for 1e7 point-frequency terms) to within 1e-9, although the band powers advance cos
+ * and sin by rotations. Returns the number of frequencies.
  */
-static void test_long_series_blocks(void **state)
+static size_t check_band_powers(struct series *s)
 {
-    (void)state;
-    struct series s = series_new(80001);
-    uint64_t seed = 12345;
-    for (size_t i = 1; i < s.n; i++) {
-        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-        double u = (double)(seed >> 11) / 9007199254740992.0;
-        double tt = (double)i * 0.9;
-        s.rr[i] = 900.0 + 30.0 * sin(2.0 * M_PI * 0.1 * tt) + 20.0 * sin(2.0 * M_PI * 0.3 * tt) +
-                  10.0 * (u - 0.5);
-    }
 #ifdef _OPENMP
     int saved = omp_get_max_threads();
     omp_set_num_threads(1);
 #endif
-    struct ecg_hrv one = hrv_of(&s, NULL);
+    struct ecg_hrv one = hrv_of(s, NULL);
 #ifdef _OPENMP
     omp_set_num_threads(4);
 #endif
-    struct ecg_hrv four = hrv_of(&s, NULL);
+    struct ecg_hrv four = hrv_of(s, NULL);
 #ifdef _OPENMP
     omp_set_num_threads(saved);
 #endif
     assert_memory_equal(&one.lf_ms2, &four.lf_ms2, sizeof one.lf_ms2);
     assert_memory_equal(&one.hf_ms2, &four.hf_ms2, sizeof one.hf_ms2);
-
-    /* the grid band_powers uses for 80,000 points: 0.36 * n / 1e7 = 0.00288 -> 0.01 / 4 */
-    double step = 0.0025;
+    const size_t n = s->n - 1;
+    assert_int_equal(one.n_nn, n);
+    const double span = s->t[s->n - 1] - s->t[1];
+    const double target =
+        fmax(1.0 / (8.0 * span), (ECG_HRV_HF_HI - ECG_HRV_LF_LO) * (double)n / 1e7);
+    const double step = 0.01 / ceil(0.01 / target);
     size_t m = (size_t)lround((ECG_HRV_HF_HI - ECG_HRV_LF_LO) / step) + 1;
     size_t k_mid = (size_t)lround((ECG_HRV_LF_HI - ECG_HRV_LF_LO) / step);
     double *f = malloc(m * sizeof *f), *p = malloc(m * sizeof *p);
     assert_true(f && p);
     for (size_t k = 0; k < m; k++)
         f[k] = ECG_HRV_LF_LO + (double)k * step;
-    ecg_hrv_lomb(s.t + 1, s.rr + 1, s.n - 1, f, m, p);
+    ecg_hrv_lomb(s->t + 1, s->rr + 1, n, f, m, p);
     double lf = 0, hf = 0;
     for (size_t k = 1; k < m; k++)
         *(k <= k_mid ? &lf : &hf) += 0.5 * (p[k] + p[k - 1]) * step;
-    printf("# 80,000 intervals: LF %.6f HF %.6f ms^2 (direct %.6f %.6f)\n", one.lf_ms2,
-           one.hf_ms2, lf, hf);
+    printf("# %zu intervals, %zu frequencies: LF %.6f HF %.6f ms^2 (direct %.6f %.6f)\n", n, m,
+           one.lf_ms2, one.hf_ms2, lf, hf);
     assert_float_equal(one.lf_ms2, lf, 1e-9 * lf);
     assert_float_equal(one.hf_ms2, hf, 1e-9 * hf);
     free(f);
     free(p);
+    return m;
+}
+
+/* An RR series of n beats: two sines (LF and HF) and uniform noise, from seed. */
+static struct series sines_series(size_t n, uint64_t seed, double lf_hz, double hf_hz)
+{
+    struct series s = series_new(n);
+    for (size_t i = 1; i < s.n; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        double u = (double)(seed >> 11) / 9007199254740992.0;
+        double tt = (double)i * 0.9;
+        s.rr[i] = 900.0 + 30.0 * sin(2.0 * M_PI * lf_hz * tt) +
+                  20.0 * sin(2.0 * M_PI * hf_hz * tt) + 10.0 * (u - 0.5);
+    }
+    return s;
+}
+
+/* A Holter-length series (20 hours, 80,000 intervals: the band powers are split into 16 blocks
+ * of points, summed in parallel; grid 0.0025 Hz): check_band_powers. */
+static void test_long_series_blocks(void **state)
+{
+    (void)state;
+    struct series s = sines_series(80001, 12345, 0.1, 0.3);
+    assert_int_equal(check_band_powers(&s), 145);
     series_free(&s);
 }
 
-/*
- * Series too short for blocks of points (under 8,192 intervals: here 30 minutes, 1.5 hours and
- * 2.2 hours of beats, up to ~1e7 point-frequency terms) are split by frequency, each chunk
- * starting from its own cos and sin: LF and HF are the same bits with one thread and with four,
- * and equal the direct periodogram on the same grid to within 1e-9.
- */
+/* Series too short for blocks of points (under 8,192 intervals: here 30 minutes, 1.5 hours and
+ * 2 hours of beats, up to ~1e7 point-frequency terms) are split by frequency, each chunk
+ * starting from its own cos and sin: check_band_powers, with more than one chunk. */
 static void test_short_series_chunks(void **state)
 {
     (void)state;
     const size_t lengths[] = {2001, 6001, 8191};
     for (size_t q = 0; q < 3; q++) {
-        struct series s = series_new(lengths[q]);
-        uint64_t seed = 777 + q;
-        for (size_t i = 1; i < s.n; i++) {
-            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-            double u = (double)(seed >> 11) / 9007199254740992.0;
-            double tt = (double)i * 0.95;
-            s.rr[i] = 950.0 + 40.0 * sin(2.0 * M_PI * 0.08 * tt) +
-                      25.0 * sin(2.0 * M_PI * 0.27 * tt) + 15.0 * (u - 0.5);
-        }
-#ifdef _OPENMP
-        int saved = omp_get_max_threads();
-        omp_set_num_threads(1);
-#endif
-        struct ecg_hrv one = hrv_of(&s, NULL);
-#ifdef _OPENMP
-        omp_set_num_threads(4);
-#endif
-        struct ecg_hrv four = hrv_of(&s, NULL);
-#ifdef _OPENMP
-        omp_set_num_threads(saved);
-#endif
-        assert_memory_equal(&one.lf_ms2, &four.lf_ms2, sizeof one.lf_ms2);
-        assert_memory_equal(&one.hf_ms2, &four.hf_ms2, sizeof one.hf_ms2);
-        /* band_powers' grid (hrv.c): the step divides 0.01 Hz, at most 1 / (8 span), and
-         * coarse enough for 1e7 terms */
-        size_t n = s.n - 1;
-        double span = s.t[s.n - 1] - s.t[1];
-        double target = fmax(1.0 / (8.0 * span), (ECG_HRV_HF_HI - ECG_HRV_LF_LO) * (double)n / 1e7);
-        double step = 0.01 / ceil(0.01 / target);
-        size_t m = (size_t)lround((ECG_HRV_HF_HI - ECG_HRV_LF_LO) / step) + 1;
-        size_t k_mid = (size_t)lround((ECG_HRV_LF_HI - ECG_HRV_LF_LO) / step);
-        double *f = malloc(m * sizeof *f), *p = malloc(m * sizeof *p);
-        assert_true(f && p);
-        for (size_t k = 0; k < m; k++)
-            f[k] = ECG_HRV_LF_LO + (double)k * step;
-        ecg_hrv_lomb(s.t + 1, s.rr + 1, n, f, m, p);
-        double lf = 0, hf = 0;
-        for (size_t k = 1; k < m; k++)
-            *(k <= k_mid ? &lf : &hf) += 0.5 * (p[k] + p[k - 1]) * step;
-        printf("# %zu intervals, %zu frequencies: LF %.6f HF %.6f ms^2 (direct %.6f %.6f)\n", n,
-               m, one.lf_ms2, one.hf_ms2, lf, hf);
-        assert_true(m > 128); /* more than one chunk */
-        assert_float_equal(one.lf_ms2, lf, 1e-9 * lf);
-        assert_float_equal(one.hf_ms2, hf, 1e-9 * hf);
-        free(f);
-        free(p);
+        struct series s = sines_series(lengths[q], 777 + q, 0.08, 0.27);
+        assert_true(check_band_powers(&s) > 128);
         series_free(&s);
     }
 }
