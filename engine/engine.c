@@ -493,7 +493,6 @@ enum ecg_status ecg_result_assess(struct ecg_result *result,
  * the same function on the same windows, so the report is the same bits (test_gpu_quality
  * compares a recording long enough for this path with the CPU backend's).
  */
-
 struct quality_beside {
     const struct ecg_quality_window *windows;
     size_t n_win;

@@ -60,9 +60,9 @@ static inline uint8_t nn_flag_of(const double *rr_ms, const uint8_t *bad, size_t
  * selection network: the comparators of Batcher's merge-exchange sort of 11 (Knuth, TAOCP
  * 5.2.2, algorithm M) that lead to the middle output, 31 of its 37. A network's output is the
  * value the insertion sort of local_median() puts in the middle (tests/unit/test_hrv.c checks
- * it on every 0-1 input, which by the 0-1 principle covers every input, and against
- * local_median() on ties and random series), and it has no branch to mispredict: the windows
- * of NN_LANES intervals side by side compile to vector min and max.
+ * it on every 0-1 input, which by the 0-1 principle covers every input, and against a plain
+ * sort on random series with ties), and it has no branch to mispredict: the windows of
+ * NN_LANES intervals side by side compile to vector min and max.
  */
 static const unsigned char median11_net[][2] = {
     {0, 8}, {1, 9}, {2, 10}, {0, 4}, {1, 5}, {2, 6}, {3, 7}, {4, 8}, {5, 9}, {6, 10}, {0, 2},
