@@ -247,10 +247,12 @@ void ecg_hrv_lomb(const double *t, const double *y, size_t n, const double *freq
  * fixed, so the result depends neither on the machine, the thread count nor the backend.
  * Frequencies are taken in chunks of LOMB_CHUNK so that the lanes' sums stay in cache.
  *
- * A series too short for two blocks of points (under 2 x LOMB_BLOCK_MIN intervals: from about
- * 10 minutes to 2 hours of beats, whose grid still costs up to LOMB_MAX_TERMS, ~5 ms on one
- * core) is split by frequency instead: each chunk starts from its own first frequency's cos and
- * sin (each point's turned by whole chunks first), so the chunks run in parallel. That choice
+ * A series with fewer than half of LOMB_BLOCKS blocks of points (under 8 x LOMB_BLOCK_MIN
+ * intervals: from about 10 minutes to 9 hours of beats, whose grid still costs up to
+ * LOMB_MAX_TERMS, ~5 ms on one core) is split by frequency as well: each chunk starts from its
+ * own first frequency's cos and sin (each point's turned by whole chunks first), so every block
+ * of every chunk runs in parallel. (With 8 blocks or more the blocks alone keep enough threads
+ * busy, and the per-chunk starts would cost more memory traffic than they save.) That choice
  * depends on the series alone; test_hrv checks both ways against the direct periodogram.
  */
 #define HRV_GRID_UNIT 0.01 /* every band edge (0.04, 0.15, 0.40 Hz) is a multiple of this */
@@ -423,26 +425,32 @@ static void lomb_block(const struct lomb_blocks *lb, size_t b)
  * thread, no OpenMP region; the same sums either way). */
 #define LOMB_PARALLEL_TERMS (1u << 20)
 
-/* lomb_by_chunks's chunks: the points, their per-chunk cos and sin (2 x padded doubles each)
- * and sums (LOMB_CHUNK each), and the periodogram they fill. */
+/* Frequencies a chunk of lomb_by_chunks takes: half of LOMB_CHUNK, so that even the series with
+ * the fewest frequencies there (7 blocks of points, ~300 frequencies) make enough tasks for 16
+ * threads. */
+#define LOMB_TASK_FREQS 64
+
+/* lomb_by_chunks's tasks: the points (in blocks of lane groups), their per-chunk cos and sin
+ * (2 x padded doubles each), each chunk's sums (LOMB_CHUNK apart per block, LOMB_TASK_FREQS
+ * used) and the periodogram. */
 struct lomb_chunks {
     const struct lomb_points *p;
-    size_t groups, m;
+    size_t groups, blocks, m;
     bool avx2;
-    double span, *rot, *psd;
+    double *rot;
     struct lomb_sums *acc;
 };
 
-/* Point i's starting cos and sin in every chunk, at its first frequency LF_LO + j LOMB_CHUNK
- * step: chunk 0's are p's own, each next one the one before turned by the point's rotation of
- * LOMB_CHUNK grid steps (one sincos per point; padding stays 0). */
+/* Point i's starting cos and sin in every chunk, at its first frequency LF_LO + j
+ * LOMB_TASK_FREQS step: chunk 0's are p's own, each next one the one before turned by the
+ * point's rotation of LOMB_TASK_FREQS grid steps (one sincos per point; padding stays 0). */
 static void lomb_chunk_starts(const struct lomb_chunks *lc, size_t i)
 {
     const struct lomb_points *p = lc->p;
-    const size_t padded = lc->groups * LOMB_LANES, chunks = (lc->m + LOMB_CHUNK - 1) / LOMB_CHUNK;
+    const size_t padded = lc->groups * LOMB_LANES, chunks = (lc->m + LOMB_TASK_FREQS - 1) / LOMB_TASK_FREQS;
     double c = p->c[i], s = p->s[i], dc = 1.0, ds = 0.0;
     if (i < p->n)
-        sincos(2.0 * M_PI * (double)LOMB_CHUNK * p->step * (p->t[i] - p->t[0]), &ds, &dc);
+        sincos(2.0 * M_PI * (double)LOMB_TASK_FREQS * p->step * (p->t[i] - p->t[0]), &ds, &dc);
     for (size_t j = 0; j < chunks; j++) {
         lc->rot[2 * j * padded + i] = c;
         lc->rot[(2 * j + 1) * padded + i] = s;
@@ -452,33 +460,35 @@ static void lomb_chunk_starts(const struct lomb_chunks *lc, size_t i)
     }
 }
 
-/* Chunk j from its points' starting cos and sin (lomb_chunk_starts), advanced by p's one-step
- * rotations within it. */
-static void lomb_chunk_alone(const struct lomb_chunks *lc, size_t j)
+/* Task t: block t % blocks of the points over chunk t / blocks, from the points' starting cos
+ * and sin in that chunk (lomb_chunk_starts), advanced by p's one-step rotations within it. */
+static void lomb_task(const struct lomb_chunks *lc, size_t t)
 {
     const struct lomb_points *p = lc->p;
-    const size_t padded = lc->groups * LOMB_LANES, k0 = j * LOMB_CHUNK;
-    const size_t k_n = lc->m - k0 < LOMB_CHUNK ? lc->m - k0 : LOMB_CHUNK;
+    const size_t j = t / lc->blocks, b = t % lc->blocks, k0 = j * LOMB_TASK_FREQS;
+    const size_t padded = lc->groups * LOMB_LANES;
+    const size_t k_n = lc->m - k0 < LOMB_TASK_FREQS ? lc->m - k0 : LOMB_TASK_FREQS;
+    const size_t g0 = lc->groups * b / lc->blocks, g1 = lc->groups * (b + 1) / lc->blocks;
+    const size_t o = g0 * LOMB_LANES;
     double *c = lc->rot + 2 * j * padded, *s = c + padded;
-    struct lomb_sums *a = lc->acc + j * LOMB_CHUNK;
-    lomb_chunk(c, s, p->dc, p->ds, p->v, lc->groups, a, k_n, lc->avx2);
-    for (size_t q = 0; q < k_n; q++) {
-        double sum[4];
-        lomb_totals(a, 1, q, sum);
-        lc->psd[k0 + q] = lomb_point(sum[0], sum[1], sum[2], sum[3], p->n, lc->span);
-    }
+    lomb_chunk(c + o, s + o, p->dc + o, p->ds + o, p->v + o, g1 - g0,
+               lc->acc + (j * lc->blocks + b) * LOMB_CHUNK, k_n, lc->avx2);
 }
 
-/* The periodogram psd[0, m) of the points p (a single block of groups lane groups), chunk by
- * chunk of LOMB_CHUNK frequencies (lomb_chunk_alone), the chunks in parallel: the same sums in
- * the same order on any number of threads. */
-static enum ecg_status lomb_by_chunks(const struct lomb_points *p, size_t groups, size_t m,
-                                      bool avx2, double *psd, struct ecg_error *err)
+/*
+ * The periodogram psd[0, m) of the points p (groups lane groups in blocks as lomb_block splits
+ * them), by tasks of one block over one chunk of LOMB_TASK_FREQS frequencies (lomb_task), all in
+ * parallel, then each frequency's sums over the blocks by lomb_totals' tree: the same sums in
+ * the same order on any number of threads.
+ */
+static enum ecg_status lomb_by_chunks(const struct lomb_points *p, size_t groups, size_t blocks,
+                                      size_t m, bool avx2, double *psd, struct ecg_error *err)
 {
-    const size_t padded = groups * LOMB_LANES, chunks = (m + LOMB_CHUNK - 1) / LOMB_CHUNK;
-    struct lomb_chunks lc = {p, groups, m, avx2, p->t[p->n - 1] - p->t[0], NULL, psd, NULL};
+    const size_t padded = groups * LOMB_LANES, chunks = (m + LOMB_TASK_FREQS - 1) / LOMB_TASK_FREQS;
+    const size_t tasks = chunks * blocks;
+    struct lomb_chunks lc = {p, groups, blocks, m, avx2, NULL, NULL};
     lc.rot = malloc(chunks * 2 * padded * sizeof *lc.rot);
-    lc.acc = malloc(chunks * LOMB_CHUNK * sizeof *lc.acc);
+    lc.acc = malloc(tasks * LOMB_CHUNK * sizeof *lc.acc);
     if (!lc.rot || !lc.acc) {
         free(lc.rot);
         free(lc.acc);
@@ -487,7 +497,7 @@ static enum ecg_status lomb_by_chunks(const struct lomb_points *p, size_t groups
     int threads = 1; /* one: no OpenMP region at all (ecg_parallel.h) */
 #ifdef _OPENMP
     if ((double)m * (double)p->n >= LOMB_PARALLEL_TERMS)
-        threads = omp_get_max_threads() < (int)chunks ? omp_get_max_threads() : (int)chunks;
+        threads = omp_get_max_threads() < (int)tasks ? omp_get_max_threads() : (int)tasks;
 #endif
     if (threads > 1) {
 #ifdef _OPENMP
@@ -502,14 +512,21 @@ static enum ecg_status lomb_by_chunks(const struct lomb_points *p, size_t groups
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-            for (size_t j = 0; j < chunks; j++)
-                lomb_chunk_alone(&lc, j);
+            for (size_t t = 0; t < tasks; t++)
+                lomb_task(&lc, t);
         }
     } else {
         for (size_t i = 0; i < padded; i++)
             lomb_chunk_starts(&lc, i);
-        for (size_t j = 0; j < chunks; j++)
-            lomb_chunk_alone(&lc, j);
+        for (size_t t = 0; t < tasks; t++)
+            lomb_task(&lc, t);
+    }
+    const double span = p->t[p->n - 1] - p->t[0];
+    for (size_t k = 0; k < m; k++) {
+        double sum[4];
+        lomb_totals(lc.acc + k / LOMB_TASK_FREQS * blocks * LOMB_CHUNK, blocks, k % LOMB_TASK_FREQS,
+                    sum);
+        psd[k] = lomb_point(sum[0], sum[1], sum[2], sum[3], p->n, span);
     }
     free(lc.rot);
     free(lc.acc);
@@ -562,10 +579,10 @@ static enum ecg_status band_powers(const double *t, const double *y, size_t n, d
             lomb_point_rotation(&pts, i);
     }
     double band[2] = {0.0, 0.0}, prev = 0.0;
-    if (blocks == 1 && m > LOMB_CHUNK) { /* by frequency: lomb_by_chunks */
+    if (blocks < LOMB_BLOCKS / 2 && m > LOMB_TASK_FREQS) { /* by block and chunk: lomb_by_chunks */
         double *psd = malloc(m * sizeof *psd);
         enum ecg_status status =
-            psd ? lomb_by_chunks(&pts, groups, m, avx2, psd, err)
+            psd ? lomb_by_chunks(&pts, groups, blocks, m, avx2, psd, err)
                 : ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "hrv: %zu frequencies", m);
         for (size_t k = 0; status == ECG_OK && k < m; k++) {
             if (k > 0)

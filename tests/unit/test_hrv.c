@@ -548,14 +548,15 @@ static void test_long_series_blocks(void **state)
     series_free(&s);
 }
 
-/* Series too short for blocks of points (under 8,192 intervals: here 30 minutes, 1.5 hours and
- * 2 hours of beats, up to ~1e7 point-frequency terms) are split by frequency, each chunk
- * starting from its own cos and sin: check_band_powers, with more than one chunk. */
+/* Series of fewer than 8 blocks of points (under 32,768 intervals: here 30 minutes, 1.5, 2, 5
+ * and 8 hours of beats, up to ~1e7 point-frequency terms: 1, 1, 1, 4 and 7 blocks) are also
+ * split by frequency, each chunk starting from its own cos and sin: check_band_powers, with more
+ * than one chunk. */
 static void test_short_series_chunks(void **state)
 {
     (void)state;
-    const size_t lengths[] = {2001, 6001, 8191};
-    for (size_t q = 0; q < 3; q++) {
+    const size_t lengths[] = {2001, 6001, 8191, 20001, 32767};
+    for (size_t q = 0; q < 5; q++) {
         struct series s = sines_series(lengths[q], 777 + q, 0.08, 0.27);
         assert_true(check_band_powers(&s) > 128);
         series_free(&s);
