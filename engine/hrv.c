@@ -435,7 +435,7 @@ static void lomb_block(const struct lomb_blocks *lb, size_t b)
  * used) and the periodogram. */
 struct lomb_chunks {
     const struct lomb_points *p;
-    size_t groups, blocks, m;
+    size_t groups, blocks, m, chunks;
     bool avx2;
     double *rot;
     struct lomb_sums *acc;
@@ -447,11 +447,11 @@ struct lomb_chunks {
 static void lomb_chunk_starts(const struct lomb_chunks *lc, size_t i)
 {
     const struct lomb_points *p = lc->p;
-    const size_t padded = lc->groups * LOMB_LANES, chunks = (lc->m + LOMB_TASK_FREQS - 1) / LOMB_TASK_FREQS;
+    const size_t padded = lc->groups * LOMB_LANES;
     double c = p->c[i], s = p->s[i], dc = 1.0, ds = 0.0;
     if (i < p->n)
         sincos(2.0 * M_PI * (double)LOMB_TASK_FREQS * p->step * (p->t[i] - p->t[0]), &ds, &dc);
-    for (size_t j = 0; j < chunks; j++) {
+    for (size_t j = 0; j < lc->chunks; j++) {
         lc->rot[2 * j * padded + i] = c;
         lc->rot[(2 * j + 1) * padded + i] = s;
         double cn = c * dc - s * ds;
@@ -484,9 +484,9 @@ static void lomb_task(const struct lomb_chunks *lc, size_t t)
 static enum ecg_status lomb_by_chunks(const struct lomb_points *p, size_t groups, size_t blocks,
                                       size_t m, bool avx2, double *psd, struct ecg_error *err)
 {
-    const size_t padded = groups * LOMB_LANES, chunks = (m + LOMB_TASK_FREQS - 1) / LOMB_TASK_FREQS;
-    const size_t tasks = chunks * blocks;
-    struct lomb_chunks lc = {p, groups, blocks, m, avx2, NULL, NULL};
+    const size_t padded = groups * LOMB_LANES;
+    const size_t chunks = (m + LOMB_TASK_FREQS - 1) / LOMB_TASK_FREQS, tasks = chunks * blocks;
+    struct lomb_chunks lc = {p, groups, blocks, m, chunks, avx2, NULL, NULL};
     lc.rot = malloc(chunks * 2 * padded * sizeof *lc.rot);
     lc.acc = malloc(tasks * LOMB_CHUNK * sizeof *lc.acc);
     if (!lc.rot || !lc.acc) {
@@ -524,12 +524,46 @@ static enum ecg_status lomb_by_chunks(const struct lomb_points *p, size_t groups
     const double span = p->t[p->n - 1] - p->t[0];
     for (size_t k = 0; k < m; k++) {
         double sum[4];
-        lomb_totals(lc.acc + k / LOMB_TASK_FREQS * blocks * LOMB_CHUNK, blocks, k % LOMB_TASK_FREQS,
-                    sum);
+        const size_t j = k / LOMB_TASK_FREQS;
+        lomb_totals(lc.acc + j * blocks * LOMB_CHUNK, blocks, k % LOMB_TASK_FREQS, sum);
         psd[k] = lomb_point(sum[0], sum[1], sum[2], sum[3], p->n, span);
     }
     free(lc.rot);
     free(lc.acc);
+    return ECG_OK;
+}
+
+/* The periodogram psd[0, m) of the points p by blocks alone (lomb_block): chunk after chunk of
+ * LOMB_CHUNK frequencies, the points' rotations carried from one chunk to the next, the blocks
+ * of each chunk on threads threads. Advances p's cos and sin. */
+static enum ecg_status lomb_by_blocks(const struct lomb_points *p, size_t groups, size_t blocks,
+                                      size_t m, bool avx2, int threads, double *psd,
+                                      struct ecg_error *err)
+{
+    struct lomb_sums *acc = malloc(blocks * LOMB_CHUNK * sizeof *acc);
+    if (!acc)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "hrv: %zu intervals", p->n);
+    const double span = p->t[p->n - 1] - p->t[0];
+    for (size_t k0 = 0; k0 < m; k0 += LOMB_CHUNK) {
+        size_t k_n = m - k0 < LOMB_CHUNK ? m - k0 : LOMB_CHUNK;
+        const struct lomb_blocks lb = {p, groups, blocks, acc, k_n, avx2};
+        if (threads > 1) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
+#endif
+            for (size_t b = 0; b < blocks; b++)
+                lomb_block(&lb, b);
+        } else {
+            for (size_t b = 0; b < blocks; b++)
+                lomb_block(&lb, b);
+        }
+        for (size_t j = 0; j < k_n; j++) {
+            double sum[4];
+            lomb_totals(acc, blocks, j, sum);
+            psd[k0 + j] = lomb_point(sum[0], sum[1], sum[2], sum[3], p->n, span);
+        }
+    }
+    free(acc);
     return ECG_OK;
 }
 
@@ -545,14 +579,12 @@ static enum ecg_status band_powers(const double *t, const double *y, size_t n, d
     size_t groups = (n + LOMB_LANES - 1) / LOMB_LANES, padded = groups * LOMB_LANES;
     size_t blocks = n / LOMB_BLOCK_MIN;
     blocks = blocks < 1 ? 1 : blocks > LOMB_BLOCKS ? LOMB_BLOCKS : blocks;
-    double *state = malloc(5 * padded * sizeof *state);
-    struct lomb_sums *acc = malloc(blocks * LOMB_CHUNK * sizeof *acc);
-    if (!state || !acc) {
-        free(state);
-        free(acc);
+    /* the points' state, then the periodogram */
+    double *state = malloc((5 * padded + m) * sizeof *state);
+    if (!state)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "hrv: %zu intervals", n);
-    }
     double *c = state, *s = c + padded, *dc = s + padded, *ds = dc + padded, *v = ds + padded;
+    double *psd = v + padded;
     double mean = 0.0;
     for (size_t i = 0; i < n; i++)
         mean += y[i];
@@ -578,51 +610,16 @@ static enum ecg_status band_powers(const double *t, const double *y, size_t n, d
         for (size_t i = 0; i < padded; i++)
             lomb_point_rotation(&pts, i);
     }
-    double band[2] = {0.0, 0.0}, prev = 0.0;
-    if (blocks < LOMB_BLOCKS / 2 && m > LOMB_TASK_FREQS) { /* by block and chunk: lomb_by_chunks */
-        double *psd = malloc(m * sizeof *psd);
-        enum ecg_status status =
-            psd ? lomb_by_chunks(&pts, groups, blocks, m, avx2, psd, err)
-                : ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "hrv: %zu frequencies", m);
-        for (size_t k = 0; status == ECG_OK && k < m; k++) {
-            if (k > 0)
-                band[k > k_mid] += 0.5 * (psd[k - 1] + psd[k]) * step;
-        }
-        free(psd);
-        free(state);
-        free(acc);
-        *lf = band[0];
-        *hf = band[1];
-        return status;
-    }
-    for (size_t k0 = 0; k0 < m; k0 += LOMB_CHUNK) {
-        size_t k_n = m - k0 < LOMB_CHUNK ? m - k0 : LOMB_CHUNK;
-        const struct lomb_blocks lb = {&pts, groups, blocks, acc, k_n, avx2};
-        if (threads > 1) {
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-#endif
-            for (size_t b = 0; b < blocks; b++)
-                lomb_block(&lb, b);
-        } else {
-            for (size_t b = 0; b < blocks; b++)
-                lomb_block(&lb, b);
-        }
-        for (size_t j = 0; j < k_n; j++) {
-            size_t k = k0 + j;
-            double sum[4];
-            lomb_totals(acc, blocks, j, sum);
-            double p = lomb_point(sum[0], sum[1], sum[2], sum[3], n, span);
-            if (k > 0)
-                band[k > k_mid] += 0.5 * (prev + p) * step;
-            prev = p;
-        }
-    }
+    enum ecg_status status = blocks < LOMB_BLOCKS / 2 && m > LOMB_TASK_FREQS
+                                 ? lomb_by_chunks(&pts, groups, blocks, m, avx2, psd, err)
+                                 : lomb_by_blocks(&pts, groups, blocks, m, avx2, threads, psd, err);
+    double band[2] = {0.0, 0.0};
+    for (size_t k = 1; status == ECG_OK && k < m; k++)
+        band[k > k_mid] += 0.5 * (psd[k - 1] + psd[k]) * step;
     *lf = band[0];
     *hf = band[1];
     free(state);
-    free(acc);
-    return ECG_OK;
+    return status;
 }
 
 static void time_domain(const double *rr_ms, const uint8_t *nn, size_t n, struct ecg_hrv *h)

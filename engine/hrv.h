@@ -25,10 +25,10 @@ extern "C" {
 
 /*
  * Marks normal-to-normal intervals. rr_ms[i] is the interval ending at beat i (rr_ms[0] is
- * ignored; the others finite); bad[i] (optional, NULL = none) flags beats that may not bound an NN interval
- * (unreadable, flagged by the model). Sets nn[i] = 1 when interval i is NN: neither of its
- * beats is bad or ectopic (premature against the local median), and it is not long against the
- * local median. nn[0] = 0. ECG_ERR_NOMEM or ECG_OK.
+ * ignored; the others finite); bad[i] (optional, NULL = none) flags beats that may not bound
+ * an NN interval (unreadable, flagged by the model). Sets nn[i] = 1 when interval i is NN:
+ * neither of its beats is bad or ectopic (premature against the local median), and it is not
+ * long against the local median. nn[0] = 0. ECG_ERR_NOMEM or ECG_OK.
  */
 enum ecg_status ecg_hrv_select_nn(const double *rr_ms, const uint8_t *bad, size_t n,
                                   uint8_t *nn, struct ecg_error *err) ECG_WUR;
