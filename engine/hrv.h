@@ -34,14 +34,27 @@ enum ecg_status ecg_hrv_select_nn(const double *rr_ms, const uint8_t *bad, size_
                                   uint8_t *nn, struct ecg_error *err) ECG_WUR;
 
 /*
+ * Which build of the vector code a computation takes: BEST (the widest the CPU has), PORTABLE,
+ * AVX2 or AVX512 (only on a CPU that has it). Every way gives the same bits.
+ */
+enum ecg_hrv_way { ECG_HRV_BEST, ECG_HRV_PORTABLE, ECG_HRV_AVX2, ECG_HRV_AVX512 };
+
+/*
  * The local medians ecg_hrv_select_nn compares each interval with: med[i] = the median of
  * rr_ms[i - 5 .. i + 5] within 1..n-1 (the mean of the middle two where the ends cut the window
- * to an even count), for i = 1..n-1 (med[0] is not written). way: BEST (AVX2 where the CPU has
- * it), PORTABLE, or AVX2 (only on a CPU that has it); the same values every way. Exposed for
- * tests.
+ * to an even count), for i = 1..n-1 (med[0] is not written), by way (AVX512 takes the AVX2
+ * build). Exposed for tests.
  */
-enum ecg_hrv_way { ECG_HRV_BEST, ECG_HRV_PORTABLE, ECG_HRV_AVX2 };
 void ecg_hrv_local_medians(const double *rr_ms, size_t n, double *med, enum ecg_hrv_way way);
+
+/*
+ * LF and HF band powers (ms^2) of the NN series y (ms) at times t (s), n points spanning at
+ * least ECG_HRV_MIN_SPECTRAL_S: trapezoids of the Lomb-Scargle periodogram on hrv.c's grid, by
+ * way. ECG_ERR_NOMEM or ECG_OK. ecg_hrv_compute calls it with BEST; exposed for tests.
+ */
+enum ecg_status ecg_hrv_band_powers(const double *t, const double *y, size_t n,
+                                    enum ecg_hrv_way way, double *lf, double *hf,
+                                    struct ecg_error *err) ECG_WUR;
 
 /*
  * The statistics of the NN intervals: rr_ms and nn as above, t_s[i] the time of beat i in

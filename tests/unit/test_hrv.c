@@ -250,8 +250,8 @@ static double median_by_sort(const double *rr, size_t n, size_t i)
     return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 
-/* The ways this CPU can take (AVX2 only where it has it). */
-static size_t hrv_ways(enum ecg_hrv_way way[3])
+/* The ways this CPU can take (AVX2 and AVX-512 only where it has them). */
+static size_t hrv_ways(enum ecg_hrv_way way[4])
 {
     size_t k = 0;
     way[k++] = ECG_HRV_BEST;
@@ -259,6 +259,8 @@ static size_t hrv_ways(enum ecg_hrv_way way[3])
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx2"))
         way[k++] = ECG_HRV_AVX2;
+    if (__builtin_cpu_supports("avx512f"))
+        way[k++] = ECG_HRV_AVX512;
 #endif
     return k;
 }
@@ -272,7 +274,7 @@ static size_t hrv_ways(enum ecg_hrv_way way[3])
 static void test_local_medians(void **state)
 {
     (void)state;
-    enum ecg_hrv_way way[3];
+    enum ecg_hrv_way way[4];
     const size_t n_ways = hrv_ways(way);
     /* 0-1 inputs: intervals 1..11 of a series of 12 hold the bits; whole window at 6 only.
      * Then 5 groups of 4 windows: a series of 12 + 3 puts the bits in four neighbours' windows */
@@ -501,6 +503,18 @@ static size_t check_band_powers(struct series *s)
     assert_memory_equal(&one.hf_ms2, &four.hf_ms2, sizeof one.hf_ms2);
     const size_t n = s->n - 1;
     assert_int_equal(one.n_nn, n);
+    /* every build of the sums' loop this CPU has: the same bits (the NN series: intervals 1..) */
+    enum ecg_hrv_way way[4];
+    const size_t n_ways = hrv_ways(way);
+    for (size_t w = 0; w < n_ways; w++) {
+        struct ecg_error err = {0};
+        double lf_w, hf_w;
+        assert_int_equal(ecg_hrv_band_powers(s->t + 1, s->rr + 1, n, way[w], &lf_w, &hf_w, &err),
+                         ECG_OK);
+        if (memcmp(&lf_w, &one.lf_ms2, sizeof lf_w) || memcmp(&hf_w, &one.hf_ms2, sizeof hf_w))
+            fail_msg("way %d: LF %.17g HF %.17g, not %.17g %.17g", (int)way[w], lf_w, hf_w,
+                     one.lf_ms2, one.hf_ms2);
+    }
     const double span = s->t[s->n - 1] - s->t[1];
     const double target =
         fmax(1.0 / (8.0 * span), (ECG_HRV_HF_HI - ECG_HRV_LF_LO) * (double)n / 1e7);
@@ -515,8 +529,8 @@ static size_t check_band_powers(struct series *s)
     double lf = 0, hf = 0;
     for (size_t k = 1; k < m; k++)
         *(k <= k_mid ? &lf : &hf) += 0.5 * (p[k] + p[k - 1]) * step;
-    printf("# %zu intervals, %zu frequencies: LF %.6f HF %.6f ms^2 (direct %.6f %.6f)\n", n, m,
-           one.lf_ms2, one.hf_ms2, lf, hf);
+    printf("# %zu intervals, %zu frequencies: LF %.6f HF %.6f ms^2 (direct %.6f %.6f), %zu ways\n",
+           n, m, one.lf_ms2, one.hf_ms2, lf, hf, n_ways);
     assert_float_equal(one.lf_ms2, lf, 1e-9 * lf);
     assert_float_equal(one.hf_ms2, hf, 1e-9 * hf);
     free(f);
