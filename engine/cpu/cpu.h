@@ -44,6 +44,20 @@ enum ecg_status cpu_filter_with(const struct ecg_plan *plan, const float *y, siz
 enum ecg_status cpu_filter_taps(const float *taps, size_t n_taps, const float *y, size_t n,
                                 size_t lo, size_t hi, float *out, struct ecg_error *err) ECG_WUR;
 
+/* The whole of cpu_filter_taps (lo 0, hi n) by a given build of its inner loop, for tests:
+ * BEST (what cpu_filter_taps takes: AVX-512 or AVX2 with FMA where the CPU has them), PORTABLE
+ * (plain C: no fused multiply-adds, so not the same bits), AVX2 or AVX512 (only on a CPU that
+ * has it; the two give the same bits). */
+enum cpu_filter_isa {
+    CPU_FILTER_ISA_BEST = 0,
+    CPU_FILTER_ISA_PORTABLE,
+    CPU_FILTER_ISA_AVX2,
+    CPU_FILTER_ISA_AVX512
+};
+enum ecg_status cpu_filter_taps_isa(const float *taps, size_t n_taps, const float *y, size_t n,
+                                    enum cpu_filter_isa isa, float *out,
+                                    struct ecg_error *err) ECG_WUR;
+
 /* The noise-aware band (noise_core.h, step 1): where a window's energy says low-frequency noise
  * without high-frequency noise, f (the Ricker response of y, n samples) is replaced in place by
  * a mix with the higher band's response. Leaves a clean signal's f as it is. work is the

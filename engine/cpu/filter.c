@@ -9,8 +9,9 @@
  * Two paths with the same result (within float rounding):
  * - direct: tiles of FILTER_TILE outputs; each tile's input (with its zero padding at the
  *   recording's ends) is copied into a small buffer that stays in L1, and the kernel is applied
- *   tap by tap across the tile (register-blocked AVX2/FMA when the CPU has it, chosen at run
- *   time; plain C the compiler vectorises otherwise). O(n K).
+ *   tap by tap across the tile (register-blocked AVX-512 or AVX2 with FMA when the CPU has them,
+ *   chosen at run time, the same bits either way; plain C the compiler vectorises otherwise).
+ *   O(n K).
  * - FFT: overlap-save with single-precision FFTW, blocks of L points (a product of 2, 3, 5, 7
  *   that FFTW handles fast), each yielding L - K + 1 outputs. O(n log L).
  * cpu_filter picks direct for kernels up to CPU_FILTER_DIRECT_MAX_TAPS (cpu.h) taps, FFT beyond.
@@ -168,12 +169,57 @@ __attribute__((target("avx2,fma"))) static void tile_avx2(const float *g, size_t
         f[u] = acc;
     }
 }
+
+/* Same as tile_avx2, 64 outputs in 4 AVX-512 registers per pass over the taps, then tile_avx2
+ * for the rest: every output gets the fused multiply-adds of tile_avx2, in the same order (and
+ * the outputs past the last whole 8, the same plain ones), so the same bits. */
+__attribute__((target("avx512f,avx2,fma"))) static void tile_avx512(const float *g, size_t taps,
+                                                                   const float *buf,
+                                                                   size_t count, float *f)
+{
+    size_t u = 0;
+    for (; u + 64 <= count; u += 64) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+        const float *b = buf + u;
+        for (size_t k = 0; k < taps; k++) {
+            __m512 gk = _mm512_set1_ps(g[k]);
+            a0 = _mm512_fmadd_ps(gk, _mm512_loadu_ps(b + k), a0);
+            a1 = _mm512_fmadd_ps(gk, _mm512_loadu_ps(b + k + 16), a1);
+            a2 = _mm512_fmadd_ps(gk, _mm512_loadu_ps(b + k + 32), a2);
+            a3 = _mm512_fmadd_ps(gk, _mm512_loadu_ps(b + k + 48), a3);
+        }
+        _mm512_storeu_ps(f + u, a0);
+        _mm512_storeu_ps(f + u + 16, a1);
+        _mm512_storeu_ps(f + u + 32, a2);
+        _mm512_storeu_ps(f + u + 48, a3);
+    }
+    tile_avx2(g, taps, buf + u, count - u, f + u); /* u is a multiple of 8: the same split */
+}
 #endif
+
+/* The build of the inner loop a filtering takes (cpu_filter_isa resolved). */
+static enum cpu_filter_isa filter_isa(enum cpu_filter_isa isa)
+{
+#ifdef FILTER_X86
+    if (isa == CPU_FILTER_ISA_BEST)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+                       __builtin_cpu_supports("fma")
+                   ? CPU_FILTER_ISA_AVX512
+               : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                   ? CPU_FILTER_ISA_AVX2
+                   : CPU_FILTER_ISA_PORTABLE;
+    return isa;
+#else
+    (void)isa;
+    return CPU_FILTER_ISA_PORTABLE;
+#endif
+}
 
 /* Tile `tile` of the direct convolution of y[0, n) (reversed kernel g, `taps` long) into out,
  * which holds the outputs from lo on; buf: span = FILTER_TILE + taps - 1 floats of scratch. */
 static void filter_tile(const float *g, size_t taps, const float *y, size_t n, size_t lo,
-                        size_t tile, float *buf, bool avx2, float *out)
+                        size_t tile, float *buf, enum cpu_filter_isa isa, float *out)
 {
     const size_t half = (taps - 1) / 2;
     const size_t i0 = tile * FILTER_TILE;
@@ -191,12 +237,14 @@ static void filter_tile(const float *g, size_t taps, const float *y, size_t n, s
     for (; t < len; t++)
         buf[t] = 0.0f;
 #ifdef FILTER_X86
-    if (avx2)
+    if (isa == CPU_FILTER_ISA_AVX512)
+        tile_avx512(g, taps, buf, count, out + (i0 - lo));
+    else if (isa == CPU_FILTER_ISA_AVX2)
         tile_avx2(g, taps, buf, count, out + (i0 - lo));
     else
         tile_portable(g, taps, buf, count, out + (i0 - lo));
 #else
-    (void)avx2;
+    (void)isa;
     tile_portable(g, taps, buf, count, out + (i0 - lo));
 #endif
 }
@@ -206,7 +254,8 @@ static void filter_tile(const float *g, size_t taps, const float *y, size_t n, s
  * fused multiply-adds apply) are those of the whole signal and every output is bit-identical to
  * filtering it all at once. */
 static enum ecg_status filter_direct_range(const float *kernel, size_t taps, const float *y,
-                                           size_t n, size_t lo, size_t hi, float *out,
+                                           size_t n, size_t lo, size_t hi,
+                                           enum cpu_filter_isa way, float *out,
                                            struct ecg_error *err)
 {
     const size_t span = FILTER_TILE + taps - 1;
@@ -225,21 +274,17 @@ static enum ecg_status filter_direct_range(const float *kernel, size_t taps, con
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "cpu_filter: %zu-tap buffers", taps);
     for (size_t k = 0; k < taps; k++)
         g[k] = kernel[taps - 1 - k];
-#ifdef FILTER_X86
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    const bool avx2 = false;
-#endif
+    const enum cpu_filter_isa isa = filter_isa(way);
     if (threads > 1) {
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(threads)
 #endif
         for (size_t tile = first; tile < first + n_tiles; tile++)
             filter_tile(g, taps, y, n, lo, tile, g + taps + (size_t)ecg_thread_num() * span,
-                        avx2, out);
+                        isa, out);
     } else {
         for (size_t tile = first; tile < first + n_tiles; tile++)
-            filter_tile(g, taps, y, n, lo, tile, g + taps, avx2, out);
+            filter_tile(g, taps, y, n, lo, tile, g + taps, isa, out);
     }
     free(g);
     return ECG_OK;
@@ -248,7 +293,7 @@ static enum ecg_status filter_direct_range(const float *kernel, size_t taps, con
 static enum ecg_status filter_direct(const float *kernel, size_t taps, const float *y, size_t n,
                                      float *f, struct ecg_error *err)
 {
-    return filter_direct_range(kernel, taps, y, n, 0, n, f, err);
+    return filter_direct_range(kernel, taps, y, n, 0, n, CPU_FILTER_ISA_BEST, f, err);
 }
 
 /* ---------------------------------------------------------------- FFT path (overlap-save) */
@@ -353,7 +398,17 @@ enum ecg_status cpu_filter_taps(const float *taps, size_t n_taps, const float *y
         return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cpu_filter_taps: bad kernel or range");
     if (hi == lo)
         return ECG_OK;
-    return filter_direct_range(taps, n_taps, y, n, lo, hi, out, err);
+    return filter_direct_range(taps, n_taps, y, n, lo, hi, CPU_FILTER_ISA_BEST, out, err);
+}
+
+enum ecg_status cpu_filter_taps_isa(const float *taps, size_t n_taps, const float *y, size_t n,
+                                    enum cpu_filter_isa isa, float *out, struct ecg_error *err)
+{
+    if (!taps || n_taps % 2 == 0 || (n > 0 && (!y || !out)))
+        return ecg_fail(err, ECG_ERR_ARG, "bad_argument", "cpu_filter_taps_isa: bad kernel");
+    if (n == 0)
+        return ECG_OK;
+    return filter_direct_range(taps, n_taps, y, n, 0, n, isa, out, err);
 }
 
 enum ecg_status cpu_filter(const struct ecg_plan *plan, const float *y, size_t n, float *f,

@@ -6,13 +6,15 @@
  * random signals (fixed seeds) of lengths from 1 sample to past several tiles and blocks,
  * including signals shorter than the kernel, and on a real ECG (ucr/ecg50T, 250 Hz); an impulse
  * comes back centred; no energy wraps from one end of the signal to the other; concurrent calls
- * (FFTW planning from several threads) give the single-threaded result.
+ * (FFTW planning from several threads) give the single-threaded result; the direct path's
+ * vector builds give the same bits.
  */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,6 +333,69 @@ static void test_concurrent(void **state)
     ecg_plan_fini(&plan);
 }
 
+/*
+ * The direct path's inner loop by every build this CPU has (cpu_filter_taps_isa), on random
+ * signals whose lengths leave every kind of remainder (none, under 8, under 32, under 64, past a
+ * tile) and kernels of 1 to 95 taps: AVX2 and AVX-512 give the same bits (the same fused
+ * multiply-adds in the same order, the same plain tail), BEST gives the widest's, and plain C
+ * (no fused multiply-adds) agrees within float rounding.
+ */
+static void test_isa_builds(void **state)
+{
+    (void)state;
+    const size_t lengths[] = {1, 7, 8, 31, 63, 64, 65, 100, 127, 4095, 4096, 4097, 4096 + 64 + 9,
+                              10000};
+    const size_t tap_counts[] = {1, 3, 31, 41, 95};
+    bool avx2 = false, avx512 = false;
+#if defined(__x86_64__)
+    avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    avx512 = avx2 && __builtin_cpu_supports("avx512f");
+#endif
+    size_t compared = 0;
+    rng_state = 77;
+    for (size_t t = 0; t < sizeof tap_counts / sizeof *tap_counts; t++) {
+        const size_t taps = tap_counts[t];
+        float *g = malloc(taps * sizeof *g);
+        assert_non_null(g);
+        for (size_t k = 0; k < taps; k++)
+            g[k] = (float)(rng_uniform() - 0.5);
+        for (size_t q = 0; q < sizeof lengths / sizeof *lengths; q++) {
+            const size_t n = lengths[q];
+            float *y = malloc(n * sizeof *y), *best = malloc(n * sizeof *best);
+            float *plain = malloc(n * sizeof *plain), *way = malloc(n * sizeof *way);
+            assert_true(y && best && plain && way);
+            for (size_t i = 0; i < n; i++)
+                y[i] = (float)(2.0 * rng_uniform() - 1.0);
+            struct ecg_error err = {0};
+            assert_int_equal(cpu_filter_taps_isa(g, taps, y, n, CPU_FILTER_ISA_BEST, best, &err),
+                             ECG_OK);
+            assert_int_equal(
+                cpu_filter_taps_isa(g, taps, y, n, CPU_FILTER_ISA_PORTABLE, plain, &err), ECG_OK);
+            for (size_t i = 0; i < n; i++)
+                assert_float_equal(plain[i], best[i], 1e-5 * (double)taps);
+            const enum cpu_filter_isa fma_ways[] = {CPU_FILTER_ISA_AVX2, CPU_FILTER_ISA_AVX512};
+            const bool have[] = {avx2, avx512};
+            for (size_t w = 0; w < 2; w++) {
+                if (!have[w])
+                    continue;
+                assert_int_equal(cpu_filter_taps_isa(g, taps, y, n, fma_ways[w], way, &err),
+                                 ECG_OK);
+                if (memcmp(way, best, n * sizeof *way) != 0)
+                    fail_msg("%zu taps, %zu samples: build %d differs from the best build", taps,
+                             n, (int)fma_ways[w]);
+                compared++;
+            }
+            free(y);
+            free(best);
+            free(plain);
+            free(way);
+        }
+        free(g);
+    }
+    printf("# builds compared bit for bit: %zu (AVX2 %s, AVX-512 %s)\n", compared,
+           avx2 ? "yes" : "no", avx512 ? "yes" : "no");
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -356,6 +421,7 @@ int main(void)
         cmocka_unit_test(test_centring_and_sign),
         cmocka_unit_test(test_no_wrap),
         cmocka_unit_test(test_concurrent),
+        cmocka_unit_test(test_isa_builds),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
