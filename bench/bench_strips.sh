@@ -38,6 +38,9 @@
 #   CONNS           concurrent clients for recordings up to 80 s (default 64)
 #   BIG_CONNS       clients for longer recordings (default 4: each holds the whole body)
 #   DURATION        wrk duration per cell (default 10s); WRK_THREADS (default 2)
+#   WARMUP          the cell's own load for this long first, not measured (default 1s; 0: none):
+#                   what the service pays once for a new kind of batch (CUDA graph captures,
+#                   buffers grown to the cell's bodies) stays out of the cell's figures
 #   WORKERS         ecgd --workers (default: CPUs)
 #   IO_THREADS      ecgd --io-threads (default: ecgd's own: its workers, which rise to
 #                   --max-batch where it batches); the sink always gets the server's count
@@ -57,6 +60,7 @@ FORMATS=${FORMATS:-"csv f32"}
 CONNS=${CONNS:-64}
 BIG_CONNS=${BIG_CONNS:-4}
 DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-1s}
 WRK_THREADS=${WRK_THREADS:-2}
 MODEL=${MODEL:-models/default.ecgm}
 MAX_BATCH=${MAX_BATCH:-}
@@ -248,7 +252,7 @@ rows=$tmp/rows
 # the commit of the binaries measured: a bundle's (tests/gpu/bundle.sh writes COMMIT beside
 # them), else the checkout's
 commit=$(cat "$(dirname "$ECGD")/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)
-echo "# bench_strips: $(date -u +%Y-%m-%dT%H:%MZ) commit $commit, $cpus CPUs, wrk -t $WRK_THREADS, $DURATION per cell"
+echo "# bench_strips: $(date -u +%Y-%m-%dT%H:%MZ) commit $commit, $cpus CPUs, wrk -t $WRK_THREADS, $DURATION per cell after $WARMUP of warm-up"
 for backend in $BACKENDS; do
     start_ecgd "$backend"
     for size in $SIZES; do
@@ -263,6 +267,7 @@ for backend in $BACKENDS; do
             code=$(curl -s -o "$tmp/answer" -w '%{http_code}' -H 'Expect:' -H "Content-Type: $type" \
                    --data-binary @"$file" "$url")
             [ "$code" = 200 ] || { echo "bench_strips: $backend $size s $fmt answered $code: $(head -c 300 "$tmp/answer")" >&2; exit 1; }
+            [ "$WARMUP" != 0 ] && DURATION=$WARMUP wrk_cell "$url" "$file" "$type" "$conns" >/dev/null
             s0_ticks=$(proc_usage "$sink_pid")
             h0=$(host_ticks)
             read -r s_rps s_p50 s_p99 s_n s_bad s_err <<<"$(wrk_cell "$sink/v1/analyze?fs=250" "$file" "$type" "$conns")"
