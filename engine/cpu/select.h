@@ -22,7 +22,7 @@ float cpu_median_inplace(float *v, size_t n);
 
 /*
  * Median and median absolute deviation (median of |v - median|) of v[0..n) (n > 0, no NaN; v
- * is not modified), exact. For long signals one pass each: a deterministic subsample brackets
+ * is not modified), exact. From 2,048 values one pass each: a deterministic subsample brackets
  * the middle ranks and only the values inside the bracket are gathered and selected; when the
  * bracket misses (adversarial orderings) a histogram narrowing takes over. O(n) either way.
  * For even n both are the mean of the two middle values. Fails only with ECG_ERR_NOMEM.

@@ -145,14 +145,14 @@ static float sorted_mad(const float *sorted, size_t n, float m)
 }
 
 /*
- * Arrays past a million values take the sampled fast path, or its fallback when the subsample
- * is misleading: values periodic with the sampling stride (the subsample sees one value), a
- * sorted ramp, ties, and two equal halves (the two middle ranks in different buckets).
+ * Arrays from 2,048 values take a sampled fast path (every 16th value sampled up to a million,
+ * every n / 65536th beyond), or its fallback when the subsample is misleading: values periodic
+ * with the sampling stride (the subsample sees one value), a sorted ramp, ties, and two equal
+ * halves (the two middle ranks in different buckets); at the paths' edges (2,047 and 2,048, a
+ * million) and in between, even and odd.
  */
-static void test_median_mad_large(void **state)
+static void median_mad_kinds(size_t n, size_t stride)
 {
-    (void)state;
-    const size_t n = (1u << 20) + 1, stride = n / 65536;
     float *v = malloc(n * sizeof *v), *w = malloc(n * sizeof *w);
     assert_non_null(v);
     assert_non_null(w);
@@ -196,6 +196,15 @@ static void test_median_mad_large(void **state)
     }
     free(v);
     free(w);
+}
+
+static void test_median_mad_large(void **state)
+{
+    (void)state;
+    const size_t mid[] = {2048, 2501, 20001, 65537, 300001, (1u << 20) - 1};
+    for (size_t i = 0; i < sizeof mid / sizeof *mid; i++)
+        median_mad_kinds(mid[i], 16);
+    median_mad_kinds((1u << 20) + 1, ((1u << 20) + 1) / 65536);
 }
 
 /* ------------------------------------------------------------------ segmentation */
