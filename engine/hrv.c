@@ -400,9 +400,9 @@ static inline __attribute__((always_inline)) void lomb_groups_side(double *restr
  * when side, the rest one by one. The same arithmetic in every build below (none contracts a
  * product into its sum: AVX2 alone has no FMA, and the AVX-512 build is told not to), so the
  * same bits as the baseline build. Side by side pays where the registers hold four groups'
- * state (AVX-512: 32 registers of 8 doubles; one core, 2,000-60,000 intervals: 6.0-6.7 ms ->
- * 3.5-4.6 ms a series); with AVX2 or SSE it spills and loses (6.7 -> 8.1 ms), so they go one
- * group at a time. */
+ * state (AVX-512: 32 registers of 8 doubles; bench_hrv, one core, 2,000-60,000 intervals:
+ * 5.9-6.6 ms by AVX2 against 3.9-4.9 ms); with AVX2 or SSE it spills and loses (6.7 -> 8.1
+ * ms), so they go one group at a time. */
 static inline __attribute__((always_inline)) void lomb_chunk_body(double *c, double *s,
                                                                   const double *dc,
                                                                   const double *ds,
