@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "cpu/detect_params.h" /* the detector's constants, shared with decide.c */
-#include "cpu/noise_core.h"    /* noise_threshold_factor, noise_threshold_at */
+#include "cpu/noise_core.h"    /* noise_threshold_at, noise_premature_weak */
 #include "cuda_detect_common.cuh"
 #include "cuda_small.cuh"
 
@@ -249,11 +249,25 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
             continue;
         const float h = src.h(k);
         /* the threshold rises where noise fills the floor between beats (noise_core.h) */
-        const double threshold =
-            noise_threshold_at(spk, npk, src.factor_at(k, pos, a.crest_win));
-        if ((double)h <= threshold ||
-            (last >= 0 && pos - last < a.twave &&
-             (double)src.sl(k) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))) {
+        const double t = src.factor_at(k, pos, a.crest_win);
+        bool noise = (double)h <= noise_threshold_at(spk, npk, t) ||
+                     (last >= 0 && pos - last < a.twave &&
+                      (double)src.sl(k) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE));
+        if (!noise && last >= 0 && t > DETECT_THRESHOLD) {
+            /* ... and there, in a regular rhythm, an early beat must be as strong as the usual
+             * one (noise_core.h, step 3; decide.c's detector_premature_weak) */
+            static_assert(DETECT_RR_COUNT == 8, "the RR ring is r0 .. r7");
+            const double rr[DETECT_RR_COUNT] = {r0, r1, r2, r3, r4, r5, r6, r7};
+            const size_t m = n_rr < DETECT_RR_COUNT ? n_rr : DETECT_RR_COUNT;
+            double lo = m ? rr[0] : 0.0, hi = lo;
+            for (size_t q = 1; q < m; q++) {
+                lo = rr[q] < lo ? rr[q] : lo;
+                hi = rr[q] > hi ? rr[q] : hi;
+            }
+            noise = noise_premature_weak(t, DETECT_THRESHOLD, pos - last, h, beat_level, rr_mean,
+                                         n_rr, lo, hi);
+        }
+        if (noise) {
             npk = DADD(DMUL(DETECT_LEVEL_GAIN, (double)h), DMUL(1.0 - DETECT_LEVEL_GAIN, npk));
             continue;
         }

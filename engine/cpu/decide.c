@@ -1,7 +1,7 @@
 /*
  * decide.c - stage 4 of the R-peak detector: the adaptive decision over the candidates
  * (Pan-Tompkins-style signal and noise levels, threshold, refractory period, T-wave rejection,
- * search-back, level decay), run by blocks and merged at the block boundaries.
+ * weak early candidates in noise, search-back, level decay), run by blocks and merged at the block boundaries.
  *
  * detect.c produces the candidates (stages 1-3) and places the accepted beats (stage 5); the
  * CUDA twin of this file is the block and merge kernels of gpu/cuda_decide.cu, which must make
@@ -103,6 +103,21 @@ static void detector_accept(struct detector *d, const struct cpu_candidate *cand
 static double twave_reference(const struct detector *d)
 {
     return (double)d->last_slope > d->slope_level ? (double)d->last_slope : d->slope_level;
+}
+
+/* noise_core.h's step 3 for candidate c (window factor t), with the range of the last
+ * intervals (the ring's filled part). */
+static bool detector_premature_weak(const struct detector *d, const struct cpu_candidate *c,
+                                    double t)
+{
+    const size_t m = d->n_rr < DETECT_RR_COUNT ? d->n_rr : DETECT_RR_COUNT;
+    double lo = m ? d->rr[0] : 0.0, hi = lo;
+    for (size_t q = 1; q < m; q++) {
+        lo = d->rr[q] < lo ? d->rr[q] : lo;
+        hi = d->rr[q] > hi ? d->rr[q] : hi;
+    }
+    return noise_premature_weak(t, DETECT_THRESHOLD, c->pos - d->last, c->height, d->beat_level,
+                                d->rr_mean, d->n_rr, lo, hi);
 }
 
 static void detector_noise(struct detector *d, const struct cpu_candidate *c)
@@ -215,12 +230,19 @@ void cpu_decide_window(const struct ecg_plan *plan, const struct cpu_candidate *
         if (d.last >= 0 && c->pos - d.last < refractory)
             continue;
         /* the threshold rises where noise fills the floor between beats (noise_core.h) */
-        if (c->height <= noise_threshold(d.spk, d.npk, c->crest, DETECT_THRESHOLD)) {
+        const double t = noise_threshold_factor(c->crest, DETECT_THRESHOLD);
+        if (c->height <= noise_threshold_at(d.spk, d.npk, t)) {
             detector_noise(&d, c);
             continue;
         }
         if (d.last >= 0 && c->pos - d.last < twave &&
             c->slope < DETECT_TWAVE_SLOPE * twave_reference(&d)) {
+            detector_noise(&d, c);
+            continue;
+        }
+        /* ... and there, in a regular rhythm, an early beat must be as strong as the usual one
+         * (noise_core.h, step 3) */
+        if (d.last >= 0 && detector_premature_weak(&d, c, t)) {
             detector_noise(&d, c);
             continue;
         }

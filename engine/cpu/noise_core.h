@@ -37,10 +37,22 @@
  *    least NOISE_CREST_CLEAN, rising linearly to NOISE_THRESHOLD_NOISY at NOISE_CREST_NOISY and
  *    below. Search-back keeps the usual threshold: a beat missed in noise is still found when
  *    the rhythm calls for it.
+ * 3. Weak premature candidates (decide.c; cuda_decide.cu). Where step 2 has raised the threshold
+ *    at least NOISE_PREMATURE_RAISE of the way to NOISE_THRESHOLD_NOISY (a crest factor of 3.5 or
+ *    less: noise in the floor) and the rhythm is regular (the last NOISE_REGULAR_COUNT or more RR
+ *    intervals, up to DETECT_RR_COUNT, span at most NOISE_REGULAR_RANGE of their mean), a
+ *    candidate that comes before NOISE_PREMATURE_RR of the mean interval must also reach
+ *    NOISE_PREMATURE_HEIGHT of the beats' usual height (the running mean of the heights of the
+ *    beats found above the threshold); otherwise it counts as noise. A sinus beat does not come
+ *    early in a regular rhythm; an ectopic one that does is rarely weaker than the usual beat in
+ *    the QRS band, whereas noise that clears the raised threshold usually is. An irregular
+ *    rhythm (atrial fibrillation, multiform or bigeminal ectopy: intervals that alternate short
+ *    and long) keeps the rule out of the way: its early, weaker beats are real.
  *
- * Why it should hold beyond the records it was measured on: both steps ask physical questions
- * (where is the noise's energy; how full is the floor between beats), not what a noise record
- * looks like, and neither costs a clean ECG its beats. The narrower band was kept only after
+ * Why it should hold beyond the records it was measured on: the steps ask physical questions
+ * (where is the noise's energy; how full is the floor between beats; whether a regular rhythm
+ * calls for a beat this early), not what a noise record looks like, and none costs a clean ECG
+ * its beats (step 3 keeps every beat of the 22 clean records, both leads and one). The narrower band was kept only after
  * it gained on noise that no constant was chosen on (`ecgd eval --noise-offset`: the noise the
  * standard test leaves out, and other starting points). docs/ACCURACY.md has the measurements.
  */
@@ -70,6 +82,11 @@
 #define NOISE_CREST_CLEAN 4.0     /* envelope crest factor at or above: the usual threshold */
 #define NOISE_CREST_NOISY 2.5     /* at or below: the raised one */
 #define NOISE_THRESHOLD_NOISY 0.5 /* threshold fraction of SPK - NPK where the crest is low */
+#define NOISE_PREMATURE_RAISE (1.0 / 3.0) /* step 3: where step 2's raise has gone this far ... */
+#define NOISE_PREMATURE_RR 0.65   /* ... earlier than this share of the mean RR ... */
+#define NOISE_PREMATURE_HEIGHT 0.8 /* ... and under this share of the usual height: noise */
+#define NOISE_REGULAR_RANGE 0.5   /* a regular rhythm: its intervals' range within this share ... */
+#define NOISE_REGULAR_COUNT 4     /* ... of their mean, over at least this many intervals */
 
 #if defined(__CUDA_ARCH__)
 #define NOISE_DSQRT(a) __dsqrt_rn(a)
@@ -263,6 +280,22 @@ FUSE_FN double noise_threshold_at(double spk, double npk, double t)
 FUSE_FN double noise_threshold(double spk, double npk, float crest, double base)
 {
     return noise_threshold_at(spk, npk, noise_threshold_factor(crest, base));
+}
+
+/* Step 3: whether a candidate that cleared the threshold is noise all the same: its window's
+ * threshold factor t (noise_threshold_factor) raised NOISE_PREMATURE_RAISE of the way from base
+ * (DETECT_THRESHOLD) to NOISE_THRESHOLD_NOISY, gap samples after the last beat,
+ * height against the beats' usual height beat_level, in a rhythm of n_rr intervals so far whose
+ * last ones (up to DETECT_RR_COUNT) have mean rr_mean and lie within [rr_lo, rr_hi]. */
+FUSE_FN bool noise_premature_weak(double t, double base, int64_t gap, float height,
+                                  double beat_level, double rr_mean, size_t n_rr, double rr_lo,
+                                  double rr_hi)
+{
+    return t > FUSE_DADD(base, FUSE_DMUL(NOISE_THRESHOLD_NOISY - base, NOISE_PREMATURE_RAISE)) &&
+           (double)gap < FUSE_DMUL(NOISE_PREMATURE_RR, rr_mean) &&
+           (double)height < FUSE_DMUL(NOISE_PREMATURE_HEIGHT, beat_level) &&
+           n_rr >= NOISE_REGULAR_COUNT &&
+           FUSE_DSUB(rr_hi, rr_lo) <= FUSE_DMUL(NOISE_REGULAR_RANGE, rr_mean);
 }
 
 #endif /* ECG_NOISE_CORE_H */
