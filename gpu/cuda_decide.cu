@@ -122,6 +122,7 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
     size_t scanned = k_lo, best = SIZE_MAX;
     float best_h = 0.0f;
     double sb_limit = DMUL(DETECT_SEARCHBACK_RR, rr_mean); /* search back past this gap */
+    double sb_clean = DMUL(DETECT_SEARCHBACK_RR_CLEAN, rr_mean); /* ... or this, if clean */
     double slope_level = 0.0, beat_level = 0.0; /* the beats' usual slope and height */
     int64_t last_decay = origin; /* when SPK was last halved (or the last beat) */
     size_t first_mark = SIZE_MAX, last_mark = SIZE_MAX;
@@ -189,6 +190,7 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
                                    : __ddiv_rn(rr_sum, (double)acc_m);                     \
         }                                                                                  \
         sb_limit = DMUL(DETECT_SEARCHBACK_RR, rr_mean);                                    \
+        sb_clean = DMUL(DETECT_SEARCHBACK_RR_CLEAN, rr_mean);                              \
         last = acc_pos;                                                                    \
         last_decay = acc_pos;                                                              \
         last_slope = src.sl(acc_k);                                                        \
@@ -205,8 +207,11 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
         const bool end = k == n_cand || pos_k >= horizon;
         const int64_t pos = end ? horizon : pos_k;
         /* search back (from the origin until the first beat), possibly for several missed
-         * beats in a row */
-        while ((double)(pos - (last >= 0 ? last : origin)) > sb_limit) {
+         * beats in a row; sooner where candidate k's window is clean (decide.c's
+         * searchback_due: its crest read only when the gap lies between the two limits) */
+        while ((double)(pos - (last >= 0 ? last : origin)) > sb_limit ||
+               (!end && (double)(pos - (last >= 0 ? last : origin)) > sb_clean &&
+                __ldg(&a.crest[(size_t)pos / a.crest_win]) >= DETECT_CLEAN_CREST)) {
             const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
             const double floor_height = DMUL(DETECT_SEARCHBACK_TH, threshold);
             if (scanned < after_last) {
@@ -257,13 +262,16 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
             /* ... and there, in a regular rhythm, an early beat must be as strong as the usual
              * one (noise_core.h, step 3; decide.c's detector_premature_weak) */
             static_assert(DETECT_RR_COUNT == 8, "the RR ring is r0 .. r7");
-            const double rr[DETECT_RR_COUNT] = {r0, r1, r2, r3, r4, r5, r6, r7};
-            const size_t m = n_rr < DETECT_RR_COUNT ? n_rr : DETECT_RR_COUNT;
-            double lo = m ? rr[0] : 0.0, hi = lo;
-            for (size_t q = 1; q < m; q++) {
-                lo = rr[q] < lo ? rr[q] : lo;
-                hi = rr[q] > hi ? rr[q] : hi;
-            }
+            /* the range of the newest min(n_rr, 8) intervals, in registers */
+            double lo = n_rr ? r0 : 0.0, hi = lo;
+#define RR_SPAN(r, i)                                                                      \
+    if (n_rr > (i)) {                                                                      \
+        lo = (r) < lo ? (r) : lo;                                                          \
+        hi = (r) > hi ? (r) : hi;                                                          \
+    }
+            RR_SPAN(r1, 1) RR_SPAN(r2, 2) RR_SPAN(r3, 3) RR_SPAN(r4, 4) RR_SPAN(r5, 5)
+            RR_SPAN(r6, 6) RR_SPAN(r7, 7)
+#undef RR_SPAN
             noise = noise_premature_weak(t, DETECT_THRESHOLD, pos - last, h, beat_level, rr_mean,
                                          n_rr, lo, hi);
         }

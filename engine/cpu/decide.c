@@ -1,7 +1,7 @@
 /*
  * decide.c - stage 4 of the R-peak detector: the adaptive decision over the candidates
  * (Pan-Tompkins-style signal and noise levels, threshold, refractory period, T-wave rejection,
- * weak early candidates in noise, search-back, level decay), run by blocks and merged at the block boundaries.
+ * weak early candidates in noise, search-back (sooner in clean windows), level decay), run by blocks and merged at the block boundaries.
  *
  * detect.c produces the candidates (stages 1-3) and places the accepted beats (stage 5); the
  * CUDA twin of this file is the block and merge kernels of gpu/cuda_decide.cu, which must make
@@ -95,6 +95,15 @@ static void detector_accept(struct detector *d, const struct cpu_candidate *cand
     d->after_last = k + 1;
     d->best = SIZE_MAX;
     d->scanned = k + 1;
+}
+
+/* Whether a gap of this many samples since the last beat (or the origin) calls for
+ * search-back: past DETECT_SEARCHBACK_RR mean intervals, or DETECT_SEARCHBACK_RR_CLEAN where
+ * the candidate that ends it lies in a clean window. */
+static bool searchback_due(const struct detector *d, int64_t gap, bool clean)
+{
+    return (double)gap > DETECT_SEARCHBACK_RR * d->rr_mean ||
+           (clean && (double)gap > DETECT_SEARCHBACK_RR_CLEAN * d->rr_mean);
 }
 
 /* The slope a candidate close behind the last beat must approach to be a beat rather than its
@@ -193,9 +202,11 @@ void cpu_decide_window(const struct ecg_plan *plan, const struct cpu_candidate *
         const bool end = k == n_cand || cand[k].pos >= w->horizon;
         const int64_t now = end ? w->horizon : cand[k].pos;
         /* Search back (from the origin until the first beat), possibly for several missed
-         * beats in a row. */
-        while ((double)(now - (d.last >= 0 ? d.last : w->origin)) >
-               DETECT_SEARCHBACK_RR * d.rr_mean) {
+         * beats in a row; sooner where the next candidate's window is clean (crest factor at
+         * least DETECT_CLEAN_CREST): there a candidate under the threshold is a small beat
+         * (an aberrated premature one before its pause) more often than noise. */
+        while (searchback_due(&d, now - (d.last >= 0 ? d.last : w->origin),
+                              !end && cand[k].crest >= DETECT_CLEAN_CREST)) {
             for (; d.scanned < k; d.scanned++) {
                 const size_t j = d.scanned;
                 if (d.last >= 0 && cand[j].pos - d.last < refractory)

@@ -19,6 +19,8 @@
 #define DETECT_SEARCHBACK_GAIN 0.25  /* weight of a beat found by search-back in SPK */
 #define DETECT_THRESHOLD 0.25        /* threshold = NPK + 0.25 (SPK - NPK) */
 #define DETECT_SEARCHBACK_RR 1.66    /* search back after 1.66 mean RR without a beat */
+#define DETECT_SEARCHBACK_RR_CLEAN 1.5 /* ... after 1.5 where the envelope's crest factor ... */
+#define DETECT_CLEAN_CREST 6.0f      /* ... is at least this (a clean QRS train) */
 #define DETECT_SEARCHBACK_TH 0.5     /* search-back threshold, fraction of the threshold */
 #ifndef DETECT_SEARCHBACK_MIN
 #define DETECT_SEARCHBACK_MIN 0.2    /* ... and above this fraction of the beats' usual height */
