@@ -51,7 +51,8 @@
 
 /* ---------------------------------------------------------------- 1-2: envelope and NMS */
 
-/* |f[i]|, or |response to y extended by its end values| near either end. */
+/* |f[i]|, or |response to y extended by its end values| near either end (less the first
+ * sample's level, as the filter takes it off: detect.c's edge_response). */
 static __device__ float abs_value(const struct detect_args *a, size_t i)
 {
     const size_t half = a->ricker_len / 2;
@@ -66,7 +67,7 @@ static __device__ float abs_value(const struct detect_args *a, size_t i)
                 j = 0;
             if (j > (int64_t)a->n_a - 1)
                 j = (int64_t)a->n_a - 1;
-            acc = DADD(acc, DMUL((double)a->ricker[k], (double)a->y[j]));
+            acc = DADD(acc, DMUL((double)a->ricker[k], (double)__fsub_rn(a->y[j], a->y[0])));
         }
         v = (float)acc;
     }
@@ -94,7 +95,9 @@ static __device__ struct envelope_scale envelope_scale_of(const struct detect_ar
 {
     struct envelope_scale e;
     int exponent = 0;
-    e.flat = !(peak > 0.0f) || !isfinite(peak);
+    /* no response, or only the rounding of a constant level: detect.c's envelope() */
+    e.flat = !(peak > 0.0f) || !isfinite(peak) ||
+             peak <= ldexpf(fabsf(a->y[0]), DETECT_FLAT_EXP);
     e.scale = 1.0f;
     e.unit = 0.0;
     if (!e.flat) {

@@ -1,6 +1,7 @@
 /*
  * cuda_filter.cu - the Ricker band-pass on the device (twin of engine/cpu/filter.c):
- *     f[i] = sum_{k<K} ricker[k] * y[i + half - k],   y = 0 outside [0, n)   (linear, 'same')
+ *     f[i] = sum_{k<K} ricker[k] * (y[i + half - k] - y[0]),   0 outside [0, n)   (linear,
+ *     'same'; the first sample's level taken off, as filter.c does)
  *
  * Then, on every lead, the detector's noise-aware band (twin of engine/cpu/band.c;
  * engine/cpu/noise_core.h has the method and the arithmetic): the two higher bands' and the
@@ -14,7 +15,7 @@
  *   the tiles' vector part, separate multiply and add in the scalar tail of the last tile, as
  *   filter.c's AVX2 path; multiply and add everywhere on a host without AVX2/FMA). Bit-identical
  *   to the CPU's direct path and, for 31 taps, memory-bound: about n * 8 bytes moved.
- * - FFT: one in-place cuFFT R2C of the whole signal zero-padded to a 2^a 3^b 5^c 7^d length
+ * - FFT: one in-place cuFFT R2C of the whole signal (less its first sample's level) zero-padded to a 2^a 3^b 5^c 7^d length
  *   N >= n + K - 1 (so the circular convolution equals the linear one: no wrap-around), a
  *   pointwise product with the Ricker spectrum (cached per N, scaled by 1/N), one C2R, and the
  *   'same' part copied out. Plans are cached per ctx by N (CUDA_FFT_CACHE of them, least
@@ -45,7 +46,7 @@ struct direct_taps {
 /* ---------------------------------------------------------------- direct path */
 
 /* f[i] from the reversed kernel g (taps of them), as filter.c's tile code would: the taps in
- * its order with its rounding; in[k] = y[i - half + k], 0 outside [0, n). */
+ * its order with its rounding; in[k] = y[i - half + k] - y[0], 0 outside [0, n). */
 template <typename Input>
 static __device__ float direct_value(Input in, size_t n, size_t taps, size_t i, bool fma_path,
                                      const struct direct_taps *g)
@@ -61,13 +62,20 @@ static __device__ float direct_value(Input in, size_t n, size_t taps, size_t i, 
     return acc;
 }
 
+/* y[t - half] less the first sample's level (filter.c's input), 0 outside [0, n). */
+static __device__ __forceinline__ float level_sample(const float *y, size_t n, size_t t,
+                                                    size_t half)
+{
+    return t >= half && t - half < n ? __fsub_rn(y[t - half], y[0]) : 0.0f;
+}
+
 /* The inputs of a block's outputs [base, base + blockDim.x) for taps reaching half before a
- * sample: stage[t] = y[base + t - half] for t < width, zero outside [0, n). */
+ * sample: stage[t] = y[base + t - half] - y[0] for t < width, zero outside [0, n). */
 static __device__ __forceinline__ void stage_inputs(float *stage, const float *y, size_t n,
                                                     size_t base, size_t half, size_t width)
 {
     for (size_t t = threadIdx.x; t < width; t += blockDim.x)
-        stage[t] = base + t >= half && base + t - half < n ? y[base + t - half] : 0.0f;
+        stage[t] = level_sample(y, n, base + t, half);
 }
 
 /* Thread i computes f[i] from the reversed kernel, as filter.c's tile code would. The block's
@@ -121,6 +129,15 @@ static __global__ void pad_kernel(const float *src, size_t n, float *buf, size_t
     for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total;
          t += (size_t)gridDim.x * blockDim.x)
         buf[t] = t < n ? src[t] : 0.0f;
+}
+
+/* buf[t] = src[t] - src[0] for t < n, 0 for n <= t < total: the filter's input (the first
+ * sample's level taken off) padded for an R2C. */
+static __global__ void pad_input_kernel(const float *src, size_t n, float *buf, size_t total)
+{
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total;
+         t += (size_t)gridDim.x * blockDim.x)
+        buf[t] = t < n ? __fsub_rn(src[t], src[0]) : 0.0f;
 }
 
 /* Thread b: spec[b] *= kernel[b] (complex). */
@@ -252,7 +269,7 @@ static enum ecg_status filter_fft(struct cuda_ctx *ctx, const struct ecg_plan *p
     ECG_TRY(fft_entry_get(ctx, plan, n_pad, &e, err));
     ECG_TRY(dbuf_reserve(ctx, &ctx->fft_buf, bins * sizeof(float2), err));
     ECG_TRY(dbuf_reserve(ctx, &ctx->fft_work, e->work_bytes ? e->work_bytes : 1, err));
-    pad_kernel<<<grid_for(2 * bins), CUDA_THREADS, 0, ctx->stream>>>(
+    pad_input_kernel<<<grid_for(2 * bins), CUDA_THREADS, 0, ctx->stream>>>(
         d_in, n, (float *)ctx->fft_buf.ptr, 2 * bins);
     CUDA_LAUNCH_CHECK();
     CUFFT_TRY(cufftSetWorkArea(e->r2c, ctx->fft_work.ptr));
@@ -491,12 +508,8 @@ static __device__ float direct_at(const float *y, size_t n, size_t taps, size_t 
                                   bool fma_path, const struct direct_taps *g)
 {
     const size_t half = (taps - 1) / 2;
-    return direct_value(
-        [y, n, half, i](size_t k) {
-            const size_t t = i + k; /* y[t - half], 0 outside [0, n) */
-            return t >= half && t - half < n ? y[t - half] : 0.0f;
-        },
-        n, taps, i, fma_path, g);
+    return direct_value([y, n, half, i](size_t k) { return level_sample(y, n, i + k, half); },
+                        n, taps, i, fma_path, g);
 }
 
 /* The filter's four kernels, reversed (reverse_taps), and their lengths. */

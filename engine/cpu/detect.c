@@ -88,7 +88,8 @@
 
 /* ------------------------------------------------------------------ 1. envelope */
 
-/* f[i], or, within half a kernel of either end, the response to y extended by its end values. */
+/* f[i], or, within half a kernel of either end, the response to y extended by its end values
+ * (less the first sample's level, as filter.c takes it off). */
 static inline float edge_response(const struct ecg_plan *plan, const float *y, const float *f,
                                   size_t n, size_t i)
 {
@@ -102,7 +103,7 @@ static inline float edge_response(const struct ecg_plan *plan, const float *y, c
             j = 0;
         if (j > (int64_t)n - 1)
             j = (int64_t)n - 1;
-        acc += (double)plan->ricker[k] * (double)y[j];
+        acc += (double)plan->ricker[k] * (double)(y[j] - y[0]);
     }
     return (float)acc;
 }
@@ -177,7 +178,10 @@ static enum ecg_status envelope(const struct ecg_plan *plan, const float *y, con
     float peak = 0.0f;
     for (size_t l = 0; l < 8; l++)
         peak = lanes[l] > peak ? lanes[l] : peak;
-    if (!(peak > 0.0f) || !isfinite(peak)) {
+    /* No response, or only the float rounding of a constant level (the filter takes y[0]'s
+     * level off, so a constant signal leaves ulps, which the scale below would magnify into a
+     * rhythm): a flat envelope, as for a zero signal. */
+    if (!(peak > 0.0f) || !isfinite(peak) || peak <= ldexpf(fabsf(y[0]), DETECT_FLAT_EXP)) {
         memset(env, 0, n * sizeof *env);
         free(head);
         return ECG_OK;

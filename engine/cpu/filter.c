@@ -2,9 +2,14 @@
  * filter.c - the Ricker band-pass on the CPU: f = y (*) ricker, linear convolution, 'same' part.
  *
  * Definition, with K = ricker_len (odd) and half = (K - 1) / 2:
- *     f[i] = sum_{k=0}^{K-1} ricker[k] * y[i + half - k],   y[t] = 0 outside [0, n)
- * which is numpy.convolve(y, ricker, mode="same"). No wrap-around: the end of the recording never
- * leaks into its start.
+ *     f[i] = sum_{k=0}^{K-1} ricker[k] * (y[i + half - k] - y[0]),   0 outside [0, n)
+ * which is numpy.convolve(y - y[0], ricker, mode="same"). No wrap-around: the end of the
+ * recording never leaks into its start. The first sample's level is taken off every sample (a
+ * float subtraction, exact on both backends) so that a recording's constant level reaches the
+ * filter as nothing: the sampled, truncated Ricker taps do not sum to zero (1.7 % of their peak
+ * for the detector's), and a raw amplifier's offset of tens or hundreds of QRS heights otherwise
+ * leaked into the QRS band and moved the detection (docs/ACCURACY.md). A constant signal
+ * filters to exactly zero, as a zero one does.
  *
  * Two paths with the same result (within float rounding):
  * - direct: tiles of FILTER_TILE outputs; each tile's input (with its zero padding at the
@@ -224,15 +229,17 @@ static void filter_tile(const float *g, size_t taps, const float *y, size_t n, s
     const size_t half = (taps - 1) / 2;
     const size_t i0 = tile * FILTER_TILE;
     const size_t count = n - i0 < FILTER_TILE ? n - i0 : FILTER_TILE;
-    /* buf[t] = y[i0 - half + t] for t < count + taps - 1, zero outside [0, n) */
+    /* buf[t] = y[i0 - half + t] - y[0] for t < count + taps - 1, zero outside [0, n) */
     const size_t len = count + taps - 1;
+    const float level = y[0];
     size_t t = 0;
     for (; t < len && i0 + t < half; t++)
         buf[t] = 0.0f;
     size_t src = i0 + t - half;
     size_t avail = src < n ? n - src : 0;
     size_t copy = len - t < avail ? len - t : avail;
-    memcpy(buf + t, y + src, copy * sizeof *buf);
+    for (size_t q = 0; q < copy; q++)
+        buf[t + q] = y[src + q] - level;
     t += copy;
     for (; t < len; t++)
         buf[t] = 0.0f;
@@ -348,8 +355,9 @@ static enum ecg_status filter_fft(const float *kernel, size_t taps, const float 
         for (size_t t = 0; t < len; t++) {
             /* y index m0 - taps + 1 + t, computed without going negative */
             size_t shifted = m0 + t; /* = y index + taps - 1 */
-            in[t] = (shifted >= taps - 1 && shifted - (taps - 1) < n) ? y[shifted - (taps - 1)]
-                                                                      : 0.0f;
+            in[t] = (shifted >= taps - 1 && shifted - (taps - 1) < n)
+                        ? y[shifted - (taps - 1)] - y[0]
+                        : 0.0f;
         }
         fftwf_execute_dft_r2c(r2c, in, spec);
         for (size_t b = 0; b < bins; b++) {

@@ -51,7 +51,8 @@ static void plan_with_kernel(struct ecg_plan *plan, size_t taps, double sigma_sa
     assert_int_equal(plan->ricker_len, taps);
 }
 
-/* numpy.convolve(y, ricker, "same") in float64. */
+/* numpy.convolve(y - y[0], ricker, "same") in float64 (the level taken off in float, as the
+ * filter takes it). */
 static void reference_filter(const struct ecg_plan *plan, const float *y, size_t n, double *f)
 {
     const size_t taps = plan->ricker_len, half = (taps - 1) / 2;
@@ -60,7 +61,7 @@ static void reference_filter(const struct ecg_plan *plan, const float *y, size_t
         for (size_t k = 0; k < taps; k++) {
             int64_t idx = (int64_t)i + (int64_t)half - (int64_t)k;
             if (idx >= 0 && idx < (int64_t)n)
-                acc += (double)plan->ricker[k] * (double)y[idx];
+                acc += (double)plan->ricker[k] * (double)(y[idx] - y[0]);
         }
         f[i] = acc;
     }
@@ -229,6 +230,49 @@ static void test_centring_and_sign(void **state)
 }
 
 /* Energy at one end of the signal must not appear at the other (no circular wrap-around). */
+/* A constant level reaches the filter as nothing (the first sample's level is taken off):
+ * a constant signal filters to exactly zero by every method, and a signal with a level 500
+ * times its waves filters as the signal without it, to float rounding of that level. */
+static void test_level(void **state)
+{
+    (void)state;
+    const enum cpu_filter_method methods[] = {CPU_FILTER_DIRECT, CPU_FILTER_FFT};
+    const size_t n = 5000;
+    float *y = malloc(n * sizeof *y), *f = malloc(n * sizeof *f), *g = malloc(n * sizeof *g);
+    assert_non_null(y);
+    assert_non_null(f);
+    assert_non_null(g);
+    struct ecg_plan plan;
+    plan_with_kernel(&plan, 31, 4.0);
+    for (size_t m = 0; m < 2; m++) {
+        struct ecg_error err = {0};
+        for (size_t i = 0; i < n; i++)
+            y[i] = -1.25f;
+        assert_int_equal(cpu_filter_with(&plan, y, n, f, methods[m], &err), ECG_OK);
+        for (size_t i = 0; i < n; i++)
+            if (f[i] != 0.0f)
+                fail_msg("method %zu: a constant filters to %.3g at %zu", m, f[i], i);
+        for (size_t i = 0; i < n; i++)
+            y[i] = (float)sin(0.05 * (double)i) * (i % 200 < 10 ? 1.0f : 0.1f);
+        assert_int_equal(cpu_filter_with(&plan, y, n, f, methods[m], &err), ECG_OK);
+        for (size_t i = 0; i < n; i++)
+            y[i] += 500.0f;
+        assert_int_equal(cpu_filter_with(&plan, y, n, g, methods[m], &err), ECG_OK);
+        double worst = 0.0, top = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            worst = fmax(worst, fabs((double)g[i] - (double)f[i]));
+            top = fmax(top, fabs((double)f[i]));
+        }
+        if (!(worst < 1e-3 * top))
+            fail_msg("method %zu: an offset of 500 moved the response by %.3g (peak %.3g)", m,
+                     worst, top);
+    }
+    ecg_plan_fini(&plan);
+    free(y);
+    free(f);
+    free(g);
+}
+
 static void test_no_wrap(void **state)
 {
     (void)state;
@@ -247,16 +291,17 @@ static void test_no_wrap(void **state)
             assert_non_null(f);
             for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
                 for (int side = 0; side < 2; side++) {
-                    /* 20 large samples at one end; the other end must stay silent */
+                    /* 20 large samples at one end (after the first sample, whose level the
+                     * filter takes off); the other end must stay silent */
                     memset(y, 0, n * sizeof *y);
                     for (size_t i = 0; i < 20; i++)
-                        y[side ? i : n - 1 - i] = 1000.0f;
+                        y[side ? 1 + i : n - 1 - i] = 1000.0f;
                     struct ecg_error err = {0};
                     assert_int_equal(cpu_filter_with(&plan, y, n, f, methods[m], &err), ECG_OK);
                     double loud = 0.0, quiet = 0.0;
                     for (size_t i = 0; i < n; i++) {
                         size_t from_end = side ? i : n - 1 - i; /* distance from the loud end */
-                        if (from_end < 20 + half)
+                        if (from_end < 21 + half)
                             loud += (double)f[i] * f[i];
                         else
                             quiet += (double)f[i] * f[i];
@@ -420,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_real_ecg),
         cmocka_unit_test(test_centring_and_sign),
         cmocka_unit_test(test_no_wrap),
+        cmocka_unit_test(test_level),
         cmocka_unit_test(test_concurrent),
         cmocka_unit_test(test_isa_builds),
         cmocka_unit_test(test_bad_arguments),

@@ -354,6 +354,55 @@ static void test_em_early_beats(void **state)
 }
 
 /*
+ * A DC offset changes nothing (filter.c takes the first sample's level off): record 119's first
+ * lead with 500 mV added (raw amplifier output keeps an electrode's offset potential; here 500
+ * times this record's QRS) gives exactly the beats of the record as it is, and so do 20 10-s
+ * strips of it with 50 mV. Before the level was taken off: 5 more false beats on the record,
+ * and 2 of the strips changed.
+ */
+static void test_dc_offset(void **state)
+{
+    (void)state;
+    struct ecg_engine *engine = cpu_engine();
+    struct ecg_signal sig = {0};
+    read_record("119", "0", &sig, NULL);
+    struct ecg_result *plain = analyze(engine, &sig);
+    for (size_t i = 0; i < sig.n; i++)
+        sig.samples[i] += 500.0f;
+    struct ecg_result *moved = analyze(engine, &sig);
+    for (size_t i = 0; i < sig.n; i++)
+        sig.samples[i] -= 500.0f;
+    assert_int_equal(moved->n_beats, plain->n_beats);
+    assert_memory_equal(moved->r_peak, plain->r_peak, plain->n_beats * sizeof *plain->r_peak);
+    size_t changed = 0, strips = 0;
+    const size_t strip = (size_t)(10.0 * sig.fs_hz);
+    for (size_t at = 0; at + strip <= sig.n && strips < 20; at += 9 * strip, strips++) {
+        struct ecg_signal part = sig;
+        part.samples = sig.samples + at;
+        part.n = strip;
+        part.n_extra = 0;
+        struct ecg_result *a = analyze(engine, &part);
+        for (size_t i = 0; i < strip; i++)
+            part.samples[i] += 50.0f;
+        struct ecg_result *b = analyze(engine, &part);
+        for (size_t i = 0; i < strip; i++)
+            part.samples[i] -= 50.0f;
+        changed += a->n_beats != b->n_beats ||
+                   memcmp(a->r_peak, b->r_peak, a->n_beats * sizeof *a->r_peak) != 0;
+        ecg_result_free(a);
+        ecg_result_free(b);
+    }
+    print_message("dc offset: %zu beats either way; %zu of %zu 10-s strips changed by 50 mV\n",
+                  plain->n_beats, changed, strips);
+    assert_true(strips == 20);
+    assert_true(changed == 0);
+    ecg_result_free(plain);
+    ecg_result_free(moved);
+    ecg_signal_free(&sig);
+    ecg_engine_destroy(engine);
+}
+
+/*
  * Search-back sooner in clean windows (decide.c, searchback_due): record 201's aberrated atrial
  * premature beats, each a little under the threshold and followed by a pause just short of
  * 1.66 mean intervals. Both leads: 7 missed, no false beat (18 missed before, the bound sits
@@ -704,7 +753,7 @@ int main(void)
         cmocka_unit_test(test_ucr_tall_t_waves),  cmocka_unit_test(test_long_pauses),
         cmocka_unit_test(test_two_leads_beat_one), cmocka_unit_test(test_em_zero_db),
         cmocka_unit_test(test_em_early_beats),     cmocka_unit_test(test_noise_premature_weak),
-        cmocka_unit_test(test_clean_searchback),
+        cmocka_unit_test(test_clean_searchback),    cmocka_unit_test(test_dc_offset),
         cmocka_unit_test(test_noise_band),         cmocka_unit_test(test_noise_threshold),
         cmocka_unit_test(test_noise_mixer),
         cmocka_unit_test(test_lead_selections),
