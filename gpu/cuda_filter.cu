@@ -15,13 +15,13 @@
  *   the tiles' vector part, separate multiply and add in the scalar tail of the last tile, as
  *   filter.c's AVX2 path; multiply and add everywhere on a host without AVX2/FMA). Bit-identical
  *   to the CPU's direct path and, for 31 taps, memory-bound: about n * 8 bytes moved.
- * - FFT: one in-place cuFFT R2C of the whole signal (less its first sample's level) zero-padded to a 2^a 3^b 5^c 7^d length
- *   N >= n + K - 1 (so the circular convolution equals the linear one: no wrap-around), a
- *   pointwise product with the Ricker spectrum (cached per N, scaled by 1/N), one C2R, and the
- *   'same' part copied out. Plans are cached per ctx by N (CUDA_FFT_CACHE of them, least
- *   recently used evicted); their work areas come from the ctx's pool buffer, so a failure to
- *   get memory is ECG_ERR_DEVICE_OOM for this request. Agrees with the CPU within float FFT
- *   rounding (tests: relative to max |f|).
+ * - FFT: one in-place cuFFT R2C of the whole signal (less its first sample's level)
+ *   zero-padded to a 2^a 3^b 5^c 7^d length N >= n + K - 1 (so the circular convolution
+ *   equals the linear one: no wrap-around), a pointwise product with the Ricker spectrum
+ *   (cached per N, scaled by 1/N), one C2R, and the 'same' part copied out. Plans are cached
+ *   per ctx by N (CUDA_FFT_CACHE of them, least recently used evicted); their work areas come
+ *   from the ctx's pool buffer, so a failure to get memory is ECG_ERR_DEVICE_OOM for this
+ *   request. Agrees with the CPU within float FFT rounding (tests: relative to max |f|).
  * A short lead on the direct path (at most FILTER_SMALL_MAX samples) takes the filter and the
  * band step in one block (filter_small_kernel): the same values, one launch instead of eight.
  */

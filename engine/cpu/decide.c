@@ -1,7 +1,8 @@
 /*
  * decide.c - stage 4 of the R-peak detector: the adaptive decision over the candidates
  * (Pan-Tompkins-style signal and noise levels, threshold, refractory period, T-wave rejection,
- * weak early candidates in noise, search-back (sooner in clean windows), level decay), run by blocks and merged at the block boundaries.
+ * weak early candidates in noise, search-back (sooner in clean windows), level decay), run by
+ * blocks and merged at the block boundaries.
  *
  * detect.c produces the candidates (stages 1-3) and places the accepted beats (stage 5); the
  * CUDA twin of this file is the block and merge kernels of gpu/cuda_decide.cu, which must make

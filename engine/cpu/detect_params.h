@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 #define DETECT_ENVELOPE_S 0.10       /* envelope window */
-#define DETECT_FLAT_EXP (-16)        /* responses at most 2^-16 of |y[0]|: rounding, a flat envelope */
+#define DETECT_FLAT_EXP (-16)        /* responses <= 2^-16 of |y[0]|: rounding, a flat envelope */
 #define DETECT_MIN_PROMINENCE 0.05   /* a peak rises at least 5 % above its valleys */
 #define DETECT_LEARN_S 4.0           /* initial SPK/NPK from this much signal */
 #define DETECT_LEARN_TOP 3           /* SPK from the median of the largest 3 candidates */

@@ -52,9 +52,10 @@
  * Why it should hold beyond the records it was measured on: the steps ask physical questions
  * (where is the noise's energy; how full is the floor between beats; whether a regular rhythm
  * calls for a beat this early), not what a noise record looks like, and none costs a clean ECG
- * its beats (step 3 keeps every beat of the 22 clean records, both leads and one). The narrower band was kept only after
- * it gained on noise that no constant was chosen on (`ecgd eval --noise-offset`: the noise the
- * standard test leaves out, and other starting points). docs/ACCURACY.md has the measurements.
+ * its beats (step 3 keeps every beat of the 22 clean records, both leads and one). The narrower
+ * band and step 3 were kept only after they gained on noise that no constant was chosen on
+ * (`ecgd eval --noise-offset`: the noise the standard test leaves out, and other starting
+ * points). docs/ACCURACY.md has the measurements.
  */
 #ifndef ECG_NOISE_CORE_H
 #define ECG_NOISE_CORE_H
