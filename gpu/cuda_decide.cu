@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "cpu/detect_params.h" /* the detector's constants, shared with decide.c */
-#include "cpu/noise_core.h"    /* noise_threshold_at, noise_premature_weak */
+#include "cpu/noise_core.h"    /* noise_threshold_at, step 3's two tests */
 #include "cuda_detect_common.cuh"
 #include "cuda_small.cuh"
 
@@ -258,7 +258,8 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
         bool noise = (double)h <= noise_threshold_at(spk, npk, t) ||
                      (last >= 0 && pos - last < a.twave &&
                       (double)src.sl(k) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE));
-        if (!noise && last >= 0 && t > DETECT_THRESHOLD) {
+        if (!noise && last >= 0 &&
+            noise_premature_weak(t, DETECT_THRESHOLD, pos - last, h, beat_level, rr_mean)) {
             /* ... and there, in a regular rhythm, an early beat must be as strong as the usual
              * one (noise_core.h, step 3; decide.c's detector_premature_weak) */
             static_assert(DETECT_RR_COUNT == 8, "the RR ring is r0 .. r7");
@@ -272,8 +273,7 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
             RR_SPAN(r1, 1) RR_SPAN(r2, 2) RR_SPAN(r3, 3) RR_SPAN(r4, 4) RR_SPAN(r5, 5)
             RR_SPAN(r6, 6) RR_SPAN(r7, 7)
 #undef RR_SPAN
-            noise = noise_premature_weak(t, DETECT_THRESHOLD, pos - last, h, beat_level, rr_mean,
-                                         n_rr, lo, hi);
+            noise = noise_regular_rhythm(n_rr, rr_mean, lo, hi);
         }
         if (noise) {
             npk = DADD(DMUL(DETECT_LEVEL_GAIN, (double)h), DMUL(1.0 - DETECT_LEVEL_GAIN, npk));

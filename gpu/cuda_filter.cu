@@ -62,11 +62,12 @@ static __device__ float direct_value(Input in, size_t n, size_t taps, size_t i, 
     return acc;
 }
 
-/* y[t - half] less the first sample's level (filter.c's input), 0 outside [0, n). */
+/* y[t - half] less the first sample's level (filter.c's input: level = y[0]), 0 outside
+ * [0, n). */
 static __device__ __forceinline__ float level_sample(const float *y, size_t n, size_t t,
-                                                    size_t half)
+                                                    size_t half, float level)
 {
-    return t >= half && t - half < n ? __fsub_rn(y[t - half], y[0]) : 0.0f;
+    return t >= half && t - half < n ? __fsub_rn(y[t - half], level) : 0.0f;
 }
 
 /* The inputs of a block's outputs [base, base + blockDim.x) for taps reaching half before a
@@ -74,8 +75,9 @@ static __device__ __forceinline__ float level_sample(const float *y, size_t n, s
 static __device__ __forceinline__ void stage_inputs(float *stage, const float *y, size_t n,
                                                     size_t base, size_t half, size_t width)
 {
+    const float level = y[0];
     for (size_t t = threadIdx.x; t < width; t += blockDim.x)
-        stage[t] = level_sample(y, n, base + t, half);
+        stage[t] = level_sample(y, n, base + t, half, level);
 }
 
 /* Thread i computes f[i] from the reversed kernel, as filter.c's tile code would. The block's
@@ -508,8 +510,10 @@ static __device__ float direct_at(const float *y, size_t n, size_t taps, size_t 
                                   bool fma_path, const struct direct_taps *g)
 {
     const size_t half = (taps - 1) / 2;
-    return direct_value([y, n, half, i](size_t k) { return level_sample(y, n, i + k, half); },
-                        n, taps, i, fma_path, g);
+    const float level = y[0];
+    return direct_value(
+        [y, n, half, i, level](size_t k) { return level_sample(y, n, i + k, half, level); }, n,
+        taps, i, fma_path, g);
 }
 
 /* The filter's four kernels, reversed (reverse_taps), and their lengths. */

@@ -115,19 +115,21 @@ static double twave_reference(const struct detector *d)
     return (double)d->last_slope > d->slope_level ? (double)d->last_slope : d->slope_level;
 }
 
-/* noise_core.h's step 3 for candidate c (window factor t), with the range of the last
- * intervals (the ring's filled part). */
+/* noise_core.h's step 3 for candidate c (window factor t): an early, weak candidate, then the
+ * range of the last intervals (the ring's filled part) for the rhythm's regularity. */
 static bool detector_premature_weak(const struct detector *d, const struct cpu_candidate *c,
                                     double t)
 {
+    if (!noise_premature_weak(t, DETECT_THRESHOLD, c->pos - d->last, c->height, d->beat_level,
+                              d->rr_mean))
+        return false;
     const size_t m = d->n_rr < DETECT_RR_COUNT ? d->n_rr : DETECT_RR_COUNT;
     double lo = m ? d->rr[0] : 0.0, hi = lo;
     for (size_t q = 1; q < m; q++) {
         lo = d->rr[q] < lo ? d->rr[q] : lo;
         hi = d->rr[q] > hi ? d->rr[q] : hi;
     }
-    return noise_premature_weak(t, DETECT_THRESHOLD, c->pos - d->last, c->height, d->beat_level,
-                                d->rr_mean, d->n_rr, lo, hi);
+    return noise_regular_rhythm(d->n_rr, d->rr_mean, lo, hi);
 }
 
 static void detector_noise(struct detector *d, const struct cpu_candidate *c)

@@ -283,19 +283,25 @@ FUSE_FN double noise_threshold(double spk, double npk, float crest, double base)
     return noise_threshold_at(spk, npk, noise_threshold_factor(crest, base));
 }
 
-/* Step 3: whether a candidate that cleared the threshold is noise all the same: its window's
- * threshold factor t (noise_threshold_factor) raised NOISE_PREMATURE_RAISE of the way from base
- * (DETECT_THRESHOLD) to NOISE_THRESHOLD_NOISY, gap samples after the last beat,
- * height against the beats' usual height beat_level, in a rhythm of n_rr intervals so far whose
- * last ones (up to DETECT_RR_COUNT) have mean rr_mean and lie within [rr_lo, rr_hi]. */
+/* Step 3, its candidate: whether a candidate that cleared the threshold is early and weak in a
+ * noisy window: its window's threshold factor t (noise_threshold_factor) raised
+ * NOISE_PREMATURE_RAISE of the way from base (DETECT_THRESHOLD) to NOISE_THRESHOLD_NOISY, gap
+ * samples after the last beat against the mean interval rr_mean, height against the beats'
+ * usual height beat_level. Cheap: the callers ask noise_regular_rhythm only when it holds. */
 FUSE_FN bool noise_premature_weak(double t, double base, int64_t gap, float height,
-                                  double beat_level, double rr_mean, size_t n_rr, double rr_lo,
-                                  double rr_hi)
+                                  double beat_level, double rr_mean)
 {
     return t > FUSE_DADD(base, FUSE_DMUL(NOISE_THRESHOLD_NOISY - base, NOISE_PREMATURE_RAISE)) &&
            (double)gap < FUSE_DMUL(NOISE_PREMATURE_RR, rr_mean) &&
-           (double)height < FUSE_DMUL(NOISE_PREMATURE_HEIGHT, beat_level) &&
-           n_rr >= NOISE_REGULAR_COUNT &&
+           (double)height < FUSE_DMUL(NOISE_PREMATURE_HEIGHT, beat_level);
+}
+
+/* Step 3, its rhythm: whether n_rr intervals so far, the last ones (up to DETECT_RR_COUNT) of
+ * mean rr_mean lying within [rr_lo, rr_hi], make a regular rhythm. Such a candidate in such a
+ * rhythm is noise. */
+FUSE_FN bool noise_regular_rhythm(size_t n_rr, double rr_mean, double rr_lo, double rr_hi)
+{
+    return n_rr >= NOISE_REGULAR_COUNT &&
            FUSE_DSUB(rr_hi, rr_lo) <= FUSE_DMUL(NOISE_REGULAR_RANGE, rr_mean);
 }
 

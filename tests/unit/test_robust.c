@@ -586,24 +586,37 @@ static void test_noise_threshold(void **state)
     assert_true(noise_threshold(spk, npk, 1.0f, 0.25) == npk + NOISE_THRESHOLD_NOISY * (spk - npk));
 }
 
+/* Step 3's verdict, as decide.c takes it: the candidate's test, then the rhythm's. */
+static bool step3(double t, int64_t gap, float height, size_t n_rr, double lo, double hi)
+{
+    const double rr = 200.0, level = 1.0;
+    return noise_premature_weak(t, DETECT_THRESHOLD, gap, height, level, rr) &&
+           noise_regular_rhythm(n_rr, rr, lo, hi);
+}
+
 /* Step 3's verdict: noise only when every condition holds (a raised threshold, an early gap, a
  * weak height, a regular rhythm of enough intervals); each one alone turns it off. */
 static void test_noise_premature_weak(void **state)
 {
     (void)state;
-    const double base = DETECT_THRESHOLD, rr = 200.0, level = 1.0;
+    const double base = DETECT_THRESHOLD;
     const double noisy = noise_threshold_factor((float)NOISE_CREST_NOISY, base);
     const double mild = noise_threshold_factor(3.75f, base); /* raised a sixth of the way */
-    /* a weak candidate at 0.5 RR in a noisy window of a regular rhythm (intervals 190-210) */
-    assert_true(noise_premature_weak(noisy, base, 100, 0.5f, level, rr, 8, 190.0, 210.0));
-    assert_false(noise_premature_weak(base, base, 100, 0.5f, level, rr, 8, 190.0, 210.0));
-    assert_false(noise_premature_weak(mild, base, 100, 0.5f, level, rr, 8, 190.0, 210.0));
-    assert_false(noise_premature_weak(noisy, base, 130, 0.5f, level, rr, 8, 190.0, 210.0));
-    assert_false(noise_premature_weak(noisy, base, 100, 0.8f, level, rr, 8, 190.0, 210.0));
-    assert_false(noise_premature_weak(noisy, base, 100, 0.5f, level, rr, 3, 190.0, 210.0));
+    /* a weak candidate at 0.5 RR (200) in a noisy window of a regular rhythm (intervals
+     * 190-210) */
+    assert_true(step3(noisy, 100, 0.5f, 8, 190.0, 210.0));
+    assert_false(step3(base, 100, 0.5f, 8, 190.0, 210.0));
+    assert_false(step3(mild, 100, 0.5f, 8, 190.0, 210.0));
+    assert_false(step3(noisy, 130, 0.5f, 8, 190.0, 210.0));
+    assert_false(step3(noisy, 100, 0.8f, 8, 190.0, 210.0));
+    assert_false(step3(noisy, 100, 0.5f, 3, 190.0, 210.0));
     /* bigeminy: intervals alternating 140 and 260 (range 0.6 of the mean) */
-    assert_false(noise_premature_weak(noisy, base, 100, 0.5f, level, rr, 8, 140.0, 260.0));
-    assert_true(noise_premature_weak(noisy, base, 129, 0.79f, level, rr, 4, 150.0, 250.0));
+    assert_false(step3(noisy, 100, 0.5f, 8, 140.0, 260.0));
+    assert_true(step3(noisy, 129, 0.79f, 4, 150.0, 250.0));
+    /* each test alone */
+    assert_true(noise_premature_weak(noisy, base, 100, 0.5f, 1.0, 200.0));
+    assert_false(noise_regular_rhythm(8, 200.0, 140.0, 260.0));
+    assert_true(noise_regular_rhythm(4, 200.0, 150.0, 250.0));
 }
 
 /* ------------------------------------------------------------------ the noise mixer */
