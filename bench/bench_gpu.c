@@ -201,7 +201,7 @@ static int host_quality(struct ecg_engine *engine, const struct ecg_signal *sig)
         for (int r = 0; r < REPEAT; r++) {
             ecg_quality_fini(res);
             t0 = now_ms();
-            enum ecg_status st = ecg_quality_assess(w, g.n_win, res, &err);
+            enum ecg_status st = ecg_quality_assess(w, NULL, 0, g.n_win, res, &err);
             tv[r] = now_ms() - t0;
             t0 = now_ms();
             if (st == ECG_OK)

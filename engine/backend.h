@@ -229,11 +229,13 @@ struct ecg_backend_ops {
 /* engine/engine.c: a result and its arrays in one allocation for k beats (NULL: no memory). */
 struct ecg_result *ecg_result_new(size_t k, uint32_t latent_dim, bool with_model);
 /* engine/engine.c: the verdict and the rhythm statistics of a result whose beat table, samples
- * and rate are filled, from its quality features: host code shared by every backend, batched or
- * not; the time it takes is added to timing->quality_ms. */
+ * and rate are filled, from its quality features (the first lead's n_win windows, then the
+ * n_extra further leads' n_win each: ecg_quality_assess): host code shared by every backend,
+ * batched or not; the time it takes is added to timing->quality_ms. */
 enum ecg_status ecg_result_assess(struct ecg_result *result,
                                   const struct ecg_quality_window *windows, size_t n_win,
-                                  struct ecg_timing *timing, struct ecg_error *err);
+                                  size_t n_extra, struct ecg_timing *timing,
+                                  struct ecg_error *err);
 
 /* engine/trace.c: wraps a backend trace of n samples into the public object (NULL when out of
  * memory: the backend trace is then freed). */

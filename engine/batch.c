@@ -629,7 +629,7 @@ enum ecg_status ecg_batcher_finish(struct ecg_batch_job *job, struct ecg_result 
         cpu_quality_features(sig->samples, sig->n, sig->fs_hz, job->windows);
         job->timing.quality_ms = batch_now_ms() - t;
     }
-    status = ecg_result_assess(m->result, job->windows, job->geom.n_win, &job->timing, err);
+    status = ecg_result_assess(m->result, job->windows, job->geom.n_win, 0, &job->timing, err);
     if (status != ECG_OK)
         return status;
     job->timing.queue_ms = m->queue_ms;

@@ -373,6 +373,8 @@ struct ecg_quality_report {
     double usable_fraction; /* share of the recording's samples outside every segment */
     uint8_t verdict;        /* enum ecg_quality_verdict */
     uint8_t reason;         /* the reason covering most unreadable time (OK when none) */
+    size_t n_leads;         /* leads the verdict read (the analysis's), and each one's own */
+    double lead_usable[ECG_MAX_LEADS]; /* usable fraction: a window is readable where any is */
 };
 
 /*

@@ -21,6 +21,7 @@
 
 #include "backend.h"
 #include "batch.h"
+#include "cpu/cpu.h" /* cpu_quality_features: the further leads' quality features */
 #include "ecg.h"
 #include "hrv.h"
 #include "plan.h"
@@ -53,7 +54,8 @@ struct ecg_engine {
      * resampler's filter costs more than a short strip's analysis at some rates). Used only
      * by the thread holding the context. */
     struct ecg_plan *plans;
-    struct window_buf *windows; /* per worker context: the quality features of a request */
+    struct window_buf *windows; /* per worker context: the quality features of a request,
+                                 * its first lead's n_win windows, then each further lead's */
     struct ecg_batcher *batcher; /* dynamic batching (batch.h), NULL when off */
     size_t beside_min;           /* windows from which the quality classification runs beside
                                   * the stages (QUALITY_BESIDE_MIN on a device, else never) */
@@ -370,11 +372,9 @@ static enum ecg_status slot_plan(struct ecg_engine *engine, unsigned slot, doubl
     return status;
 }
 
-/* The slot's feature buffer, grown to n windows. */
-static enum ecg_status slot_windows(struct ecg_engine *engine, unsigned slot, size_t n,
-                                    struct ecg_quality_window **w, struct ecg_error *err)
+/* A feature buffer, grown to n windows (what it holds is kept). */
+static enum ecg_status grow_windows(struct window_buf *b, size_t n, struct ecg_error *err)
 {
-    struct window_buf *b = &engine->windows[slot];
     if (n > b->cap) {
         struct ecg_quality_window *grown = realloc(b->w, n * sizeof *grown);
         if (!grown)
@@ -382,8 +382,16 @@ static enum ecg_status slot_windows(struct ecg_engine *engine, unsigned slot, si
         b->w = grown;
         b->cap = n;
     }
-    *w = b->w;
     return ECG_OK;
+}
+
+/* The slot's feature buffer, grown to n windows. */
+static enum ecg_status slot_windows(struct ecg_engine *engine, unsigned slot, size_t n,
+                                    struct ecg_quality_window **w, struct ecg_error *err)
+{
+    enum ecg_status status = grow_windows(&engine->windows[slot], n, err);
+    *w = engine->windows[slot].w;
+    return status;
 }
 
 /* The shared body of the analyze entry points: input is a decoded signal, or raw bytes (bytes and
@@ -406,10 +414,14 @@ struct lead_names {
     bool decimal_comma;    /* its numbers were read with a decimal comma */
 };
 
-/* Loads a decoded signal, all its leads, into the context. */
+/* Loads a decoded signal, all its leads, into the context. The quality features of the
+ * further leads are taken here, on the host, while their samples are at hand (the backends'
+ * quality operation reads the first lead; cpu_quality_features is the arithmetic both
+ * backends' features equal bit for bit): windows gets them after the first lead's n_win. */
 static enum ecg_status load_signal(const struct ecg_backend_ops *ops, void *ctx,
                                    const struct ecg_signal *sig, size_t *n, double *fs_hz,
-                                   struct lead_names *leads, struct ecg_error *err)
+                                   struct lead_names *leads, struct window_buf *windows,
+                                   struct ecg_error *err)
 {
     *n = sig->n;
     *fs_hz = sig->fs_hz;
@@ -428,19 +440,29 @@ static enum ecg_status load_signal(const struct ecg_backend_ops *ops, void *ctx,
     if (status == ECG_OK && sig->n_extra > 0)
         status = ops->load_extra(ctx, (const float *const *)sig->extra, sig->n_extra, sig->n,
                                  err);
+    /* (at a rate no plan takes the analysis stops before the verdict: nothing to take) */
+    if (status == ECG_OK && sig->n_extra > 0 && sig->fs_hz >= ECG_FS_MIN_HZ &&
+        sig->fs_hz <= ECG_FS_MAX_HZ) {
+        const size_t n_win = ecg_quality_geometry_of(sig->n, sig->fs_hz).n_win;
+        status = grow_windows(windows, (1 + sig->n_extra) * n_win, err);
+        for (size_t i = 0; status == ECG_OK && i < sig->n_extra; i++)
+            cpu_quality_features(sig->extra[i], sig->n, sig->fs_hz,
+                                 windows->w + (1 + i) * n_win);
+    }
     return status;
 }
 
 /* Loads the input into the context: raw bytes go to the backend's own parser when it has one. */
 static enum ecg_status load_input(struct ecg_engine *engine, void *ctx,
                                   const struct analyze_input *in, size_t *n, double *fs_hz,
-                                  struct lead_names *leads, struct ecg_error *err)
+                                  struct lead_names *leads, struct window_buf *windows,
+                                  struct ecg_error *err)
 {
     const struct ecg_backend_ops *ops = engine->ops;
     char *lead = leads->name[0];
     leads->n = 1;
     if (in->signal)
-        return load_signal(ops, ctx, in->signal, n, fs_hz, leads, err);
+        return load_signal(ops, ctx, in->signal, n, fs_hz, leads, windows, err);
     /* Several leads are read on the host: the backends' own parsers read one lead. */
     const bool several = in->opts && ecg_lead_is_list(in->opts->lead);
     if (in->upload && !several) {
@@ -460,7 +482,7 @@ static enum ecg_status load_input(struct ecg_engine *engine, void *ctx,
     enum ecg_status status = ecg_read_memory(in->bytes, in->len, in->opts, &sig, err);
     if (status != ECG_OK)
         return status;
-    status = load_signal(ops, ctx, &sig, n, fs_hz, leads, err);
+    status = load_signal(ops, ctx, &sig, n, fs_hz, leads, windows, err);
     ecg_signal_free(&sig);
     return status;
 }
@@ -473,10 +495,12 @@ static bool fs_conflicts(const struct ecg_read_opts *opts, double fs_hz)
 
 enum ecg_status ecg_result_assess(struct ecg_result *result,
                                   const struct ecg_quality_window *windows, size_t n_win,
-                                  struct ecg_timing *timing, struct ecg_error *err)
+                                  size_t n_extra, struct ecg_timing *timing,
+                                  struct ecg_error *err)
 {
     double t = now_ms();
-    enum ecg_status status = ecg_quality_assess(windows, n_win, result, err);
+    enum ecg_status status = ecg_quality_assess(windows, n_extra ? windows + n_win : NULL,
+                                                n_extra, n_win, result, err);
     if (status == ECG_OK)
         status = ecg_hrv_assess(result, err);
     timing->quality_ms += now_ms() - t;
@@ -494,8 +518,9 @@ enum ecg_status ecg_result_assess(struct ecg_result *result,
  * compares a recording long enough for this path with the CPU backend's).
  */
 struct quality_beside {
-    const struct ecg_quality_window *windows;
-    size_t n_win;
+    const struct ecg_quality_window *windows; /* the first lead's, then the further leads' */
+    size_t n_win, n_extra;
+    double lead_usable[ECG_MAX_LEADS];
     double fs_hz;
     float *score;     /* n_win scores, then n_win reasons (one block) */
     uint8_t *reason;
@@ -508,18 +533,22 @@ struct quality_beside {
 static void *quality_beside_main(void *arg)
 {
     struct quality_beside *q = arg;
-    q->status = ecg_quality_classify(q->windows, q->n_win, q->fs_hz, q->reason, q->score,
-                                     &q->err);
+    q->status = ecg_quality_classify_leads(q->windows, q->n_extra ? q->windows + q->n_win : NULL,
+                                           q->n_extra, q->n_win, q->fs_hz, q->reason, q->score,
+                                           q->lead_usable, &q->err);
     return NULL;
 }
 
-/* Starts classifying windows[0, n_win) on a thread (in the caller's when no thread starts). */
+/* Starts classifying windows[0, (1 + n_extra) n_win) on a thread (in the caller's when no
+ * thread starts). */
 static enum ecg_status quality_beside_start(struct quality_beside *q,
                                             const struct ecg_quality_window *windows,
-                                            size_t n_win, double fs_hz, struct ecg_error *err)
+                                            size_t n_win, size_t n_extra, double fs_hz,
+                                            struct ecg_error *err)
 {
     q->windows = windows;
     q->n_win = n_win;
+    q->n_extra = n_extra;
     q->fs_hz = fs_hz;
     q->score = malloc((n_win ? n_win : 1) * (sizeof *q->score + 1));
     if (!q->score)
@@ -550,7 +579,8 @@ static enum ecg_status result_assess_beside(struct ecg_result *result, struct qu
     if (status != ECG_OK)
         *err = q->err;
     else
-        status = ecg_quality_apply(q->reason, q->score, q->n_win, result, err);
+        status = ecg_quality_apply(q->reason, q->score, q->n_win, q->lead_usable,
+                                   q->n_extra + 1, result, err);
     if (status == ECG_OK)
         status = ecg_hrv_assess(result, err);
     timing->quality_ms += now_ms() - t;
@@ -592,7 +622,8 @@ static enum ecg_status analyze_alone(struct ecg_engine *engine, const struct ana
             goto out;                                                                          \
     } while (0)
 
-    STAGE(read_ms, load_input(engine, ctx, in, &n_in, &fs_hz, &leads, err));
+    STAGE(read_ms, load_input(engine, ctx, in, &n_in, &fs_hz, &leads, &engine->windows[slot],
+                              err));
     /* A rate given with a recording that carries its own (JSON "fs", EDF, WFDB) must agree with
      * it: neither may silently win over the other. */
     if (fs_conflicts(in->opts, fs_hz)) {
@@ -617,7 +648,8 @@ static enum ecg_status analyze_alone(struct ecg_engine *engine, const struct ana
     early = quality_geom.n_win >= engine->beside_min;
     if (early) {
         STAGE(quality_ms, ops->quality(ctx, plan, windows, quality_geom.n_win, err));
-        status = quality_beside_start(&beside, windows, quality_geom.n_win, fs_hz, err);
+        status = quality_beside_start(&beside, windows, quality_geom.n_win, leads.n - 1, fs_hz,
+                                      err);
         if (status != ECG_OK)
             goto out;
         t = now_ms();
@@ -674,7 +706,8 @@ static enum ecg_status analyze_alone(struct ecg_engine *engine, const struct ana
     result->n_leads = leads.n;
     memcpy(result->leads, leads.name, sizeof result->leads);
     status = early ? result_assess_beside(result, &beside, &timing, err)
-                   : ecg_result_assess(result, windows, quality_geom.n_win, &timing, err);
+                   : ecg_result_assess(result, windows, quality_geom.n_win, leads.n - 1, &timing,
+                                       err);
     if (status != ECG_OK)
         goto out;
     snprintf(result->time_column, sizeof result->time_column, "%s", leads.time_column);

@@ -297,7 +297,8 @@ static void put_summary(struct ecg_buf *out, const struct ecg_result *r)
     ecg_buf_puts(out, "}}");
 }
 
-/* The quality verdict and the unreadable stretches (quality.c), in seconds and samples. */
+/* The quality verdict and the unreadable stretches (quality.c), in seconds and samples; with
+ * several leads, each lead's own usable fraction. */
 static void put_quality(struct ecg_buf *out, const struct ecg_result *r)
 {
     const struct ecg_quality_report *q = &r->quality;
@@ -322,7 +323,19 @@ static void put_quality(struct ecg_buf *out, const struct ecg_result *r)
         put_string(out, ecg_quality_reason_name((enum ecg_quality_reason)s->reason));
         ecg_buf_puts(out, "}");
     }
-    ecg_buf_puts(out, "]}");
+    ecg_buf_puts(out, "]");
+    if (q->n_leads > 1) { /* several leads: the verdict reads them together, and each alone */
+        ecg_buf_puts(out, ",\"leads\":[");
+        for (size_t l = 0; l < q->n_leads && l < r->n_leads; l++) {
+            ecg_buf_puts(out, l ? ",{\"lead\":" : "{\"lead\":");
+            put_string(out, r->leads[l]);
+            ecg_buf_puts(out, ",\"usable_fraction\":");
+            put_number(out, q->lead_usable[l]);
+            ecg_buf_puts(out, "}");
+        }
+        ecg_buf_puts(out, "]");
+    }
+    ecg_buf_puts(out, "}");
 }
 
 static void put_timing(struct ecg_buf *out, const struct ecg_timing *t)

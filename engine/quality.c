@@ -401,6 +401,54 @@ enum ecg_status ecg_quality_classify(const struct ecg_quality_window *windows, s
     return ECG_OK;
 }
 
+/* The samples of the windows reason calls readable, over all the windows' samples. */
+static double usable_share(const struct ecg_quality_window *w, const uint8_t *reason,
+                           size_t n_win)
+{
+    double all = 0.0, ok = 0.0;
+    for (size_t j = 0; j < n_win; j++) {
+        all += w[j].n;
+        ok += reason[j] == ECG_QUALITY_OK ? w[j].n : 0.0;
+    }
+    return all > 0.0 ? ok / all : 0.0;
+}
+
+enum ecg_status ecg_quality_classify_leads(const struct ecg_quality_window *windows,
+                                           const struct ecg_quality_window *extra,
+                                           size_t n_extra, size_t n_win, double fs_hz,
+                                           uint8_t *reason, float *score, double *lead_usable,
+                                           struct ecg_error *err)
+{
+    enum ecg_status status = ecg_quality_classify(windows, n_win, fs_hz, reason, score, err);
+    if (status != ECG_OK || !n_win)
+        return status;
+    if (lead_usable)
+        lead_usable[0] = usable_share(windows, reason, n_win);
+    if (!n_extra)
+        return ECG_OK;
+    float *lead_score = malloc(n_win * (sizeof *lead_score + 1));
+    if (!lead_score)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
+    uint8_t *lead_reason = (uint8_t *)(lead_score + n_win);
+    for (size_t l = 0; l < n_extra; l++) {
+        const struct ecg_quality_window *w = extra + l * n_win;
+        status = ecg_quality_classify(w, n_win, fs_hz, lead_reason, lead_score, err);
+        if (status != ECG_OK)
+            break;
+        if (lead_usable)
+            lead_usable[l + 1] = usable_share(w, lead_reason, n_win);
+        for (size_t j = 0; j < n_win; j++) {
+            if (lead_reason[j] != ECG_QUALITY_OK)
+                continue;
+            if (reason[j] != ECG_QUALITY_OK || lead_score[j] > score[j])
+                score[j] = lead_score[j];
+            reason[j] = ECG_QUALITY_OK;
+        }
+    }
+    free(lead_score);
+    return status;
+}
+
 void ecg_quality_fini(struct ecg_result *result)
 {
     free(result->quality.segments);
@@ -449,12 +497,13 @@ static enum ecg_status build_segments(const uint8_t *reason, size_t n_win, size_
 }
 
 enum ecg_status ecg_quality_apply(const uint8_t *reason, const float *score, size_t n_win,
+                                  const double *lead_usable, size_t n_leads,
                                   struct ecg_result *r, struct ecg_error *err)
 {
     struct ecg_quality_geometry g = ecg_quality_geometry_of(r->n_samples, r->fs_hz);
     enum ecg_status status = ECG_OK;
     memset(&r->quality, 0, sizeof r->quality);
-    if (g.n_win != n_win || !r->beat_quality || !r->readable) {
+    if (g.n_win != n_win || !r->beat_quality || !r->readable || n_leads > ECG_MAX_LEADS) {
         status = ecg_fail(err, ECG_ERR_INTERNAL, "internal", "quality: %zu windows, expected %zu",
                           n_win, g.n_win);
         goto out;
@@ -462,6 +511,9 @@ enum ecg_status ecg_quality_apply(const uint8_t *reason, const float *score, siz
     status = build_segments(reason, n_win, g.len, r->n_samples, &r->quality, err);
     if (status != ECG_OK)
         goto out;
+    r->quality.n_leads = n_leads;
+    for (size_t l = 0; l < n_leads; l++)
+        r->quality.lead_usable[l] = lead_usable[l];
     for (size_t i = 0; i < r->n_beats; i++) {
         int64_t p = r->r_peak[i];
         size_t j = p <= 0 ? 0 : (size_t)p / g.len;
@@ -475,18 +527,23 @@ out:
     return status;
 }
 
-enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows, size_t n_win,
-                                   struct ecg_result *r, struct ecg_error *err)
+enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows,
+                                   const struct ecg_quality_window *extra, size_t n_extra,
+                                   size_t n_win, struct ecg_result *r, struct ecg_error *err)
 {
     memset(&r->quality, 0, sizeof r->quality); /* empty on failure (ecg_quality_apply checks) */
+    if (n_extra >= ECG_MAX_LEADS)
+        return ecg_fail(err, ECG_ERR_INTERNAL, "internal", "quality: %zu leads", n_extra + 1);
     /* one block: the reasons after the scores */
     float *score = malloc((n_win ? n_win : 1) * (sizeof *score + 1));
     if (!score)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
     uint8_t *reason = (uint8_t *)(score + n_win);
-    enum ecg_status status = ecg_quality_classify(windows, n_win, r->fs_hz, reason, score, err);
+    double lead_usable[ECG_MAX_LEADS] = {0};
+    enum ecg_status status = ecg_quality_classify_leads(windows, extra, n_extra, n_win, r->fs_hz,
+                                                        reason, score, lead_usable, err);
     if (status == ECG_OK)
-        status = ecg_quality_apply(reason, score, n_win, r, err);
+        status = ecg_quality_apply(reason, score, n_win, lead_usable, n_extra + 1, r, err);
     free(score);
     return status;
 }

@@ -414,8 +414,10 @@ static char *answer_without_timing(const struct ecg_result *res, const struct ec
  * The quality windows classified on a thread of their own beside the stages (what the engine
  * does for long recordings on a GPU; ECG_QUALITY_BESIDE=1 takes that path on the CPU backend
  * at any length) give the same answer, byte for byte, as classified after them: a record with
- * a noisy and a flat stretch (1,806 windows), and 2.5 hours tiled from six records (9,000
- * windows: the classification's parallel loops then run inside that thread).
+ * a noisy and a flat stretch (1,806 windows), 2.5 hours tiled from six records (9,000
+ * windows: the classification's parallel loops then run inside that thread), and a record's
+ * two leads, one of them noisy where the other is not and both flat in one stretch (the
+ * further lead's windows classified beside too).
  */
 static void test_quality_beside(void **state)
 {
@@ -432,7 +434,7 @@ static void test_quality_beside(void **state)
     assert_int_equal(unsetenv("ECG_QUALITY_BESIDE"), 0);
     assert_true(after && beside);
 
-    struct ecg_signal sig[2] = {{0}};
+    struct ecg_signal sig[3] = {{0}};
     read_record("203", NULL, &sig[0]);
     uint64_t seed = 5;
     for (size_t i = 100 * 360; i < 120 * 360; i++) {
@@ -454,7 +456,15 @@ static void test_quality_beside(void **state)
         have += take;
         ecg_signal_free(&rec);
     }
-    for (size_t k = 0; k < 2; k++) {
+    read_record("203", "all", &sig[2]);
+    assert_int_equal(sig[2].n_extra, 1);
+    for (size_t i = 300 * 360; i < 330 * 360; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        sig[2].extra[0][i] += (float)((double)(seed >> 11) / 9007199254740992.0 - 0.5) * 2.0f;
+    }
+    for (size_t i = 400 * 360; i < 410 * 360; i++)
+        sig[2].samples[i] = sig[2].extra[0][i] = 0.0f;
+    for (size_t k = 0; k < 3; k++) {
         struct ecg_result *ra = NULL, *rb = NULL;
         assert_int_equal(ecg_engine_analyze(after, &sig[k], &ra, &err), ECG_OK);
         assert_int_equal(ecg_engine_analyze(beside, &sig[k], &rb, &err), ECG_OK);

@@ -5,8 +5,9 @@
  * (flat, lead-off, white noise, electrode-motion noise from the NSTDB) are found within 2 s of
  * where they were put; the clean shared records stay readable; electrode motion mixed in the
  * NSTDB way is flagged where it swamps the QRS complexes (0 dB) and not where it leaves them
- * readable (12 dB); beats in unreadable stretches are still reported, flagged; the JSON answer
- * carries the verdict.
+ * readable (12 dB); with two leads a stretch is unreadable only where both are, and the answer
+ * gives each lead's own usable fraction; beats in unreadable stretches are still reported,
+ * flagged; the JSON answer carries the verdict.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -462,6 +463,86 @@ static void test_electrode_motion_mild(void **state)
     assert_true(c.clean_flagged <= 0.005 * (double)c.clean_windows);
 }
 
+/*
+ * Two leads (record 203: multiform ventricular beats on both leads): a flat stretch in one lead
+ * only leaves the recording readable there, since detection reads the other lead (its beats
+ * there are found and flagged readable); the same stretch flat in both leads is unreadable.
+ * Each lead's own usable fraction says which lead lost what, in the JSON answer too.
+ */
+static void test_two_leads(void **state)
+{
+    (void)state;
+    struct ecg_engine *engine = engine_cpu();
+    struct ecg_signal sig = {0};
+    struct ecg_error err = {0};
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = "all"};
+    if (ecg_read_file(MITDB "/203", &opts, &sig, &err) != ECG_OK)
+        fail_msg("203: %s", err.message);
+    assert_int_equal(sig.n_extra, 1);
+    sig.n = (size_t)(300.0 * sig.fs_hz);
+    const float level0 = median_of(sig.samples, sig.n), level1 = median_of(sig.extra[0], sig.n);
+    /* lead 0 flat over [60, 90) s, lead 1 over [150, 180) s, both over [240, 260) s */
+    for (size_t i = 60 * 360; i < 90 * 360; i++)
+        sig.samples[i] = level0;
+    for (size_t i = 150 * 360; i < 180 * 360; i++)
+        sig.extra[0][i] = level1;
+    for (size_t i = 240 * 360; i < 260 * 360; i++) {
+        sig.samples[i] = level0;
+        sig.extra[0][i] = level1;
+    }
+    struct ecg_result *res = analyze(engine, &sig);
+    const double both[][2] = {{240, 260}};
+    assert_found(res, 240, 260, ECG_QUALITY_FLAT, "both leads flat");
+    assert_nothing_else(res, both, 1);
+    assert_int_equal(res->quality.n_leads, 2);
+    /* each lead alone: its own 30 s plus the common 20 s of 300 (a window or two either side) */
+    for (size_t l = 0; l < 2; l++) {
+        const double lost = 1.0 - res->quality.lead_usable[l];
+        if (fabs(lost - 50.0 / 300.0) > 4.0 / 300.0)
+            fail_msg("lead %zu: %.4f of the recording unusable, expected about %.4f", l, lost,
+                     50.0 / 300.0);
+    }
+    /* where one lead was flat, the other's beats were found and are readable */
+    size_t in_one = 0;
+    for (size_t i = 0; i < res->n_beats; i++) {
+        const double t = (double)res->r_peak[i] / res->fs_hz;
+        if ((t >= 62 && t < 88) || (t >= 152 && t < 178)) {
+            in_one++;
+            assert_int_equal(res->readable[i], 1);
+        }
+        if (t >= 242 && t < 258)
+            assert_int_equal(res->readable[i], 0);
+    }
+    assert_true(in_one >= 60); /* 52 s of a record beating at about 90 a minute */
+    struct ecg_buf out = {0};
+    ecg_result_write_json(res, engine, ECG_INCLUDE_ALL, &out);
+    cJSON *doc = cJSON_Parse(out.data);
+    assert_non_null(doc);
+    cJSON *leads = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "quality"), "leads");
+    assert_int_equal(cJSON_GetArraySize(leads), 2);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(leads, 1), "lead")->valuestring,
+                        sig.extra_lead[0]);
+    assert_true(fabs(cJSON_GetObjectItem(cJSON_GetArrayItem(leads, 1), "usable_fraction")
+                         ->valuedouble - res->quality.lead_usable[1]) < 1e-5);
+    cJSON_Delete(doc);
+    ecg_buf_fini(&out);
+    ecg_result_free(res);
+    /* one lead: no "leads" in the answer */
+    sig.n_extra = 0;
+    res = analyze(engine, &sig);
+    sig.n_extra = 1;
+    assert_int_equal(res->quality.n_leads, 1);
+    ecg_result_write_json(res, engine, ECG_INCLUDE_ALL, &out);
+    doc = cJSON_Parse(out.data);
+    assert_non_null(doc);
+    assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "quality"), "leads"));
+    cJSON_Delete(doc);
+    ecg_buf_fini(&out);
+    ecg_result_free(res);
+    ecg_signal_free(&sig);
+    ecg_engine_destroy(engine);
+}
+
 /* The features: exact counts on a hand-made signal. */
 static void test_features(void **state)
 {
@@ -540,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_sine),           cmocka_unit_test(test_lead_off_stretch),
         cmocka_unit_test(test_mixed_recording), cmocka_unit_test(test_clean_records),
         cmocka_unit_test(test_electrode_motion), cmocka_unit_test(test_electrode_motion_mild),
+        cmocka_unit_test(test_two_leads),
         cmocka_unit_test(test_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
