@@ -520,9 +520,8 @@ enum ecg_status ecg_result_assess(struct ecg_result *result,
 struct quality_beside {
     const struct ecg_quality_window *windows; /* the first lead's, then the further leads' */
     size_t n_win, n_extra;
-    double lead_usable[ECG_MAX_LEADS];
     double fs_hz;
-    float *score;     /* n_win scores, then n_win reasons (one block) */
+    float *score;     /* (1 + n_extra) n_win scores, then as many reasons (one block) */
     uint8_t *reason;
     enum ecg_status status;
     struct ecg_error err;
@@ -535,7 +534,7 @@ static void *quality_beside_main(void *arg)
     struct quality_beside *q = arg;
     q->status = ecg_quality_classify_leads(q->windows, q->n_extra ? q->windows + q->n_win : NULL,
                                            q->n_extra, q->n_win, q->fs_hz, q->reason, q->score,
-                                           q->lead_usable, &q->err);
+                                           &q->err);
     return NULL;
 }
 
@@ -550,10 +549,11 @@ static enum ecg_status quality_beside_start(struct quality_beside *q,
     q->n_win = n_win;
     q->n_extra = n_extra;
     q->fs_hz = fs_hz;
-    q->score = malloc((n_win ? n_win : 1) * (sizeof *q->score + 1));
+    const size_t n = (1 + n_extra) * (n_win ? n_win : 1);
+    q->score = malloc(n * (sizeof *q->score + 1));
     if (!q->score)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
-    q->reason = (uint8_t *)(q->score + n_win);
+    q->reason = (uint8_t *)(q->score + n);
     q->started = pthread_create(&q->thread, NULL, quality_beside_main, q) == 0;
     if (!q->started)
         quality_beside_main(q);
@@ -579,8 +579,7 @@ static enum ecg_status result_assess_beside(struct ecg_result *result, struct qu
     if (status != ECG_OK)
         *err = q->err;
     else
-        status = ecg_quality_apply(q->reason, q->score, q->n_win, q->lead_usable,
-                                   q->n_extra + 1, result, err);
+        status = ecg_quality_apply(q->reason, q->score, q->n_win, q->n_extra + 1, result, err);
     if (status == ECG_OK)
         status = ecg_hrv_assess(result, err);
     timing->quality_ms += now_ms() - t;

@@ -27,10 +27,12 @@
  *                    three windows) exceeds NOISE_HF (white noise: 3; ECG: 0.004 to 0.08), or
  *                    the window's range exceeds NOISE_RANGE x the typical range (motion
  *                    artefacts; the largest clean window is 4.3x); or electrode motion
- *                    (motion_swamps): the window's range above MOTION_RANGE x the typical
+ *                    (motion_margin): the window's range above MOTION_RANGE x the typical
  *                    range, its QRS-band power above MOTION_POWER x the typical power, and
  *                    that kurtosis under MOTION_REL_KURT x the recording's typical kurtosis,
- *                    all three at once.
+ *                    all three at once, and the beats found there break their rhythm (a
+ *                    check that needs the beats: classify marks such a window
+ *                    ECG_QUALITY_MOTION and ecg_quality_apply decides, resolve_motion).
  * Then a readable gap of at most BRIDGE_S between two windows unreadable for the same reason
  * joins them. A readable window's score is the smallest of four margins in [0, 1] (kurtosis,
  * HF ratio, range, and the distance from the electrode-motion test); an unreadable one scores
@@ -63,6 +65,8 @@
 #define GOOD_MOTION_RANGE 1.5
 #define GOOD_MOTION_POWER 1.5
 #define GOOD_MOTION_REL_KURT 1.0
+#define MOTION_RHYTHM_TOL 0.2     /* two intervals within 20 % of the longer are alike, */
+#define MOTION_RHYTHM_JITTER_S 0.05 /* ... or within 50 ms */
 /* Windows from which the per-window loops run in parallel (OpenMP): a 2-hour recording. Each
  * window's values depend on the window and its neighbours only, so the thread count changes no
  * result. */
@@ -300,10 +304,11 @@ static double clamp01(double v)
  * QRS-band signal is less spiky than usual (kurtosis), because the bumps fill the floor
  * between the complexes. One alone is common in clean ECG (a large ventricular beat raises
  * the range and the power, atrial fibrillation lowers the kurtosis, baseline wander raises
- * the range but not the power); the three together are not: on the 22 shared records they
- * add 2 windows of 39,732 to those the other tests flag, against 53 % of the windows of their
- * NSTDB electrode-motion stretches at 0 dB (where a third of the beats found there are false)
- * and 5 % at 6 dB, after the joining of gaps (docs/RHYTHM.md).
+ * the range but not the power); the three together are rare, and a run of large ventricular
+ * beats, which meets them too, keeps its rhythm (resolve_motion). On the 22 shared records
+ * (lead 0) they add 2 windows of 39,732 to those the other tests flag, against 33 % of the
+ * windows of their NSTDB electrode-motion stretches at 0 dB (where a third of the beats found
+ * there are false) and 3 % at 6 dB (docs/RHYTHM.md).
  * The ratios are to the recording's own medians, so they carry to any lead, unit and rate.
  * Returns the margin in [0, 1]: 0 where the test holds, 1 where any of the three is at
  * least as far from its bound as a clean window usually is.
@@ -344,16 +349,19 @@ static enum ecg_quality_reason classify_window(const struct ecg_quality_window *
     double range_ratio = refs->typical_range > 0 ? range / refs->typical_range : 1.0;
     double power_ratio = refs->typical_power > 0 ? power / refs->typical_power : 1.0;
     double kurtosis_ratio = refs->typical_kurtosis > 0 ? kurtosis / refs->typical_kurtosis : 1.0;
-    double motion = motion_margin(range_ratio, power_ratio, kurtosis_ratio);
     if (kurtosis < NOISE_KURT || kurtosis < NOISE_REL_KURT * refs->typical_kurtosis ||
         !(hf_ratio <= NOISE_HF) || range_ratio > NOISE_RANGE ||
-        power > NOISE_REL_POWER * refs->typical_power || motion == 0.0)
+        power > NOISE_REL_POWER * refs->typical_power)
         return ECG_QUALITY_NOISE;
     double q = clamp01((kurtosis - NOISE_KURT) / (GOOD_KURT - NOISE_KURT));
     q = fmin(q, clamp01((NOISE_HF - hf_ratio) / (NOISE_HF - GOOD_HF)));
     q = fmin(q, clamp01((NOISE_RANGE - range_ratio) / (NOISE_RANGE - GOOD_RANGE)));
-    q = fmin(q, motion);
-    *score = (float)q;
+    double motion = motion_margin(range_ratio, power_ratio, kurtosis_ratio);
+    if (motion == 0.0) { /* the rhythm check decides (ecg_quality_apply); the score if readable */
+        *score = (float)q;
+        return (enum ecg_quality_reason)ECG_QUALITY_MOTION;
+    }
+    *score = (float)fmin(q, motion);
     return ECG_QUALITY_OK;
 }
 
@@ -390,9 +398,9 @@ enum ecg_status ecg_quality_classify(const struct ecg_quality_window *windows, s
         while (k < n_win && reason[k] == ECG_QUALITY_OK && k - j < bridge)
             k++;
         if (k < n_win && k - j <= bridge && reason[k] == reason[j - 1]) {
-            for (size_t i = j; i < k; i++) {
+            for (size_t i = j; i < k; i++) { /* (a motion window keeps its score: see apply) */
                 reason[i] = reason[j - 1];
-                score[i] = 0.0f;
+                score[i] = reason[i] == ECG_QUALITY_MOTION ? score[i] : 0.0f;
             }
         }
         j = k;
@@ -401,52 +409,92 @@ enum ecg_status ecg_quality_classify(const struct ecg_quality_window *windows, s
     return ECG_OK;
 }
 
-/* The samples of the windows reason calls readable, over all the windows' samples. */
-static double usable_share(const struct ecg_quality_window *w, const uint8_t *reason,
-                           size_t n_win)
-{
-    double all = 0.0, ok = 0.0;
-    for (size_t j = 0; j < n_win; j++) {
-        all += w[j].n;
-        ok += reason[j] == ECG_QUALITY_OK ? w[j].n : 0.0;
-    }
-    return all > 0.0 ? ok / all : 0.0;
-}
-
 enum ecg_status ecg_quality_classify_leads(const struct ecg_quality_window *windows,
                                            const struct ecg_quality_window *extra,
                                            size_t n_extra, size_t n_win, double fs_hz,
-                                           uint8_t *reason, float *score, double *lead_usable,
-                                           struct ecg_error *err)
+                                           uint8_t *reason, float *score, struct ecg_error *err)
 {
     enum ecg_status status = ecg_quality_classify(windows, n_win, fs_hz, reason, score, err);
-    if (status != ECG_OK || !n_win)
-        return status;
-    if (lead_usable)
-        lead_usable[0] = usable_share(windows, reason, n_win);
-    if (!n_extra)
-        return ECG_OK;
-    float *lead_score = malloc(n_win * (sizeof *lead_score + 1));
-    if (!lead_score)
-        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
-    uint8_t *lead_reason = (uint8_t *)(lead_score + n_win);
-    for (size_t l = 0; l < n_extra; l++) {
-        const struct ecg_quality_window *w = extra + l * n_win;
-        status = ecg_quality_classify(w, n_win, fs_hz, lead_reason, lead_score, err);
-        if (status != ECG_OK)
-            break;
-        if (lead_usable)
-            lead_usable[l + 1] = usable_share(w, lead_reason, n_win);
-        for (size_t j = 0; j < n_win; j++) {
-            if (lead_reason[j] != ECG_QUALITY_OK)
-                continue;
-            if (reason[j] != ECG_QUALITY_OK || lead_score[j] > score[j])
-                score[j] = lead_score[j];
+    for (size_t l = 0; l < n_extra && status == ECG_OK; l++)
+        status = ecg_quality_classify(extra + l * n_win, n_win, fs_hz, reason + (l + 1) * n_win,
+                                      score + (l + 1) * n_win, err);
+    return status;
+}
+
+/* Whether intervals a and b (samples) are alike: within MOTION_RHYTHM_TOL of the longer, or
+ * within jitter samples (MOTION_RHYTHM_JITTER_S: where a wide complex's R peak is placed). */
+static bool intervals_alike(int64_t a, int64_t b, int64_t jitter)
+{
+    const double hi = (double)(a > b ? a : b), lo = (double)(a > b ? b : a);
+    return hi - lo <= MOTION_RHYTHM_TOL * hi || hi - lo <= (double)jitter;
+}
+
+/* Whether interval i (beat i - 1 to beat i, 1 <= i < n) is alike the one before or after it. */
+static bool interval_in_rhythm(const int64_t *p, size_t n, size_t i, int64_t jitter)
+{
+    const int64_t rr = p[i] - p[i - 1];
+    return (i >= 2 && intervals_alike(rr, p[i - 1] - p[i - 2], jitter)) ||
+           (i + 1 < n && intervals_alike(rr, p[i + 1] - p[i], jitter));
+}
+
+/*
+ * Whether the beats of window [lo, hi) keep a rhythm: every interval that ends in it (or, where
+ * no beat falls in it, the interval across it) is alike its predecessor or its successor. A
+ * false beat splits an interval into two unlike parts, each unlike the intervals around it; a
+ * rhythm, even one that changes (a run of ventricular tachycardia between sinus beats), comes
+ * in runs of like intervals. first is the index of the first beat at or after lo.
+ */
+static bool window_keeps_rhythm(const int64_t *p, size_t n, size_t first, int64_t hi,
+                                int64_t jitter)
+{
+    if (first == 0 || first >= n)
+        return false; /* before the first beat or after the last: no interval to judge */
+    if (p[first] >= hi)
+        return interval_in_rhythm(p, n, first, jitter);
+    for (size_t i = first; i < n && p[i] < hi; i++)
+        if (!interval_in_rhythm(p, n, i, jitter))
+            return false;
+    return true;
+}
+
+/*
+ * The rhythm check of the electrode-motion test. A large ventricular rhythm (a run of
+ * ventricular tachycardia, frequent wide ectopic beats) meets the test's three conditions as
+ * electrode motion does: wide, tall complexes widen the window's range, raise its QRS-band power
+ * and lower its kurtosis. What tells them apart is what the detector found there: a rhythm's
+ * intervals come in runs of like intervals, the false beats that motion adds break them. So a
+ * window the test marked stays readable (its score that of the other tests) where its beats
+ * keep a rhythm (window_keeps_rhythm), and is noise otherwise. A stretch of motion where the
+ * detector kept to the true beats is then readable too, which is what its beats deserve.
+ */
+static void resolve_motion(uint8_t *reason, float *score, size_t n_win, size_t len,
+                           const int64_t *r_peak, size_t n_beats, double fs_hz)
+{
+    const int64_t jitter = (int64_t)floor(MOTION_RHYTHM_JITTER_S * fs_hz + 0.5);
+    size_t first = 0;
+    for (size_t j = 0; j < n_win; j++) {
+        if (reason[j] != ECG_QUALITY_MOTION)
+            continue;
+        while (first < n_beats && r_peak[first] < (int64_t)(j * len))
+            first++;
+        if (window_keeps_rhythm(r_peak, n_beats, first, (int64_t)((j + 1) * len), jitter)) {
             reason[j] = ECG_QUALITY_OK;
+        } else {
+            reason[j] = ECG_QUALITY_NOISE;
+            score[j] = 0.0f;
         }
     }
-    free(lead_score);
-    return status;
+}
+
+/* The share of the recording's n samples in windows (of len) that reason calls readable. */
+static double usable_share(const uint8_t *reason, size_t n_win, size_t len, size_t n)
+{
+    size_t ok = 0;
+    for (size_t j = 0; j < n_win; j++) {
+        const size_t end = (j + 1) * len < n ? (j + 1) * len : n;
+        ok += reason[j] == ECG_QUALITY_OK ? end - j * len : 0;
+    }
+    return n ? (double)ok / (double)n : 0.0;
 }
 
 void ecg_quality_fini(struct ecg_result *result)
@@ -497,31 +545,58 @@ static enum ecg_status build_segments(const uint8_t *reason, size_t n_win, size_
 }
 
 enum ecg_status ecg_quality_apply(const uint8_t *reason, const float *score, size_t n_win,
-                                  const double *lead_usable, size_t n_leads,
-                                  struct ecg_result *r, struct ecg_error *err)
+                                  size_t n_leads, struct ecg_result *r, struct ecg_error *err)
 {
     struct ecg_quality_geometry g = ecg_quality_geometry_of(r->n_samples, r->fs_hz);
     enum ecg_status status = ECG_OK;
+    uint8_t *all = NULL;
+    float *all_score = NULL;
     memset(&r->quality, 0, sizeof r->quality);
-    if (g.n_win != n_win || !r->beat_quality || !r->readable || n_leads > ECG_MAX_LEADS) {
-        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal", "quality: %zu windows, expected %zu",
-                          n_win, g.n_win);
+    if (g.n_win != n_win || !r->beat_quality || !r->readable || !n_leads ||
+        n_leads > ECG_MAX_LEADS) {
+        status = ecg_fail(err, ECG_ERR_INTERNAL, "internal",
+                          "quality: %zu windows of %zu leads, expected %zu", n_win, n_leads,
+                          g.n_win);
         goto out;
     }
-    status = build_segments(reason, n_win, g.len, r->n_samples, &r->quality, err);
+    /* the leads' windows resolved one lead at a time (the first into all/all_score, each next
+     * one into lead/lead_score), then read together: readable where any lead is */
+    all_score = malloc(2 * (n_win ? n_win : 1) * (sizeof *all_score + 1));
+    if (!all_score) {
+        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
+        goto out;
+    }
+    float *lead_score = all_score + n_win;
+    all = (uint8_t *)(all_score + 2 * n_win);
+    uint8_t *lead = all + n_win;
+    r->quality.n_leads = n_leads;
+    for (size_t l = 0; l < n_leads; l++) {
+        uint8_t *into = l ? lead : all;
+        float *into_score = l ? lead_score : all_score;
+        memcpy(into, reason + l * n_win, n_win);
+        memcpy(into_score, score + l * n_win, n_win * sizeof *into_score);
+        resolve_motion(into, into_score, n_win, g.len, r->r_peak, r->n_beats, r->fs_hz);
+        r->quality.lead_usable[l] = usable_share(into, n_win, g.len, r->n_samples);
+        for (size_t j = 0; l && j < n_win; j++) {
+            if (lead[j] != ECG_QUALITY_OK)
+                continue;
+            if (all[j] != ECG_QUALITY_OK || lead_score[j] > all_score[j])
+                all_score[j] = lead_score[j];
+            all[j] = ECG_QUALITY_OK;
+        }
+    }
+    status = build_segments(all, n_win, g.len, r->n_samples, &r->quality, err);
     if (status != ECG_OK)
         goto out;
-    r->quality.n_leads = n_leads;
-    for (size_t l = 0; l < n_leads; l++)
-        r->quality.lead_usable[l] = lead_usable[l];
     for (size_t i = 0; i < r->n_beats; i++) {
         int64_t p = r->r_peak[i];
         size_t j = p <= 0 ? 0 : (size_t)p / g.len;
         j = j < n_win ? j : n_win - 1;
-        r->readable[i] = reason[j] == ECG_QUALITY_OK;
-        r->beat_quality[i] = score[j];
+        r->readable[i] = all[j] == ECG_QUALITY_OK;
+        r->beat_quality[i] = all_score[j];
     }
 out:
+    free(all_score);
     if (status != ECG_OK)
         ecg_quality_fini(r);
     return status;
@@ -534,16 +609,16 @@ enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows,
     memset(&r->quality, 0, sizeof r->quality); /* empty on failure (ecg_quality_apply checks) */
     if (n_extra >= ECG_MAX_LEADS)
         return ecg_fail(err, ECG_ERR_INTERNAL, "internal", "quality: %zu leads", n_extra + 1);
-    /* one block: the reasons after the scores */
-    float *score = malloc((n_win ? n_win : 1) * (sizeof *score + 1));
+    const size_t n = (1 + n_extra) * (n_win ? n_win : 1);
+    /* one block: the reasons after the scores, each lead's n_win after the one before */
+    float *score = malloc(n * (sizeof *score + 1));
     if (!score)
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
-    uint8_t *reason = (uint8_t *)(score + n_win);
-    double lead_usable[ECG_MAX_LEADS] = {0};
+    uint8_t *reason = (uint8_t *)(score + n);
     enum ecg_status status = ecg_quality_classify_leads(windows, extra, n_extra, n_win, r->fs_hz,
-                                                        reason, score, lead_usable, err);
+                                                        reason, score, err);
     if (status == ECG_OK)
-        status = ecg_quality_apply(reason, score, n_win, lead_usable, n_extra + 1, r, err);
+        status = ecg_quality_apply(reason, score, n_win, n_extra + 1, r, err);
     free(score);
     return status;
 }

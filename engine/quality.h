@@ -81,27 +81,35 @@ enum ecg_status ecg_quality_classify(const struct ecg_quality_window *windows, s
                                      struct ecg_error *err) ECG_WUR;
 
 /*
- * The verdict over every lead an analysis read: windows are the first lead's n_win, extra the
- * n_extra further leads' (lead i + 1's at extra + i n_win; NULL when n_extra is 0), all of the
- * same geometry. Each lead is classified on its own (its own medians, its own joined gaps);
- * a window is readable where any lead is, since the detector reads the leads together,
- * weighting each by its readability (fuse_core.h). A readable window scores its best lead's
- * score; an unreadable one keeps the first lead's reason. lead_usable (1 + n_extra entries, or
- * NULL) receives each lead's own usable fraction (its readable windows' samples over all).
+ * classify's mark (a reason value past the public ones) for a window that only the
+ * electrode-motion test found unreadable: ecg_quality_apply's rhythm check of the beats found
+ * there turns it into ECG_QUALITY_NOISE or readable (quality.c, resolve_motion). It never
+ * reaches a result.
+ */
+#define ECG_QUALITY_MOTION ((uint8_t)ECG_QUALITY_REASON_COUNT)
+
+/*
+ * ecg_quality_classify for every lead an analysis read: windows are the first lead's n_win,
+ * extra the n_extra further leads' (lead i + 1's at extra + i n_win; NULL when n_extra is 0),
+ * all of the same geometry; reason and score get each lead's n_win after the one before.
+ * Each lead is classified on its own (its own medians, its own joined gaps).
  * ECG_ERR_NOMEM or ECG_OK.
  */
 enum ecg_status ecg_quality_classify_leads(const struct ecg_quality_window *windows,
                                            const struct ecg_quality_window *extra,
                                            size_t n_extra, size_t n_win, double fs_hz,
-                                           uint8_t *reason, float *score, double *lead_usable,
+                                           uint8_t *reason, float *score,
                                            struct ecg_error *err) ECG_WUR;
 
 /*
  * Fills result's quality part from the window features of its leads (as
  * ecg_quality_classify_leads takes them): result->quality (segments, allocated here when there
- * are any; usable fraction, verdict, dominant reason, each lead's usable fraction), and the
+ * are any; usable fraction, verdict, dominant reason, each lead's own usable fraction), and the
  * caller-allocated beat_quality and readable (n_beats entries: the score of the window holding
- * each R peak). Needs result->r_peak, n_samples, fs_hz. On failure the report is left empty.
+ * each R peak). Needs result->r_peak, n_beats, n_samples, fs_hz. A second is readable where any
+ * lead is, since the detector reads the leads together, weighting each by its readability
+ * (fuse_core.h); it then scores its best lead's score, and an unreadable one keeps the first
+ * lead's reason. On failure the report is left empty.
  */
 enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows,
                                    const struct ecg_quality_window *extra, size_t n_extra,
@@ -109,12 +117,11 @@ enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows,
                                    struct ecg_error *err) ECG_WUR;
 
 /* ecg_quality_assess's second half, from windows already classified (ecg_quality_classify_leads'
- * reason, score and lead_usable (n_leads entries) of the same n_win windows), so that a caller
- * can classify them while other work runs (engine.c: beside a device's stages). Same contract
- * and the same report. */
+ * reason and score of n_leads x n_win windows), so that a caller can classify them while other
+ * work runs (engine.c: beside a device's stages). Same contract and the same report. */
 enum ecg_status ecg_quality_apply(const uint8_t *reason, const float *score, size_t n_win,
-                                  const double *lead_usable, size_t n_leads,
-                                  struct ecg_result *result, struct ecg_error *err) ECG_WUR;
+                                  size_t n_leads, struct ecg_result *result,
+                                  struct ecg_error *err) ECG_WUR;
 
 /* Frees what ecg_quality_assess allocated in result (the segments) and empties the report. */
 void ecg_quality_fini(struct ecg_result *result);

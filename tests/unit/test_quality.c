@@ -350,7 +350,9 @@ static void test_clean_records(void **state)
         for (size_t j = 0; j < g.n_win; j++) {
             bad += reason[j] != ECG_QUALITY_OK;
             assert_true(score[j] >= 0.0f && score[j] <= 1.0f);
-            assert_true(reason[j] == ECG_QUALITY_OK || score[j] == 0.0f);
+            /* (a window pending the electrode-motion test's rhythm check keeps its score) */
+            assert_true(reason[j] == ECG_QUALITY_OK || reason[j] == ECG_QUALITY_MOTION ||
+                        score[j] == 0.0f);
         }
         double usable = 1.0 - (double)bad / (double)g.n_win;
         printf("# %s: usable %.4f\n", records[r], usable);
@@ -440,17 +442,49 @@ static struct motion_counts motion_mixtures(double snr_db)
 
 /*
  * Electrode motion at 0 dB swamps the QRS complexes of one lead: a third of the beats found in
- * its stretches are false. The verdict flags at least 35 % of those stretches' windows (52 %
- * measured; 13 % before the electrode-motion test) and half of the false beats, and no more
- * than 0.5 % of the clean stretches between them.
+ * its stretches are false. The verdict flags at least 30 % of those stretches' windows (36 %
+ * measured; 13 % before the electrode-motion test) and 40 % of the false beats (49 %; 14 %
+ * before), and no more than 0.5 % of the clean stretches between them.
  */
 static void test_electrode_motion(void **state)
 {
     (void)state;
     const struct motion_counts c = motion_mixtures(0.0);
-    assert_true(c.noisy_flagged >= 0.35 * (double)c.noisy_windows);
+    assert_true(c.noisy_flagged >= 0.30 * (double)c.noisy_windows);
     assert_true(c.clean_flagged <= 0.005 * (double)c.clean_windows);
-    assert_true(c.false_flagged >= 0.5 * (double)c.false_beats);
+    assert_true(c.false_flagged >= 0.40 * (double)c.false_beats);
+}
+
+/*
+ * Runs of ventricular tachycardia between sinus beats (record 205, its second lead, 299-306 s):
+ * their wide, tall complexes meet the electrode-motion test's three conditions, and the
+ * rhythm check keeps them readable, since the detector's beats there come in runs of like
+ * intervals. Without the check the test called 299-305 s noise.
+ */
+static void test_ventricular_run(void **state)
+{
+    (void)state;
+    struct ecg_engine *engine = engine_cpu();
+    struct ecg_signal sig = {0};
+    struct ecg_error err = {0};
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = "1"};
+    if (ecg_read_file(MITDB "/205", &opts, &sig, &err) != ECG_OK)
+        fail_msg("205: %s", err.message);
+    sig.n = (size_t)(600.0 * sig.fs_hz);
+    struct ecg_result *res = analyze(engine, &sig);
+    size_t in_run = 0;
+    for (size_t i = 0; i < res->n_beats; i++) {
+        const double t = (double)res->r_peak[i] / res->fs_hz;
+        if (t >= 299.0 && t < 306.0) {
+            in_run++;
+            if (!res->readable[i])
+                fail_msg("the beat at %.2f s, in a run of ventricular tachycardia, is flagged", t);
+        }
+    }
+    assert_true(in_run >= 16); /* 17 found of the reference's 19 (16 ventricular) */
+    ecg_result_free(res);
+    ecg_signal_free(&sig);
+    ecg_engine_destroy(engine);
 }
 
 /* At 12 dB the same noise leaves the beats readable (F1 98.5 % on one lead): at most 2 % of its
@@ -621,7 +655,7 @@ int main(void)
         cmocka_unit_test(test_sine),           cmocka_unit_test(test_lead_off_stretch),
         cmocka_unit_test(test_mixed_recording), cmocka_unit_test(test_clean_records),
         cmocka_unit_test(test_electrode_motion), cmocka_unit_test(test_electrode_motion_mild),
-        cmocka_unit_test(test_two_leads),
+        cmocka_unit_test(test_ventricular_run), cmocka_unit_test(test_two_leads),
         cmocka_unit_test(test_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
