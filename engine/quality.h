@@ -74,8 +74,9 @@ struct ecg_quality_window {
 };
 
 /* Per-window decision, exposed for tests: the reason (enum ecg_quality_reason, OK when
- * readable) and a score in [0, 1] (0 when unreadable). windows/n_win as the backend filled them
- * for a recording at fs_hz; reason and score have n_win entries. ECG_ERR_NOMEM or ECG_OK. */
+ * readable, or ECG_QUALITY_MOTION below, pending the beats) and a score in [0, 1] (0 when
+ * unreadable; a pending window's is its score if readable). windows/n_win as the backend filled
+ * them for a recording at fs_hz; reason and score have n_win entries. ECG_ERR_NOMEM or ECG_OK. */
 enum ecg_status ecg_quality_classify(const struct ecg_quality_window *windows, size_t n_win,
                                      double fs_hz, uint8_t *reason, float *score,
                                      struct ecg_error *err) ECG_WUR;
