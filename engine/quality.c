@@ -464,11 +464,12 @@ static bool window_keeps_rhythm(const int64_t *p, size_t n, size_t first, int64_
  * and lower its kurtosis. What tells them apart is what the detector found there: a rhythm's
  * intervals come in runs of like intervals, the false beats that motion adds break them. So a
  * window the test marked stays readable (its score that of the other tests) where its beats
- * keep a rhythm (window_keeps_rhythm), and is noise otherwise. A stretch of motion where the
- * detector kept to the true beats is then readable too, which is what its beats deserve.
+ * keep a rhythm (window_keeps_rhythm), and is noise otherwise (and broken[j] set, when
+ * broken is given). A stretch of motion where the detector kept to the true beats is then
+ * readable too, which is what its beats deserve.
  */
 static void resolve_motion(uint8_t *reason, float *score, size_t n_win, size_t len,
-                           const int64_t *r_peak, size_t n_beats, double fs_hz)
+                           const int64_t *r_peak, size_t n_beats, double fs_hz, uint8_t *broken)
 {
     const int64_t jitter = (int64_t)floor(MOTION_RHYTHM_JITTER_S * fs_hz + 0.5);
     size_t first = 0;
@@ -482,6 +483,8 @@ static void resolve_motion(uint8_t *reason, float *score, size_t n_win, size_t l
         } else {
             reason[j] = ECG_QUALITY_NOISE;
             score[j] = 0.0f;
+            if (broken)
+                broken[j] = 1;
         }
     }
 }
@@ -560,22 +563,26 @@ enum ecg_status ecg_quality_apply(const uint8_t *reason, const float *score, siz
         goto out;
     }
     /* the leads' windows resolved one lead at a time (the first into all/all_score, each next
-     * one into lead/lead_score), then read together: readable where any lead is */
-    all_score = malloc(2 * (n_win ? n_win : 1) * (sizeof *all_score + 1));
+     * one into lead/lead_score), then read together: readable where any lead is, except where
+     * the first lead's electrode-motion test found the beats' rhythm broken (broken): the R
+     * peaks are placed, and the beats embedded and scored, on the first lead */
+    all_score = malloc(2 * (n_win ? n_win : 1) * (sizeof *all_score + 1) + (n_win ? n_win : 1));
     if (!all_score) {
         status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
         goto out;
     }
     float *lead_score = all_score + n_win;
     all = (uint8_t *)(all_score + 2 * n_win);
-    uint8_t *lead = all + n_win;
+    uint8_t *lead = all + n_win, *broken = lead + n_win;
+    memset(broken, 0, n_win);
     r->quality.n_leads = n_leads;
     for (size_t l = 0; l < n_leads; l++) {
         uint8_t *into = l ? lead : all;
         float *into_score = l ? lead_score : all_score;
         memcpy(into, reason + l * n_win, n_win);
         memcpy(into_score, score + l * n_win, n_win * sizeof *into_score);
-        resolve_motion(into, into_score, n_win, g.len, r->r_peak, r->n_beats, r->fs_hz);
+        resolve_motion(into, into_score, n_win, g.len, r->r_peak, r->n_beats, r->fs_hz,
+                       l ? NULL : broken);
         r->quality.lead_usable[l] = usable_share(into, n_win, g.len, r->n_samples);
         for (size_t j = 0; l && j < n_win; j++) {
             if (lead[j] != ECG_QUALITY_OK)
@@ -583,6 +590,12 @@ enum ecg_status ecg_quality_apply(const uint8_t *reason, const float *score, siz
             if (all[j] != ECG_QUALITY_OK || lead_score[j] > all_score[j])
                 all_score[j] = lead_score[j];
             all[j] = ECG_QUALITY_OK;
+        }
+    }
+    for (size_t j = 0; j < n_win; j++) {
+        if (broken[j]) {
+            all[j] = ECG_QUALITY_NOISE;
+            all_score[j] = 0.0f;
         }
     }
     status = build_segments(all, n_win, g.len, r->n_samples, &r->quality, err);
