@@ -16,7 +16,7 @@ extern "C" {
 
 #define ECG_HRV_LOCAL_HALF 5       /* the local median takes the RR intervals i-5..i+5 */
 #define ECG_HRV_PREMATURE 0.8      /* a beat whose RR is below 0.8 x local median is ectopic */
-#define ECG_HRV_LONG 1.6           /* an RR above 1.6 x local median is a missed beat or pause */
+#define ECG_HRV_LONG 1.3           /* an RR above 1.3 x local median: missed, misplaced or paused */
 #define ECG_HRV_MIN_SPECTRAL_S 120.0 /* LF and HF need at least 2 minutes of NN intervals */
 #define ECG_HRV_LF_LO 0.04
 #define ECG_HRV_LF_HI 0.15
