@@ -464,12 +464,13 @@ static bool window_keeps_rhythm(const int64_t *p, size_t n, size_t first, int64_
  * and lower its kurtosis. What tells them apart is what the detector found there: a rhythm's
  * intervals come in runs of like intervals, the false beats that motion adds break them. So a
  * window the test marked stays readable (its score that of the other tests) where its beats
- * keep a rhythm (window_keeps_rhythm), and is noise otherwise (and broken[j] set, when
- * broken is given). A stretch of motion where the detector kept to the true beats is then
- * readable too, which is what its beats deserve.
+ * keep a rhythm (window_keeps_rhythm), and gets the reason broken otherwise (noise; the
+ * first lead's stay marked ECG_QUALITY_MOTION until the leads are read together). A stretch of
+ * motion where the detector kept to the true beats is then readable too, which is what its
+ * beats deserve.
  */
 static void resolve_motion(uint8_t *reason, float *score, size_t n_win, size_t len,
-                           const int64_t *r_peak, size_t n_beats, double fs_hz, uint8_t *broken)
+                           const int64_t *r_peak, size_t n_beats, double fs_hz, uint8_t broken)
 {
     const int64_t jitter = (int64_t)floor(MOTION_RHYTHM_JITTER_S * fs_hz + 0.5);
     size_t first = 0;
@@ -481,22 +482,24 @@ static void resolve_motion(uint8_t *reason, float *score, size_t n_win, size_t l
         if (window_keeps_rhythm(r_peak, n_beats, first, (int64_t)((j + 1) * len), jitter)) {
             reason[j] = ECG_QUALITY_OK;
         } else {
-            reason[j] = ECG_QUALITY_NOISE;
+            reason[j] = broken;
             score[j] = 0.0f;
-            if (broken)
-                broken[j] = 1;
         }
     }
+}
+
+/* The end (exclusive) of window j of len samples in a recording of n. */
+static size_t window_end(size_t j, size_t len, size_t n)
+{
+    return (j + 1) * len < n ? (j + 1) * len : n;
 }
 
 /* The share of the recording's n samples in windows (of len) that reason calls readable. */
 static double usable_share(const uint8_t *reason, size_t n_win, size_t len, size_t n)
 {
     size_t ok = 0;
-    for (size_t j = 0; j < n_win; j++) {
-        const size_t end = (j + 1) * len < n ? (j + 1) * len : n;
-        ok += reason[j] == ECG_QUALITY_OK ? end - j * len : 0;
-    }
+    for (size_t j = 0; j < n_win; j++)
+        ok += reason[j] == ECG_QUALITY_OK ? window_end(j, len, n) - j * len : 0;
     return n ? (double)ok / (double)n : 0.0;
 }
 
@@ -522,7 +525,7 @@ static enum ecg_status build_segments(const uint8_t *reason, size_t n_win, size_
     for (size_t j = 0; j < n_win; j++) {
         if (reason[j] == ECG_QUALITY_OK)
             continue;
-        size_t start = j * len, end = (j + 1) * len < n_samples ? (j + 1) * len : n_samples;
+        size_t start = j * len, end = window_end(j, len, n_samples);
         by_reason[reason[j]] += end - start;
         bad += end - start;
         if (j > 0 && reason[j - 1] == reason[j]) {
@@ -547,13 +550,11 @@ static enum ecg_status build_segments(const uint8_t *reason, size_t n_win, size_
     return ECG_OK;
 }
 
-enum ecg_status ecg_quality_apply(const uint8_t *reason, const float *score, size_t n_win,
-                                  size_t n_leads, struct ecg_result *r, struct ecg_error *err)
+enum ecg_status ecg_quality_apply(uint8_t *reason, float *score, size_t n_win, size_t n_leads,
+                                  struct ecg_result *r, struct ecg_error *err)
 {
     struct ecg_quality_geometry g = ecg_quality_geometry_of(r->n_samples, r->fs_hz);
     enum ecg_status status = ECG_OK;
-    uint8_t *all = NULL;
-    float *all_score = NULL;
     memset(&r->quality, 0, sizeof r->quality);
     if (g.n_win != n_win || !r->beat_quality || !r->readable || !n_leads ||
         n_leads > ECG_MAX_LEADS) {
@@ -562,54 +563,38 @@ enum ecg_status ecg_quality_apply(const uint8_t *reason, const float *score, siz
                           g.n_win);
         goto out;
     }
-    /* the leads' windows resolved one lead at a time (the first into all/all_score, each next
-     * one into lead/lead_score), then read together: readable where any lead is, except where
-     * the first lead's electrode-motion test found the beats' rhythm broken (broken): the R
-     * peaks are placed, and the beats embedded and scored, on the first lead */
-    all_score = malloc(2 * (n_win ? n_win : 1) * (sizeof *all_score + 1) + (n_win ? n_win : 1));
-    if (!all_score) {
-        status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu windows", n_win);
-        goto out;
-    }
-    float *lead_score = all_score + n_win;
-    all = (uint8_t *)(all_score + 2 * n_win);
-    uint8_t *lead = all + n_win, *broken = lead + n_win;
-    memset(broken, 0, n_win);
+    /* Each lead's windows resolved in place, then read together into the first lead's: readable
+     * where any lead is, except where the first lead's electrode-motion test found the beats'
+     * rhythm broken (those stay ECG_QUALITY_MOTION until the end): the R peaks are placed, and
+     * the beats embedded and scored, on the first lead. */
     r->quality.n_leads = n_leads;
     for (size_t l = 0; l < n_leads; l++) {
-        uint8_t *into = l ? lead : all;
-        float *into_score = l ? lead_score : all_score;
-        memcpy(into, reason + l * n_win, n_win);
-        memcpy(into_score, score + l * n_win, n_win * sizeof *into_score);
-        resolve_motion(into, into_score, n_win, g.len, r->r_peak, r->n_beats, r->fs_hz,
-                       l ? NULL : broken);
-        r->quality.lead_usable[l] = usable_share(into, n_win, g.len, r->n_samples);
+        uint8_t *lead = reason + l * n_win;
+        float *lead_score = score + l * n_win;
+        resolve_motion(lead, lead_score, n_win, g.len, r->r_peak, r->n_beats, r->fs_hz,
+                       l ? ECG_QUALITY_NOISE : ECG_QUALITY_MOTION);
+        r->quality.lead_usable[l] = usable_share(lead, n_win, g.len, r->n_samples);
         for (size_t j = 0; l && j < n_win; j++) {
-            if (lead[j] != ECG_QUALITY_OK)
+            if (lead[j] != ECG_QUALITY_OK || reason[j] == ECG_QUALITY_MOTION)
                 continue;
-            if (all[j] != ECG_QUALITY_OK || lead_score[j] > all_score[j])
-                all_score[j] = lead_score[j];
-            all[j] = ECG_QUALITY_OK;
+            if (reason[j] != ECG_QUALITY_OK || lead_score[j] > score[j])
+                score[j] = lead_score[j];
+            reason[j] = ECG_QUALITY_OK;
         }
     }
-    for (size_t j = 0; j < n_win; j++) {
-        if (broken[j]) {
-            all[j] = ECG_QUALITY_NOISE;
-            all_score[j] = 0.0f;
-        }
-    }
-    status = build_segments(all, n_win, g.len, r->n_samples, &r->quality, err);
+    for (size_t j = 0; j < n_win; j++)
+        reason[j] = reason[j] == ECG_QUALITY_MOTION ? ECG_QUALITY_NOISE : reason[j];
+    status = build_segments(reason, n_win, g.len, r->n_samples, &r->quality, err);
     if (status != ECG_OK)
         goto out;
     for (size_t i = 0; i < r->n_beats; i++) {
         int64_t p = r->r_peak[i];
         size_t j = p <= 0 ? 0 : (size_t)p / g.len;
         j = j < n_win ? j : n_win - 1;
-        r->readable[i] = all[j] == ECG_QUALITY_OK;
-        r->beat_quality[i] = all_score[j];
+        r->readable[i] = reason[j] == ECG_QUALITY_OK;
+        r->beat_quality[i] = score[j];
     }
 out:
-    free(all_score);
     if (status != ECG_OK)
         ecg_quality_fini(r);
     return status;

@@ -121,10 +121,10 @@ enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows,
 
 /* ecg_quality_assess's second half, from windows already classified (ecg_quality_classify_leads'
  * reason and score of n_leads x n_win windows), so that a caller can classify them while other
- * work runs (engine.c: beside a device's stages). Same contract and the same report. */
-enum ecg_status ecg_quality_apply(const uint8_t *reason, const float *score, size_t n_win,
-                                  size_t n_leads, struct ecg_result *result,
-                                  struct ecg_error *err) ECG_WUR;
+ * work runs (engine.c: beside a device's stages). Same contract and the same report; reason and
+ * score are worked on in place (the first lead's n_win then hold the verdict the beats got). */
+enum ecg_status ecg_quality_apply(uint8_t *reason, float *score, size_t n_win, size_t n_leads,
+                                  struct ecg_result *result, struct ecg_error *err) ECG_WUR;
 
 /* Frees what ecg_quality_assess allocated in result (the segments) and empties the report. */
 void ecg_quality_fini(struct ecg_result *result);

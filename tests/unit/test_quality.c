@@ -43,22 +43,34 @@ static struct ecg_engine *engine_cpu(void)
     return engine;
 }
 
-static void read_path(const char *path, struct ecg_signal *sig)
+/* A WFDB record's lead (an index, "all", or NULL for the first). */
+static void read_path_lead(const char *path, const char *lead, struct ecg_signal *sig)
 {
     struct ecg_error err = {0};
-    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB};
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = lead};
     if (ecg_read_file(path, &opts, sig, &err) != ECG_OK)
         fail_msg("%s: %s", path, err.message);
 }
 
-/* The first seconds of a record (or all of it for seconds <= 0). */
-static void read_record(const char *name, double seconds, struct ecg_signal *sig)
+static void read_path(const char *path, struct ecg_signal *sig)
+{
+    read_path_lead(path, NULL, sig);
+}
+
+/* The first seconds of a shared record's lead (or all of it for seconds <= 0). */
+static void read_record_lead(const char *name, const char *lead, double seconds,
+                             struct ecg_signal *sig)
 {
     char path[256];
     snprintf(path, sizeof path, "%s/%s", MITDB, name);
-    read_path(path, sig);
+    read_path_lead(path, lead, sig);
     if (seconds > 0 && (size_t)(seconds * sig->fs_hz) < sig->n)
         sig->n = (size_t)(seconds * sig->fs_hz);
+}
+
+static void read_record(const char *name, double seconds, struct ecg_signal *sig)
+{
+    read_record_lead(name, NULL, seconds, sig);
 }
 
 static struct ecg_signal synthetic(size_t n, double fs_hz)
@@ -385,20 +397,16 @@ static void motion_mixture(struct ecg_engine *engine, const char *name, bool bot
     struct ecg_signal sig = {0};
     struct ecg_annotations ann = {0};
     struct ecg_error err = {0};
-    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = both ? "all" : "0"};
     snprintf(path, sizeof path, "%s/%s", MITDB, name);
-    if (ecg_read_file(path, &opts, &sig, &err) != ECG_OK)
-        fail_msg("%s: %s", path, err.message);
+    read_path_lead(path, both ? "all" : "0", &sig);
     assert_int_equal(ecg_annotations_read(path, &ann, &err), ECG_OK);
     struct ecg_result *clean = analyze(engine, &sig);
     const double clean_rmssd = clean->hrv.rmssd_ms;
     ecg_result_free(clean);
     for (size_t l = 0; l <= sig.n_extra; l++) {
-        struct ecg_read_opts nopts = {.format = ECG_FORMAT_WFDB, .lead = l ? "1" : "0"};
         struct ecg_signal noise = {0};
         double pp, rms;
-        if (ecg_read_file(NOISE "/em_a", &nopts, &noise, &err) != ECG_OK)
-            fail_msg("em_a: %s", err.message);
+        read_path_lead(NOISE "/em_a", l ? "1" : "0", &noise);
         float *x = l ? sig.extra[l - 1] : sig.samples;
         assert_int_equal(ecg_nst_amplitudes(x, sig.n, noise.samples, noise.n, sig.fs_hz, &ann,
                                             &pp, &rms, &err),
@@ -512,11 +520,7 @@ static void test_ventricular_run(void **state)
     (void)state;
     struct ecg_engine *engine = engine_cpu();
     struct ecg_signal sig = {0};
-    struct ecg_error err = {0};
-    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = "1"};
-    if (ecg_read_file(MITDB "/205", &opts, &sig, &err) != ECG_OK)
-        fail_msg("205: %s", err.message);
-    sig.n = (size_t)(600.0 * sig.fs_hz);
+    read_record_lead("205", "1", 600.0, &sig);
     struct ecg_result *res = analyze(engine, &sig);
     size_t in_run = 0;
     for (size_t i = 0; i < res->n_beats; i++) {
@@ -569,12 +573,8 @@ static void test_two_leads(void **state)
     (void)state;
     struct ecg_engine *engine = engine_cpu();
     struct ecg_signal sig = {0};
-    struct ecg_error err = {0};
-    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = "all"};
-    if (ecg_read_file(MITDB "/203", &opts, &sig, &err) != ECG_OK)
-        fail_msg("203: %s", err.message);
+    read_record_lead("203", "all", 300.0, &sig);
     assert_int_equal(sig.n_extra, 1);
-    sig.n = (size_t)(300.0 * sig.fs_hz);
     const float level0 = median_of(sig.samples, sig.n), level1 = median_of(sig.extra[0], sig.n);
     /* lead 0 flat over [60, 90) s, lead 1 over [150, 180) s, both over [240, 260) s */
     for (size_t i = 60 * 360; i < 90 * 360; i++)
