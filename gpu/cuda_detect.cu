@@ -811,7 +811,8 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     /* scratch: absf | env | flags | cpos | height | slope | beats_c | ref_in | ref_a |
      * block_first | block_last | scalars | ins_k | ins_pos | ins_h | ins_mark |
      * crest_peak | crest_mean | crest, and
-     * with several leads lead_env | peak | mean | level | weight | gain */
+     * with several leads lead_env | peak | mean | level | weight | gain, and with three or
+     * more at | agree */
     bytes = 2 * ALIGN256(n_a * sizeof(float)) + ALIGN256(n_a) +
             4 * ALIGN256(max_cand * sizeof(int64_t)) + 2 * ALIGN256(max_cand * sizeof(float)) +
             2 * ALIGN256(n_blocks * sizeof(struct block_end)) +
@@ -823,6 +824,9 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
         bytes += ALIGN256(n_leads * n_a * sizeof(float)) +
                  4 * ALIGN256(n_leads * fz.n_win * sizeof(double)) +
                  ALIGN256(n_leads * fz.n_win * sizeof(float));
+    if (n_leads > 2) /* the fusion's step 3a: at | agree */
+        bytes += ALIGN256((n_leads + 1) * fz.n_win * sizeof(int64_t)) +
+                 ALIGN256(n_leads * fz.n_win * sizeof(double));
     ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, bytes, err));
     base = (char *)ctx->scratch.ptr;
     off = 0;
@@ -862,6 +866,11 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
             off += ALIGN256(n_leads * fz.n_win * sizeof(double));
         }
         fz.gain = (float *)(base + off); off += ALIGN256(n_leads * fz.n_win * sizeof(float));
+    }
+    if (n_leads > 2) {
+        fz.at = (int64_t *)(base + off); off += ALIGN256((n_leads + 1) * fz.n_win * sizeof(int64_t));
+        fz.agree = (double *)(base + off); off += ALIGN256(n_leads * fz.n_win * sizeof(double));
+        fz.reach = (int64_t)detect_samples_of(FUSE_AGREE_S, plan->fs_a_hz);
     }
     small = n_leads == 1 && n_a <= SMALL_MAX; /* steps 1-3 and 7 in one block each */
     if (!small)

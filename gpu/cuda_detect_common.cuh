@@ -80,9 +80,15 @@ struct fuse_args {
     size_t win, n_win;     /* statistics window, samples, and the number of windows */
     double *peak, *mean, *level, *weight; /* n_leads x n_win each */
     float *gain;           /* n_leads x n_win */
+    /* step 3a, with three leads or more (NULL otherwise): the window peaks' positions,
+     * (n_leads + 1) x n_win (the fused envelope's last), and the leads' agreements */
+    int64_t *at;
+    double *agree;         /* n_leads x n_win */
+    int64_t reach;         /* FUSE_AGREE_S in analysis samples */
 };
 
-/* Steps 1-4 of cuda_fuse.cu: the fused envelope into env (n_a floats); queued on the stream. */
+/* Steps 1-4 of cuda_fuse.cu (and 3a, 3 and 4 again with f->at set): the fused envelope into
+ * env (n_a floats); queued on the stream. */
 enum ecg_status cuda_fuse(struct cuda_ctx *ctx, const struct fuse_args *f, float *env,
                           struct ecg_error *err);
 /* Step 5: every candidate's slope (a->slope) from every lead, once a->cpos and a->n_cand hold

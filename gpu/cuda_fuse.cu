@@ -8,6 +8,9 @@
  *   2. each window's beat level and weight, per lead           one thread per (lead, window)
  *   3. each window's gains                                     one thread per window
  *   4. the fused envelope                                      one thread per sample
+ *  with three leads or more (step 3a), then 3 and 4 again:
+ *      each window's peak position, per lead and fused         one thread per (lead, window)
+ *      each window's agreement, per lead                       one thread per (lead, window)
  *   5. (cuda_fuse_slopes) each candidate's fused slope         one thread per candidate
  */
 #include "cpu/detect_params.h"
@@ -37,11 +40,37 @@ static __global__ void weight_kernel(struct fuse_args f)
     }
 }
 
-static __global__ void gains_kernel(struct fuse_args f)
+/* agree: NULL for the crest weighting alone (the first pass), f.agree after step 3a. */
+static __global__ void gains_kernel(struct fuse_args f, const double *agree)
 {
     for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < f.n_win;
          j += (size_t)gridDim.x * blockDim.x)
-        fuse_window_gains(f.level, f.weight, f.n_leads, f.n_win, j, f.gain);
+        fuse_window_gains(f.level, f.weight, agree, f.n_leads, f.n_win, j, f.gain);
+}
+
+/* Step 3a: thread (l, j) finds where window j of lead l's envelope peaks; l = n_leads is the
+ * first pass's fused envelope env. */
+static __global__ void peak_at_kernel(struct fuse_args f, const float *env)
+{
+    const size_t total = (f.n_leads + 1) * f.n_win;
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total;
+         t += (size_t)gridDim.x * blockDim.x) {
+        const size_t l = t / f.n_win, j = t % f.n_win;
+        const float *e = l < f.n_leads ? f.lead_env + l * f.n_a : env;
+        f.at[t] = fuse_window_peak_at(e, f.n_a, f.win, j);
+    }
+}
+
+/* Step 3a: thread (l, j) takes lead l's agreement with the fused envelope around window j. */
+static __global__ void agree_kernel(struct fuse_args f)
+{
+    const size_t total = f.n_leads * f.n_win;
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total;
+         t += (size_t)gridDim.x * blockDim.x) {
+        const size_t l = t / f.n_win, j = t % f.n_win;
+        f.agree[t] = fuse_window_agreement(f.at + l * f.n_win, f.at + f.n_leads * f.n_win,
+                                           f.n_win, j, f.reach);
+    }
 }
 
 /* Thread i: fuse.c's sum over leads, in lead order, multiply then add. */
@@ -97,10 +126,21 @@ enum ecg_status cuda_fuse(struct cuda_ctx *ctx, const struct fuse_args *f, float
     CUDA_LAUNCH_CHECK();
     weight_kernel<<<grid_for(per_window), CUDA_THREADS, 0, ctx->stream>>>(*f);
     CUDA_LAUNCH_CHECK();
-    gains_kernel<<<grid_for(f->n_win), CUDA_THREADS, 0, ctx->stream>>>(*f);
+    gains_kernel<<<grid_for(f->n_win), CUDA_THREADS, 0, ctx->stream>>>(*f, nullptr);
     CUDA_LAUNCH_CHECK();
     fused_kernel<<<grid_for(f->n_a), CUDA_THREADS, 0, ctx->stream>>>(*f, env);
     CUDA_LAUNCH_CHECK();
+    if (f->at) { /* step 3a, then steps 3 and 4 again */
+        peak_at_kernel<<<grid_for((f->n_leads + 1) * f->n_win), CUDA_THREADS, 0, ctx->stream>>>(
+            *f, env);
+        CUDA_LAUNCH_CHECK();
+        agree_kernel<<<grid_for(per_window), CUDA_THREADS, 0, ctx->stream>>>(*f);
+        CUDA_LAUNCH_CHECK();
+        gains_kernel<<<grid_for(f->n_win), CUDA_THREADS, 0, ctx->stream>>>(*f, f->agree);
+        CUDA_LAUNCH_CHECK();
+        fused_kernel<<<grid_for(f->n_a), CUDA_THREADS, 0, ctx->stream>>>(*f, env);
+        CUDA_LAUNCH_CHECK();
+    }
 out:
     return status;
 }

@@ -4,6 +4,8 @@
  * arguments.
  */
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "cpu.h"
@@ -15,21 +17,38 @@ size_t cpu_fuse_window(const struct ecg_plan *plan)
     return detect_samples_of(FUSE_WINDOW_S, plan->fs_a_hz);
 }
 
+/* Step 4: fused[i] = the leads' envelopes weighed by their gains at i, in lead order. */
+static void fuse_sum(const float *const *env, size_t n_leads, size_t n, const float *gain,
+                     size_t n_win, size_t win, float *fused)
+{
+    for (size_t i = 0; i < n; i++) {
+        float acc = 0.0f;
+        for (size_t l = 0; l < n_leads; l++)
+            acc += fuse_gain_at(gain + l * n_win, n_win, win, i) * env[l][i];
+        fused[i] = acc;
+    }
+}
+
 enum ecg_status cpu_fuse(const struct ecg_plan *plan, const float *const *env, size_t n_leads,
                          size_t n, float *fused, float **gain_out, size_t *n_win_out,
                          struct ecg_error *err)
 {
     const size_t win = cpu_fuse_window(plan);
     const size_t n_win = n / win + (n % win ? 1 : 0);
+    const bool vote = n_leads >= 3; /* step 3a's agreement */
     double *peak = malloc(2 * n_leads * n_win * sizeof *peak);
     double *level = malloc(2 * n_leads * n_win * sizeof *level);
-    float *gain = malloc(n_leads * n_win * sizeof *gain);
+    float *gain = calloc(n_leads * n_win, sizeof *gain); /* calloc: n_win may be 0 */
+    int64_t *at = vote ? malloc((n_leads + 1) * n_win * sizeof *at) : NULL;
+    double *agree = vote ? malloc(n_leads * n_win * sizeof *agree) : NULL;
     *gain_out = NULL;
     *n_win_out = 0;
-    if (!peak || !level || !gain || n_leads > FUSE_MAX_LEADS) {
+    if (!peak || !level || !gain || (vote && (!at || !agree)) || n_leads > FUSE_MAX_LEADS) {
         free(peak);
         free(level);
         free(gain);
+        free(at);
+        free(agree);
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "fuse: %zu leads of %zu samples",
                         n_leads, n);
     }
@@ -46,15 +65,27 @@ enum ecg_status cpu_fuse(const struct ecg_plan *plan, const float *const *env, s
             fuse_window_weight(peak + l * n_win, mean + l * n_win, n_win, j,
                                &level[l * n_win + j], &weight[l * n_win + j]);
     for (size_t j = 0; j < n_win; j++)
-        fuse_window_gains(level, weight, n_leads, n_win, j, gain);
-    for (size_t i = 0; i < n; i++) {
-        float acc = 0.0f;
+        fuse_window_gains(level, weight, NULL, n_leads, n_win, j, gain);
+    fuse_sum(env, n_leads, n, gain, n_win, win, fused);
+    if (vote) { /* step 3a, then steps 3 and 4 again */
+        const int64_t reach = (int64_t)detect_samples_of(FUSE_AGREE_S, plan->fs_a_hz);
         for (size_t l = 0; l < n_leads; l++)
-            acc += fuse_gain_at(gain + l * n_win, n_win, win, i) * env[l][i];
-        fused[i] = acc;
+            for (size_t j = 0; j < n_win; j++)
+                at[l * n_win + j] = fuse_window_peak_at(env[l], n, win, j);
+        for (size_t j = 0; j < n_win; j++)
+            at[n_leads * n_win + j] = fuse_window_peak_at(fused, n, win, j);
+        for (size_t l = 0; l < n_leads; l++)
+            for (size_t j = 0; j < n_win; j++)
+                agree[l * n_win + j] = fuse_window_agreement(at + l * n_win, at + n_leads * n_win,
+                                                             n_win, j, reach);
+        for (size_t j = 0; j < n_win; j++)
+            fuse_window_gains(level, weight, agree, n_leads, n_win, j, gain);
+        fuse_sum(env, n_leads, n, gain, n_win, win, fused);
     }
     free(peak);
     free(level);
+    free(at);
+    free(agree);
     *gain_out = gain;
     *n_win_out = n_win;
     return ECG_OK;

@@ -1,8 +1,9 @@
 /*
  * test_gpu_leads.c - CPU/CUDA parity of the noise-robust detector (issue 10): the CUDA engine
  * must find exactly the CPU's beats on the 22 shared records with both leads fused, on their
- * noise stress test mixtures (electrode motion, muscle, baseline wander; one lead and two), on
- * UCR's tall T waves and on random multi-lead signals. Both engines run without a model: the
+ * noise stress test mixtures (electrode motion, muscle, baseline wander; one lead and two), with
+ * a third lead of noise alone (the fusion's agreement step), on UCR's tall T waves and on
+ * random multi-lead signals. Both engines run without a model: the
  * VAE's parity is test_gpu_parity's. Skipped, visibly, where there is no CUDA device.
  * ECG_GPU_DATA names the data directory on the device (mitdb/, noise/, ucr/).
  */
@@ -133,7 +134,27 @@ static void mix(struct ecg_signal *sig, const struct ecg_annotations *ann, const
     }
 }
 
-/* The 22 records: both leads clean, and their stress-test mixtures with one lead and two. */
+/* A third lead of noise alone: channel 0 of noise record `noise` (the fusion's step 3a). */
+static void add_noise_lead(struct ecg_signal *sig, const char *noise)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/noise/%s", data_dir(), noise);
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = "0"};
+    struct ecg_signal nz = {0};
+    struct ecg_error err = {0};
+    if (ecg_read_file(path, &opts, &nz, &err) != ECG_OK)
+        fail_msg("%s: %s", path, err.message);
+    assert_true(nz.n >= sig->n && sig->n_extra == 1);
+    sig->extra[1] = malloc(sig->n * sizeof *sig->extra[1]);
+    assert_non_null(sig->extra[1]);
+    memcpy(sig->extra[1], nz.samples, sig->n * sizeof *sig->extra[1]);
+    snprintf(sig->extra_lead[1], sizeof sig->extra_lead[1], "%s", noise);
+    sig->n_extra = 2;
+    ecg_signal_free(&nz);
+}
+
+/* The 22 records: both leads clean, their stress-test mixtures with one lead and two, and both
+ * leads with a third lead of noise alone (clean, and mixed). */
 static void test_records_and_mixtures(void **state)
 {
     NEED_DEVICE(state);
@@ -141,8 +162,10 @@ static void test_records_and_mixtures(void **state)
     static const struct {
         const char *lead, *noise;
         double snr_db;
-    } sets[] = {{"all", NULL, 0},   {"all", "em_a", 6}, {"all", "em_a", 0}, {"all", "ma", 6},
-                {"0", "em_a", 6}, {"0", "ma", 0},     {"1", "bw", 0}};
+        const char *third; /* a third lead of this noise record alone */
+    } sets[] = {{"all", NULL, 0, NULL},   {"all", "em_a", 6, NULL}, {"all", "em_a", 0, NULL},
+                {"all", "ma", 6, NULL},   {"0", "em_a", 6, NULL},   {"0", "ma", 0, NULL},
+                {"1", "bw", 0, NULL},     {"all", NULL, 0, "em_a"}, {"all", "em_a", 6, "ma"}};
     size_t beats = 0, differ = 0;
     for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
         size_t set_beats = 0, set_differ = 0;
@@ -150,16 +173,20 @@ static void test_records_and_mixtures(void **state)
             struct ecg_signal sig = {0};
             struct ecg_annotations ann = {0};
             read_record(records[r], sets[s].lead, &sig, &ann);
+            if (sets[s].third)
+                add_noise_lead(&sig, sets[s].third);
             if (sets[s].noise)
                 mix(&sig, &ann, sets[s].noise, sets[s].snr_db);
             char what[96];
-            snprintf(what, sizeof what, "%s lead %s %s %g dB", records[r], sets[s].lead,
+            snprintf(what, sizeof what, "%s lead %s%s%s %s %g dB", records[r], sets[s].lead,
+                     sets[s].third ? " + " : "", sets[s].third ? sets[s].third : "",
                      sets[s].noise ? sets[s].noise : "clean", sets[s].snr_db);
             set_differ += compare(e, &sig, what, &set_beats);
             ecg_annotations_free(&ann);
             ecg_signal_free(&sig);
         }
-        printf("# lead %s, %s %g dB: %zu beats, %zu differ\n", sets[s].lead,
+        printf("# lead %s%s%s, %s %g dB: %zu beats, %zu differ\n", sets[s].lead,
+               sets[s].third ? " + a lead of " : "", sets[s].third ? sets[s].third : "",
                sets[s].noise ? sets[s].noise : "clean", sets[s].snr_db, set_beats, set_differ);
         beats += set_beats;
         differ += set_differ;
