@@ -35,13 +35,13 @@
  *     measured 0.15-0.18 on MIT-BIH's fast rhythms); a lead that sees the beats agrees in most
  *     windows (0.7-0.9 on the same records, V1 included). A lead's weight is multiplied by 0
  *     where A is at most FUSE_AGREE_LO, by 1 from FUSE_AGREE_HI, linearly between, and steps
- *     3-4 run again. The
- *     span is long on purpose: noise that comes and goes (a burst of motion, the stress test's
- *     2-minute stretches) leaves a lead its weight, and a lead whose noise it shares with
- *     another lead (an electrode common to both) is not outvoted by the pair in a short
- *     stretch; only a lead that shows no beats for minutes loses its weight. Where no lead
- *     keeps any, the crest weighting stands alone. With two leads this step is skipped: the
- *     fused envelope is mostly the cleaner lead, which would always agree with itself.
+ *     3-4 run again. The span is long on purpose: noise that comes and goes (a burst of
+ *     motion, the stress test's 2-minute stretches) leaves a lead its weight, and a lead whose
+ *     noise it shares with another lead (an electrode common to both) is not outvoted by the
+ *     pair in a short stretch; only a lead that shows no beats for minutes loses its weight.
+ *     Where no lead keeps any, the crest weighting stands alone. With two leads this step is
+ *     skipped: the fused envelope is mostly the cleaner lead, which would always agree with
+ *     itself. docs/ACCURACY.md has the measurements.
  *  4. Per sample, the gains are interpolated linearly between window centres (no step at a
  *     window boundary could pass for a peak) and E(i) = sum over leads of g_l(i) e_l(i).
  *     A candidate's slope, for the T-wave test, fuses the leads' slopes with the same gains.
@@ -124,7 +124,7 @@ FUSE_FN void fuse_window_stats(const float *env, size_t n, size_t win, size_t j,
 }
 
 /* Step 3a: where window j of one lead's envelope env[0, n) peaks (the first index of its
- * largest value, as fuse_window_stats finds it), or -1 where the window is all zero (no
+ * largest value, the peak fuse_window_stats takes), or -1 where the window is all zero (no
  * signal: it agrees with nothing). */
 FUSE_FN int64_t fuse_window_peak_at(const float *env, size_t n, size_t win, size_t j)
 {
