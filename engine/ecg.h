@@ -108,6 +108,8 @@ struct ecg_signal {
                            * name or "column 1"; "" when there was none */
     bool fs_from_time;    /* fs_hz was measured from that time column */
     bool decimal_comma;   /* CSV: numbers were read with ',' as their decimal mark */
+    bool lead_chosen;     /* the first lead was named by embed_lead: the engine reads it even
+                           * where it shows no beats (ecg_engine_analyze) */
 };
 void ecg_signal_free(struct ecg_signal *sig); /* frees every lead, zeroes the struct; NULL ok */
 
@@ -407,6 +409,12 @@ struct ecg_result {
     size_t n_samples;
     double fs_hz;
     char lead[32];     /* the lead the beat table and the model read */
+    char lead_passed_over[32]; /* the first lead selected, when it showed no beats and lead was
+                                * read instead (ecg_engine_analyze); "" otherwise */
+    /* with three leads or more, each lead's agreement with the beats as detection saw it: the
+     * mean over the seconds of its fusion factor (engine/cpu/fuse_core.h step 3a: 0 = no
+     * beats where the others have them, 1 = agrees); NAN otherwise, leads[] order */
+    double lead_agree[ECG_MAX_LEADS];
     size_t n_leads;    /* the leads detection used: leads[0] is lead, then the others */
     char leads[ECG_MAX_LEADS][32];
     char time_column[32];  /* CSV: the time column skipped (ecg_signal), or "" */
@@ -427,6 +435,11 @@ void ecg_result_free(struct ecg_result *result);
  * Analyses one recording: resample, filter, detect, segment, embed and (with a model) encode and
  * score. Thread-safe. On success *out is a new result; on failure NULL and err says why
  * (ECG_ERR_UNSUPPORTED for a rate outside 100..2000 Hz or a recording too short to analyse).
+ * With several leads, detection reads them all, and the R peaks are placed, the beats embedded
+ * and scored on the first; with three leads or more, where the first shows no beats (a loose
+ * electrode: result->lead_agree) and a later one does, the analysis runs again with that lead
+ * first and result->lead_passed_over names the lead passed over, unless the signal's
+ * lead_chosen says the caller named the first (embed_lead).
  */
 enum ecg_status ecg_engine_analyze(struct ecg_engine *engine, const struct ecg_signal *signal,
                                    struct ecg_result **out, struct ecg_error *err) ECG_WUR;

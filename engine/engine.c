@@ -338,6 +338,8 @@ struct ecg_result *ecg_result_new(size_t k, uint32_t latent_dim, bool with_model
     struct ecg_result *r = (struct ecg_result *)block;
     char *p = block + align8(sizeof *r);
     r->n_beats = k;
+    for (size_t l = 0; l < ECG_MAX_LEADS; l++)
+        r->lead_agree[l] = NAN; /* the backend's fetch sets them where it took them */
     r->r_peak = (int64_t *)p, p += i64;
     r->onset = (int64_t *)p, p += i64;
     r->end = (int64_t *)p, p += i64;
@@ -733,13 +735,93 @@ out:
     return status;
 }
 
+/*
+ * The lead the R peaks are placed on and the model reads. Detection fuses every lead, but the
+ * beat table reads the first: a first lead that is a loose electrode's noise would place every R
+ * peak on a noise spike near its beat (44 ms off on average on MIT-BIH with a lead of muscle
+ * noise first) and embed noise. With three leads or more the detector says how much of the
+ * recording each lead shows the beats in (ecg_result.lead_agree: fuse_core.h step 3a, against
+ * the fused envelope, before any R peak is placed): where the first lead shows them in under
+ * LEAD_SILENT of it (a lead of noise alone: 0.07 or less on MIT-BIH, up to 0.57 where a stress
+ * test mixed the first lead's own noise into it) and a later one in at least LEAD_SHOWS (a lead
+ * with the heart on it: 0.97 or more, 0.85 under the stress tests; docs/ACCURACY.md), the
+ * analysis runs again with the first such lead first, unless the caller named the first
+ * (embed_lead).
+ */
+#define LEAD_SILENT 0.5
+#define LEAD_SHOWS 0.9
+
+/* The lead to read instead of the first (1..n_leads - 1), or 0 to keep it. */
+static size_t lead_instead(const struct ecg_signal *sig, const struct ecg_result *result)
+{
+    if (sig->n_extra == 0 || sig->lead_chosen || !(result->lead_agree[0] < LEAD_SILENT))
+        return 0; /* NAN (under three leads) keeps the first lead */
+    for (size_t l = 1; l <= sig->n_extra && l < ECG_MAX_LEADS; l++)
+        if (result->lead_agree[l] >= LEAD_SHOWS)
+            return l; /* the next lead, in the caller's order, that shows the beats */
+    return 0;
+}
+
+/* analyze_alone, with several leads read on the host first (load_input would read them there
+ * anyway), and again with another lead first where the first shows no beats (lead_instead). */
+static enum ecg_status analyze_leads(struct ecg_engine *engine, const struct analyze_input *in,
+                                     struct ecg_result **out, float **embedding,
+                                     struct ecg_error *err)
+{
+    struct analyze_input local = *in;
+    struct ecg_signal own = {0};
+    double read_ms = 0.0;
+    if (!in->signal && in->opts && ecg_lead_is_list(in->opts->lead)) {
+        const double t0 = now_ms();
+        enum ecg_status status = ecg_read_memory(in->bytes, in->len, in->opts, &own, err);
+        if (status != ECG_OK)
+            return status;
+        read_ms = now_ms() - t0;
+        local.signal = &own;
+    }
+    enum ecg_status status = analyze_alone(engine, &local, out, embedding, err);
+    const struct ecg_signal *sig = local.signal;
+    const size_t k = status == ECG_OK && sig ? lead_instead(sig, *out) : 0;
+    if (k > 0) {
+        struct ecg_signal view = *sig; /* the same samples, lead k first (not owned) */
+        view.samples = sig->extra[k - 1];
+        view.extra[k - 1] = sig->samples;
+        snprintf(view.lead, sizeof view.lead, "%s", sig->extra_lead[k - 1]);
+        snprintf(view.extra_lead[k - 1], sizeof view.extra_lead[k - 1], "%s", sig->lead);
+        local.signal = &view;
+        if (local.trace) { /* the second pass keeps its own */
+            ecg_trace_free(*local.trace);
+            *local.trace = NULL;
+        }
+        struct ecg_result *again = NULL;
+        float *emb = NULL;
+        status = analyze_alone(engine, &local, &again, embedding ? &emb : NULL, err);
+        if (status == ECG_OK) {
+            snprintf(again->lead_passed_over, sizeof again->lead_passed_over, "%s", sig->lead);
+            again->timing.total_ms += (*out)->timing.total_ms; /* both passes */
+        }
+        ecg_result_free(*out);
+        *out = again;
+        if (embedding) {
+            free(*embedding);
+            *embedding = emb;
+        }
+    }
+    if (status == ECG_OK) {
+        (*out)->timing.read_ms += read_ms;
+        (*out)->timing.total_ms += read_ms;
+    }
+    ecg_signal_free(&own);
+    return status;
+}
+
 /* Batches what the batcher takes (batching on; no embedding, kept trace or streamed upload),
  * runs the rest alone, a recording the batched path has already read with its decoded signal. */
 static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_input *in,
                                struct ecg_result **out, float **embedding, struct ecg_error *err)
 {
     if (!engine->batcher || embedding || in->trace || in->upload)
-        return analyze_alone(engine, in, out, embedding, err);
+        return analyze_leads(engine, in, out, embedding, err);
     struct ecg_signal own = {0};
     const struct ecg_signal *decoded = NULL;
     *out = NULL;
@@ -753,7 +835,7 @@ static enum ecg_status analyze(struct ecg_engine *engine, const struct analyze_i
         struct analyze_input alone = *in;
         if (decoded)
             alone.signal = decoded;
-        status = analyze_alone(engine, &alone, out, embedding, err);
+        status = analyze_leads(engine, &alone, out, embedding, err);
     }
     ecg_signal_free(&own);
     return status;

@@ -389,6 +389,10 @@ void ecg_result_write_json(const struct ecg_result *r, const struct ecg_engine *
         put_string(out, r->n_leads ? r->leads[i] : r->lead);
     }
     ecg_buf_puts(out, "]");
+    if (r->lead_passed_over[0]) { /* the first lead selected showed no beats: lead was read */
+        ecg_buf_puts(out, ",\"lead_passed_over\":");
+        put_string(out, r->lead_passed_over);
+    }
     if (r->time_column[0]) {
         ecg_buf_puts(out, ",\"time_column\":");
         put_string(out, r->time_column);

@@ -673,6 +673,7 @@ static enum ecg_status read_leads(const struct read_source *src,
         status = put_first(out, opts->embed_lead, names, err);
         if (status != ECG_OK)
             goto fail;
+        out->lead_chosen = true;
     }
     snprintf(out->time_column, sizeof out->time_column, "%s", time_column);
     out->fs_from_time = fs_from_time > 0;

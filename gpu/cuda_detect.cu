@@ -749,6 +749,10 @@ out:
     return status;
 }
 
+/* Where in the detector's 256-byte scalars (int64 words from n_cand) each lead's agreement
+ * goes with three leads or more: words AGREE_AT to AGREE_AT + n_leads (16 leads: 192 bytes). */
+#define AGREE_AT 8
+
 /* Steps 1-7 and the copy of the counts to h_stage, queued on the ctx's stream; with nothing to
  * detect (fewer than 2 samples) queues nothing and sets ctx->n_beats to 0 for good. */
 static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan *plan,
@@ -769,6 +773,7 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     *queued = false;
     ECG_TRY(ctx_enter(ctx, err));
     ctx->n_beats = 0;
+    ctx->n_agree = 0;
     ctx->emb_len = 0;
     ctx->encoded = false;
     n_a = ctx->n_a;
@@ -917,6 +922,8 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     }
     if (n_leads > 1)
         ECG_TRY(cuda_fuse(ctx, &fz, a.env, err));
+    if (fz.at) /* each lead's agreement, after the counts in the scalars (copied with them) */
+        ECG_TRY(cuda_fuse_agree_mean(ctx, &fz, (double *)(a.n_cand + AGREE_AT), err));
     crest_stats_kernel<<<grid_for(fz.n_win), CUDA_THREADS, 0, ctx->stream>>>(a, fz.n_win);
     CUDA_LAUNCH_CHECK();
     crest_kernel<<<grid_for(fz.n_win), CUDA_THREADS, 0, ctx->stream>>>(a, fz.n_win);
@@ -965,8 +972,13 @@ candidates:
         CUDA_LAUNCH_CHECK();
     }
     profile_mark(prof, ctx->stream, "order");
-    CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, a.n_cand, 3 * sizeof(int64_t), cudaMemcpyDeviceToHost,
-                             ctx->stream));
+    {
+        const size_t words = fz.at ? AGREE_AT + n_leads : 3; /* the counts (and agreements) */
+        ECG_TRY(stage_reserve(ctx, words * sizeof(int64_t), err));
+        CUDA_TRY(cudaMemcpyAsync(ctx->h_stage, a.n_cand, words * sizeof(int64_t),
+                                 cudaMemcpyDeviceToHost, ctx->stream));
+        ctx->n_agree = fz.at ? n_leads : 0;
+    }
     /* The table was laid out for k_max beats with r_peak first (offset 0), where the peaks
      * now are; the other columns of the final layout start earlier, and are written later. */
     *queued = true;
@@ -1034,6 +1046,8 @@ static void detect_counts(struct cuda_ctx *ctx, const struct detect_profile *pro
 {
     const int64_t *h_counts = (const int64_t *)ctx->h_stage;
     ctx->n_beats = (size_t)h_counts[2];
+    for (size_t l = 0; l < ctx->n_agree; l++)
+        ctx->lead_agree[l] = ((const double *)(h_counts + AGREE_AT))[l];
     if (prof && prof->on)
         fprintf(stderr, "cuda detect: %zu samples, %lld candidates, %lld accepted, %zu beats\n",
                 ctx->n_a, (long long)h_counts[0], (long long)h_counts[1], ctx->n_beats);

@@ -91,6 +91,10 @@ struct fuse_args {
  * env (n_a floats); queued on the stream. */
 enum ecg_status cuda_fuse(struct cuda_ctx *ctx, const struct fuse_args *f, float *env,
                           struct ecg_error *err);
+/* Each lead's step-3a factor averaged over the windows (fuse_agreement_mean) into out[0,
+ * n_leads), on the device; f->at set. Queued. */
+enum ecg_status cuda_fuse_agree_mean(struct cuda_ctx *ctx, const struct fuse_args *f,
+                                     double *out, struct ecg_error *err);
 /* Step 5: every candidate's slope (a->slope) from every lead, once a->cpos and a->n_cand hold
  * the candidates (at most max_cand). */
 enum ecg_status cuda_fuse_slopes(struct cuda_ctx *ctx, const struct fuse_args *f,

@@ -66,6 +66,8 @@ enum ecg_status fetch_copy(struct cuda_ctx *ctx, struct ecg_result *result,
 enum ecg_status fetch_split(struct cuda_ctx *ctx, struct ecg_result *result,
                             struct ecg_error *err)
 {
+    for (size_t l = 0; l < ctx->n_agree && l < ECG_MAX_LEADS; l++)
+        result->lead_agree[l] = ctx->lead_agree[l]; /* detect_counts took them */
     return table_split((const char *)ctx->h_stage, ctx->n_beats, ctx->latent_dim, ctx->encoded,
                        result, err);
 }

@@ -73,6 +73,13 @@ static __global__ void agree_kernel(struct fuse_args f)
     }
 }
 
+/* Thread l: lead l's agreement over the recording (fuse_agreement_mean, the CPU's loop). */
+static __global__ void agree_mean_kernel(struct fuse_args f, double *out)
+{
+    for (size_t l = threadIdx.x; l < f.n_leads; l += blockDim.x)
+        out[l] = fuse_agreement_mean(f.agree, f.n_win, l);
+}
+
 /* Thread i: fuse.c's sum over leads, in lead order, multiply then add. */
 static __global__ void fused_kernel(struct fuse_args f, float *env)
 {
@@ -141,6 +148,16 @@ enum ecg_status cuda_fuse(struct cuda_ctx *ctx, const struct fuse_args *f, float
         fused_kernel<<<grid_for(f->n_a), CUDA_THREADS, 0, ctx->stream>>>(*f, env);
         CUDA_LAUNCH_CHECK();
     }
+out:
+    return status;
+}
+
+enum ecg_status cuda_fuse_agree_mean(struct cuda_ctx *ctx, const struct fuse_args *f,
+                                     double *out, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    agree_mean_kernel<<<1, 32, 0, ctx->stream>>>(*f, out);
+    CUDA_LAUNCH_CHECK();
 out:
     return status;
 }

@@ -137,6 +137,10 @@ struct cuda_ctx {
     size_t n_in;             /* input samples */
     size_t n_a;              /* analysis samples (after resample) */
     size_t n_beats;          /* after detect */
+    /* with three leads or more, each lead's agreement with the beats (ecg_result.lead_agree,
+     * fuse_core.h step 3a), copied after the counts; n_agree leads (0: none) */
+    size_t n_agree;
+    double lead_agree[ECG_MAX_LEADS];
     size_t latent_dim;       /* the model's, 0 without a model */
     size_t emb_len;          /* floats in emb (n_beats * beat_len after embed) */
     bool encoded;            /* latent/score hold this request's values */

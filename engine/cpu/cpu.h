@@ -99,12 +99,14 @@ struct cpu_lead {
 enum ecg_status cpu_detect_leads(const struct ecg_plan *plan, const float *x, size_t n_in,
                                  const struct cpu_lead *leads, size_t n_leads, size_t n_a,
                                  int64_t **peaks_a, int64_t **peaks_in, size_t *n_peaks,
-                                 struct ecg_error *err) ECG_WUR;
+                                 double *agree, struct ecg_error *err) ECG_WUR;
 
 /* The fused envelope of n_leads envelopes env[l] (n samples each) into fused; *gain gets the
- * leads' gains per window (n_leads x *n_win floats, malloc'd), cpu_fuse_window() samples each. */
+ * leads' gains per window (n_leads x *n_win floats, malloc'd), cpu_fuse_window() samples each.
+ * agree (n_leads entries, or NULL) gets each lead's mean step-3a factor over the windows
+ * (fuse_agreement_mean), NAN with fewer than three leads. */
 enum ecg_status cpu_fuse(const struct ecg_plan *plan, const float *const *env, size_t n_leads,
-                         size_t n, float *fused, float **gain, size_t *n_win,
+                         size_t n, float *fused, float **gain, size_t *n_win, double *agree,
                          struct ecg_error *err) ECG_WUR;
 size_t cpu_fuse_window(const struct ecg_plan *plan);
 
@@ -125,7 +127,8 @@ struct cpu_candidate {
 enum ecg_status cpu_detect_candidates_leads(const struct ecg_plan *plan,
                                             const struct cpu_lead *leads, size_t n_leads,
                                             size_t n_a, struct cpu_candidate **cand,
-                                            size_t *n_cand, struct ecg_error *err) ECG_WUR;
+                                            size_t *n_cand, double *agree,
+                                            struct ecg_error *err) ECG_WUR;
 enum ecg_status cpu_detect_candidates(const struct ecg_plan *plan, const float *y,
                                       const float *f, size_t n_a, struct cpu_candidate **cand,
                                       size_t *n_cand, struct ecg_error *err) ECG_WUR;

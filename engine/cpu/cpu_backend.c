@@ -28,6 +28,7 @@ struct cpu_ctx {
     size_t n_a, cap_a;
     /* further leads (load_extra): input, resampled, filtered */
     size_t n_extra;
+    double lead_agree[ECG_MAX_LEADS]; /* the detector's, per lead (ecg_result.lead_agree) */
     float *x_extra[ECG_MAX_LEADS - 1], *y_extra[ECG_MAX_LEADS - 1], *f_extra[ECG_MAX_LEADS - 1];
     size_t cap_in_extra[ECG_MAX_LEADS - 1], cap_a_extra[ECG_MAX_LEADS - 1];
     int64_t *peaks_a, *peaks_in;
@@ -252,11 +253,14 @@ static enum ecg_status cpu_detect_stage(void *ctx, const struct ecg_plan *plan, 
 {
     struct cpu_ctx *c = ctx;
     reset_beats(c);
+    for (size_t l = 0; l < ECG_MAX_LEADS; l++)
+        c->lead_agree[l] = NAN; /* under three leads the detector takes none */
     struct cpu_lead leads[ECG_MAX_LEADS] = {{c->y, c->f}};
     for (size_t i = 0; i < c->n_extra; i++)
         leads[i + 1] = (struct cpu_lead){c->y_extra[i], c->f_extra[i]};
     enum ecg_status status = cpu_detect_leads(plan, c->x, c->n_in, leads, 1 + c->n_extra,
-                                              c->n_a, &c->peaks_a, &c->peaks_in, &c->k, err);
+                                              c->n_a, &c->peaks_a, &c->peaks_in, &c->k,
+                                              c->lead_agree, err);
     *n_beats = status == ECG_OK ? c->k : 0;
     return status;
 }
@@ -317,6 +321,8 @@ static enum ecg_status cpu_fetch(void *ctx, struct ecg_result *r, struct ecg_err
         return ecg_fail(err, ECG_ERR_INTERNAL, "internal", "fetch of %zu beats, have %zu",
                         r->n_beats, c->k);
     size_t k = c->k;
+    for (size_t l = 0; l < ECG_MAX_LEADS; l++)
+        r->lead_agree[l] = l <= c->n_extra ? c->lead_agree[l] : NAN;
     memcpy(r->r_peak, c->peaks_in, k * sizeof *r->r_peak);
     memcpy(r->onset, c->onset, k * sizeof *r->onset);
     memcpy(r->end, c->end, k * sizeof *r->end);

@@ -549,7 +549,8 @@ static size_t refine_all(const struct ecg_plan *plan, const float *x, size_t n_i
 enum ecg_status cpu_detect_candidates_leads(const struct ecg_plan *plan,
                                             const struct cpu_lead *leads, size_t n_leads,
                                             size_t n_a, struct cpu_candidate **cand,
-                                            size_t *n_cand, struct ecg_error *err)
+                                            size_t *n_cand, double *agree,
+                                            struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     float *env = NULL, *lead_env[FUSE_MAX_LEADS] = {NULL}, *gain = NULL, *crest = NULL;
@@ -584,7 +585,7 @@ enum ecg_status cpu_detect_candidates_leads(const struct ecg_plan *plan,
         }
         if (status == ECG_OK)
             status = cpu_fuse(plan, (const float *const *)lead_env, n_leads, n_a, env, &gain,
-                              &n_win, err);
+                              &n_win, agree, err);
     }
     if (status != ECG_OK)
         goto out;
@@ -624,7 +625,7 @@ enum ecg_status cpu_detect_candidates(const struct ecg_plan *plan, const float *
                                       size_t *n_cand, struct ecg_error *err)
 {
     const struct cpu_lead lead = {y, f};
-    return cpu_detect_candidates_leads(plan, &lead, 1, n_a, cand, n_cand, err);
+    return cpu_detect_candidates_leads(plan, &lead, 1, n_a, cand, n_cand, NULL, err);
 }
 
 enum ecg_status cpu_detect(const struct ecg_plan *plan, const float *x, size_t n_in,
@@ -632,13 +633,13 @@ enum ecg_status cpu_detect(const struct ecg_plan *plan, const float *x, size_t n
                            int64_t **peaks_in, size_t *n_peaks, struct ecg_error *err)
 {
     const struct cpu_lead lead = {y, f};
-    return cpu_detect_leads(plan, x, n_in, &lead, 1, n_a, peaks_a, peaks_in, n_peaks, err);
+    return cpu_detect_leads(plan, x, n_in, &lead, 1, n_a, peaks_a, peaks_in, n_peaks, NULL, err);
 }
 
 enum ecg_status cpu_detect_leads(const struct ecg_plan *plan, const float *x, size_t n_in,
                                  const struct cpu_lead *leads, size_t n_leads, size_t n_a,
                                  int64_t **peaks_a, int64_t **peaks_in, size_t *n_peaks,
-                                 struct ecg_error *err)
+                                 double *agree, struct ecg_error *err)
 {
     const float *f = leads[0].f;
     enum ecg_status status = ECG_OK;
@@ -654,7 +655,7 @@ enum ecg_status cpu_detect_leads(const struct ecg_plan *plan, const float *x, si
     if (n_a < 2 || n_in < 2)
         return ECG_OK;
 
-    status = cpu_detect_candidates_leads(plan, leads, n_leads, n_a, &cand, &n_cand, err);
+    status = cpu_detect_candidates_leads(plan, leads, n_leads, n_a, &cand, &n_cand, agree, err);
     if (status != ECG_OK)
         goto out;
     is_beat = calloc(n_cand ? n_cand : 1, 1);

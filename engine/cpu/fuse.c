@@ -31,7 +31,7 @@ static void fuse_sum(const float *const *env, size_t n_leads, size_t n, const fl
 
 enum ecg_status cpu_fuse(const struct ecg_plan *plan, const float *const *env, size_t n_leads,
                          size_t n, float *fused, float **gain_out, size_t *n_win_out,
-                         struct ecg_error *err)
+                         double *agree_out, struct ecg_error *err)
 {
     const size_t win = cpu_fuse_window(plan);
     const size_t n_win = n / win + (n % win ? 1 : 0);
@@ -82,6 +82,8 @@ enum ecg_status cpu_fuse(const struct ecg_plan *plan, const float *const *env, s
             fuse_window_gains(level, weight, agree, n_leads, n_win, j, gain);
         fuse_sum(env, n_leads, n, gain, n_win, win, fused);
     }
+    for (size_t l = 0; agree_out && l < n_leads; l++)
+        agree_out[l] = vote ? fuse_agreement_mean(agree, n_win, l) : NAN;
     free(peak);
     free(level);
     free(at);

@@ -215,6 +215,16 @@ FUSE_FN double fuse_agreement_factor(const double *agree, size_t n_win, size_t l
     return FUSE_DDIV(FUSE_DSUB(a, FUSE_AGREE_LO), FUSE_AGREE_HI - FUSE_AGREE_LO);
 }
 
+/* Lead l's step-3a factor averaged over the n_win windows, in window order: how much of the
+ * recording it shows the beats in (0: none; ecg_result.lead_agree). */
+FUSE_FN double fuse_agreement_mean(const double *agree, size_t n_win, size_t l)
+{
+    double sum = 0.0;
+    for (size_t j = 0; j < n_win; j++)
+        sum = FUSE_DADD(sum, fuse_agreement_factor(agree, n_win, l, j));
+    return n_win ? FUSE_DDIV(sum, (double)n_win) : 1.0;
+}
+
 /* Step 3 for window j: the gains of the n_leads leads (level, weight and agree:
  * [lead * n_win + j]; agree NULL with fewer than three leads). */
 FUSE_FN void fuse_window_gains(const double *level, const double *weight, const double *agree,
