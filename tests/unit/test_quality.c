@@ -619,6 +619,8 @@ static void test_two_leads(void **state)
                         sig.extra_lead[0]);
     assert_true(fabs(cJSON_GetObjectItem(cJSON_GetArrayItem(leads, 1), "usable_fraction")
                          ->valuedouble - res->quality.lead_usable[1]) < 1e-5);
+    /* two leads: no agreement (the fusion's step 3a needs three) */
+    assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(leads, 0), "agreement"));
     cJSON_Delete(doc);
     ecg_buf_fini(&out);
     ecg_result_free(res);

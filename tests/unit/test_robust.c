@@ -17,6 +17,7 @@
 #endif
 
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 
 #include "ecg.h"
 #include "plan.h"
@@ -385,6 +386,24 @@ static void test_noise_lead_first(void **state)
                       err_ms[0], err_ms[1]);
         assert_string_equal(first->lead_passed_over, "ma");
         assert_string_equal(first->lead, first_name);
+        /* the answer says it: signal.lead_passed_over, and each lead's agreement */
+        struct ecg_buf json = {0};
+        ecg_result_write_json(first, engine, ECG_INCLUDE_ALL, &json);
+        cJSON *doc = cJSON_Parse(json.data);
+        assert_non_null(doc);
+        assert_string_equal(
+            cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "signal"), "lead_passed_over")->valuestring,
+            "ma");
+        cJSON *leads = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "quality"), "leads");
+        assert_int_equal(cJSON_GetArraySize(leads), 3);
+        assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(leads, 1), "lead")->valuestring,
+                            "ma");
+        assert_true(cJSON_GetObjectItem(cJSON_GetArrayItem(leads, 0), "agreement")->valuedouble >
+                    0.9);
+        assert_true(cJSON_GetObjectItem(cJSON_GetArrayItem(leads, 1), "agreement")->valuedouble <
+                    0.1);
+        cJSON_Delete(doc);
+        ecg_buf_fini(&json);
         assert_int_equal(first->n_beats, last->n_beats);
         assert_true(err_ms[0] < 10.0 && err_ms[1] > 20.0);
         assert_string_equal(kept->lead, "ma");
