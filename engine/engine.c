@@ -465,16 +465,16 @@ static enum ecg_status load_input(struct ecg_engine *engine, void *ctx,
     leads->n = 1;
     if (in->signal)
         return load_signal(ops, ctx, in->signal, n, fs_hz, leads, windows, err);
-    /* Several leads are read on the host: the backends' own parsers read one lead. */
-    const bool several = in->opts && ecg_lead_is_list(in->opts->lead);
-    if (in->upload && !several) {
+    /* One lead: a lead list is read on the host before (analyze_leads), since the backends' own
+     * parsers read one lead. */
+    if (in->upload) {
         bool from_device = false;
         enum ecg_status status = ops->load_upload(ctx, in->upload->backend, in->len, in->opts, n,
                                                   fs_hz, lead, &from_device, err);
         in->upload->used_device = status == ECG_OK && from_device;
         if (status != ECG_ERR_UNSUPPORTED)
             return status;
-    } else if (ops->load_bytes && !several) {
+    } else if (ops->load_bytes) {
         enum ecg_status status = ops->load_bytes(ctx, in->bytes, in->len, in->opts, n, fs_hz,
                                                  lead, err);
         if (status != ECG_ERR_UNSUPPORTED)
@@ -588,6 +588,8 @@ static enum ecg_status result_assess_beside(struct ecg_result *result, struct qu
     return status;
 }
 
+/* One pass of the pipeline on one worker context; called through analyze_leads only, which
+ * hands it a lead list as a decoded signal. */
 static enum ecg_status analyze_alone(struct ecg_engine *engine, const struct analyze_input *in,
                                      struct ecg_result **out, float **embedding,
                                      struct ecg_error *err)
