@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_strips.sh - analyses of recordings from 2 s to 20 h over HTTP, each cell measured as a
+# bench_strips.sh - analyses of recordings from 1 s to 20 h over HTTP, each cell measured as a
 # ratio to an HTTP sink in the same run: for every recording length and body format, wrk posts
 # the same body with the same clients first to bench/http_sink.c (libmicrohttpd with as many
 # threads as the ecgd server of the cell: reads the body, answers a fixed small JSON), then to
@@ -27,10 +27,8 @@
 #                   BATCH_WORKERS and BATCH_DEPTH, when set, are passed to "cuda" and
 #                   "cuda-nographs" as --max-batch, --batch-window-us, --batch-lanes,
 #                   --workers and --batch-depth (sweeps)
-#   SIZES           recording lengths in seconds (default "2 10 80 1800"; 72000 = 20 h). 2 s
-#                   is the shortest the service analyses (ECG_MIN_DURATION_S): a 1-s strip is
-#                   answered 422 too_short on every backend, batched or not (the detector needs
-#                   its 2-s learning stretch), so the table starts at 2 s
+#   SIZES           recording lengths in seconds (default "1 10 80 1800"; 72000 = 20 h). 1 s
+#                   is the shortest the service analyses (ECG_MIN_DURATION_S)
 #   ONE_CLIENT      1: after each backend's cells, one client posting the 10-s CSV strip over
 #                   one kept-alive connection ONE_CLIENT_N times (default 400): p50/p99 of the
 #                   server's timing_ms.total and of the wall time (default 0)
@@ -55,7 +53,7 @@ BUILD=${1:-build}
 ECGD=${ECGD:-$BUILD/ecgd}
 SINK=${SINK:-$BUILD/bench/http_sink}
 BACKENDS=${BACKENDS:-cpu}
-SIZES=${SIZES:-"2 10 80 1800"}
+SIZES=${SIZES:-"1 10 80 1800"}
 FORMATS=${FORMATS:-"csv f32"}
 CONNS=${CONNS:-64}
 BIG_CONNS=${BIG_CONNS:-4}

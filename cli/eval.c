@@ -144,16 +144,88 @@ static size_t keep_noisy(int64_t *v, size_t n, double fs_hz)
     return k;
 }
 
+/* The beats of sig analysed as consecutive strips of strip_s seconds, as a monitor that posts
+ * short strips gets them: each strip analysed alone, its beats moved to the record's grid. The
+ * tail shorter than a strip is not analysed; *n_used says how many samples were. merged owns
+ * r_peak, kept, readable and, when the engine scores beats, score and outlier (free with
+ * merged_free). */
+static enum ecg_status analyze_strips(struct ecg_engine *engine, const struct ecg_signal *sig,
+                                      double strip_s, struct ecg_result *merged, size_t *n_used,
+                                      struct ecg_error *err)
+{
+    const size_t len = (size_t)floor(strip_s * sig->fs_hz + 0.5);
+    size_t cap = 0;
+    bool scored = false;
+    *n_used = 0;
+    for (size_t at = 0; len > 0 && at + len <= sig->n; at += len) {
+        struct ecg_signal part = *sig;
+        part.samples = sig->samples + at;
+        part.n = len;
+        for (size_t i = 0; i < sig->n_extra; i++)
+            part.extra[i] = sig->extra[i] + at;
+        struct ecg_result *res = NULL;
+        enum ecg_status status = ecg_engine_analyze(engine, &part, &res, err);
+        if (status != ECG_OK)
+            return status;
+        const size_t need = merged->n_beats + res->n_beats;
+        if (need > cap) {
+            cap = need * 2 + 64;
+            int64_t *r = realloc(merged->r_peak, cap * sizeof *r);
+            merged->r_peak = r ? r : merged->r_peak;
+            float *sc = realloc(merged->score, cap * sizeof *sc);
+            merged->score = sc ? sc : merged->score;
+            uint8_t *k = realloc(merged->kept, cap);
+            merged->kept = k ? k : merged->kept;
+            uint8_t *u = realloc(merged->readable, cap);
+            merged->readable = u ? u : merged->readable;
+            uint8_t *o = realloc(merged->outlier, cap);
+            merged->outlier = o ? o : merged->outlier;
+            if (!r || !sc || !k || !u || !o) {
+                ecg_result_free(res);
+                return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "strip beats");
+            }
+        }
+        scored = scored || res->score;
+        for (size_t i = 0; i < res->n_beats; i++) {
+            const size_t j = merged->n_beats + i;
+            merged->r_peak[j] = res->r_peak[i] + (int64_t)at;
+            merged->kept[j] = res->kept[i];
+            merged->readable[j] = res->readable ? res->readable[i] : 1;
+            merged->score[j] = res->score ? res->score[i] : NAN;
+            merged->outlier[j] = res->outlier ? res->outlier[i] : 0;
+        }
+        merged->n_beats = need;
+        ecg_result_free(res);
+        *n_used = at + len;
+    }
+    if (!scored) { /* no model: no scores, as for a whole record */
+        free(merged->score);
+        free(merged->outlier);
+        merged->score = NULL;
+        merged->outlier = NULL;
+    }
+    return ECG_OK;
+}
+
+static void merged_free(struct ecg_result *merged)
+{
+    free(merged->r_peak);
+    free(merged->kept);
+    free(merged->readable);
+    free(merged->score);
+    free(merged->outlier);
+}
+
 /* Evaluates one record; appends matched beats' scores to scores when the result has them. */
 static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, const char *record,
                                    const char *lead, const struct stress *st,
-                                   const char *test_path, struct record_stats *rs,
+                                   const char *test_path, double strip_s, struct record_stats *rs,
                                    struct score_lists *scores, struct ecg_error *err)
 {
     char path[4096];
     struct ecg_signal sig = {0};
     struct ecg_annotations ann = {0}, test = {0};
-    struct ecg_result *res = NULL, tested = {0};
+    struct ecg_result *res = NULL, tested = {0}, merged = {0};
     int64_t *match = NULL, *ref = NULL, *det = NULL;
     size_t *ref_index = NULL, *det_index = NULL;
     struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = lead};
@@ -181,6 +253,15 @@ static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, c
         tested.n_beats = test.n;
         tested.r_peak = test.sample;
         res = &tested;
+    } else if (strip_s > 0.0) {
+        /* --strips: only the samples the strips cover are scored */
+        size_t n_used = 0;
+        res = &merged;
+        status = analyze_strips(engine, &sig, strip_s, &merged, &n_used, err);
+        if (status != ECG_OK)
+            goto out;
+        while (ann.n > 0 && ann.sample[ann.n - 1] >= (int64_t)n_used)
+            ann.n--;
     } else {
         status = ecg_engine_analyze(engine, &sig, &res, err);
         if (status != ECG_OK)
@@ -270,8 +351,9 @@ out:
     free(det);
     free(ref_index);
     free(det_index);
-    if (res != &tested)
+    if (res != &tested && res != &merged)
         ecg_result_free(res);
+    merged_free(&merged);
     ecg_annotations_free(&test);
     ecg_annotations_free(&ann);
     ecg_signal_free(&sig);
@@ -337,7 +419,7 @@ static void eval_usage(FILE *out)
 {
     fprintf(out, "usage: ecgd eval [--json] [--lead N|NAME] [--model PATH|none] "
                  "[--backend auto|cpu|cuda] [--noise NAME|PATH --snr DB [--noise-offset S]] "
-                 "DIR [RECORD...]\n"
+                 "[--strips S] DIR [RECORD...]\n"
                  "Detection uses every lead of the records (--lead all) unless --lead names one "
                  "or a list.\n"
                  "Without RECORD names, reads DIR/RECORDS. The model defaults to %s when it "
@@ -349,6 +431,9 @@ static void eval_usage(FILE *out)
                  "--noise-offset S reads the noise from its second S on (wrapping to its start), "
                  "at the same gain: 120 gives\nthe noisy stretches the noise that the standard "
                  "test leaves out, a check on noise no tuning has seen.\n"
+                 "--strips S analyses each record as consecutive strips of S seconds, each alone "
+                 "(as a monitor posting short\nstrips has them analysed), and scores the beats of "
+                 "all strips against the part of the record they cover.\n"
                  "--test FILE.atr DIR RECORD scores the beats of a WFDB annotation file (ecgd "
                  "analyze --annotations, or any detector's) against the record's reference "
                  "instead of running the detector. Options take their value as --lead 1 or "
@@ -370,6 +455,7 @@ int cli_eval(int argc, char **argv)
     struct score_lists scores = {0};
     struct stress stress = {.path = NULL, .snr_db = 6.0};
     const char *noise_name = NULL, *test_path = NULL;
+    double strip_s = 0.0;
     static char noise_path[4096];
     char **args = cli_split_equals(argc, argv, &argc);
     if (!args) {
@@ -388,7 +474,7 @@ int cli_eval(int argc, char **argv)
         } else if ((strcmp(a, "--lead") == 0 || strcmp(a, "--model") == 0 ||
                     strcmp(a, "--backend") == 0 || strcmp(a, "--noise") == 0 ||
                     strcmp(a, "--snr") == 0 || strcmp(a, "--test") == 0 ||
-                    strcmp(a, "--noise-offset") == 0) && !v) {
+                    strcmp(a, "--noise-offset") == 0 || strcmp(a, "--strips") == 0) && !v) {
             fprintf(stderr, "ecgd eval: %s needs a value\n", a);
             return 2;
         } else if (strcmp(a, "--lead") == 0) {
@@ -410,6 +496,14 @@ int cli_eval(int argc, char **argv)
             stress.offset_s = strtod(v, &end);
             if (end == v || *end || !isfinite(stress.offset_s) || stress.offset_s < 0.0) {
                 fprintf(stderr, "ecgd eval: --noise-offset needs seconds >= 0, got \"%s\"\n", v);
+                return 2;
+            }
+            i++;
+        } else if (strcmp(a, "--strips") == 0) {
+            char *end = NULL;
+            strip_s = strtod(v, &end);
+            if (end == v || *end || !isfinite(strip_s) || strip_s <= 0.0) {
+                fprintf(stderr, "ecgd eval: --strips needs seconds > 0, got \"%s\"\n", v);
                 return 2;
             }
             i++;
@@ -443,6 +537,11 @@ int cli_eval(int argc, char **argv)
     }
     if (test_path && n_names != 1) {
         fprintf(stderr, "ecgd eval: --test scores one RECORD: name it after DIR\n");
+        return 2;
+    }
+    if (test_path && strip_s > 0.0) {
+        fprintf(stderr, "ecgd eval: --test scores a file's beats; --strips runs the detector: "
+                        "give one\n");
         return 2;
     }
     if (test_path)
@@ -484,15 +583,24 @@ int cli_eval(int argc, char **argv)
         goto out;
     struct record_stats total = {.name = "total"};
     double err_sum = 0;
-    if (json)
-        printf("{\"backend\":\"%s\",\"lead\":\"%s\",\"window_ms\":%.0f,\"records\":[",
+    if (json) {
+        printf("{\"backend\":\"%s\",\"lead\":\"%s\",\"window_ms\":%.0f,",
                ecg_engine_backend(engine), lead, MATCH_WINDOW_S * 1e3);
-    else
+        if (strip_s > 0.0)
+            printf("\"strips_s\":%g,\"records\":[", strip_s);
+        else
+            printf("\"strips_s\":null,\"records\":[");
+    } else {
+        if (strip_s > 0.0)
+            printf("each record analysed as consecutive %g-s strips, each alone; the beats of "
+                   "the part they cover scored\n", strip_s);
         printf("%-8s %7s %7s %5s %5s %8s %8s %9s\n", "record", "beats", "TP", "FN", "FP", "Se%",
                "+P%", "|err| ms");
+    }
     for (int r = 0; r < n_names; r++) {
         struct record_stats *rs = &stats[r];
-        if (eval_record(engine, dir, names[r], lead, &stress, test_path, rs, &scores, &err) !=
+        if (eval_record(engine, dir, names[r], lead, &stress, test_path, strip_s, rs, &scores,
+                        &err) !=
             ECG_OK) {
             fprintf(stderr, "ecgd eval: %s: %s\n", names[r], err.message);
             goto out;

@@ -630,7 +630,7 @@ enum ecg_status ecg_trace_read(const struct ecg_trace *trace, size_t start, size
 void ecg_trace_free(struct ecg_trace *trace);
 
 /* Shortest recording the engine analyses, in seconds (shorter ones get ECG_ERR_UNSUPPORTED). */
-#define ECG_MIN_DURATION_S 2.0
+#define ECG_MIN_DURATION_S 1.0
 
 /* Which optional parts of the JSON answer to include (bit mask). */
 enum ecg_include {

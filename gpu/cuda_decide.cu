@@ -129,10 +129,12 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
 
     {
         /* detector_learn(): SPK half the median of the DETECT_LEARN_TOP largest candidates of
-         * the learning period, NPK half the median candidate (at most half of SPK) */
+         * the learning period (fewer where the recording ends first: detect_learn_top), NPK
+         * half the median candidate (at most half of SPK) */
         float heights[64], top0 = 0.0f, top1 = 0.0f, top2 = 0.0f;
         size_t m = 0;
         const int64_t learn_end = origin + a.learn;
+        const size_t learn_top = detect_learn_top(horizon - origin, a.learn);
         for (size_t k = k_lo; k < n_cand && src.pos(k) < learn_end; k++) {
             float h = src.h(k);
             if (m < 64)
@@ -151,7 +153,7 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
             if (h > top2)
                 top2 = h;
         }
-        const size_t n_top = m < DETECT_LEARN_TOP ? m : DETECT_LEARN_TOP;
+        const size_t n_top = m < learn_top ? m : learn_top;
         const float top_mid = n_top / 2 == 0 ? top0 : top1; /* top[n_top / 2], n_top <= 3 */
         spk = n_top ? DMUL(0.5, (double)top_mid) : 0.0;
         npk = m ? DMUL(0.5, (double)median_small(heights, m)) : 0.0;

@@ -184,7 +184,11 @@ static __device__ __forceinline__ void candidate_one(const struct detect_args *a
     float right_valley = env[c];
     for (size_t i = c + 1; i <= next; i++)
         right_valley = env[i] < right_valley ? env[i] : right_valley;
-    const float valley = left_valley > right_valley ? left_valley : right_valley;
+    float valley = left_valley > right_valley ? left_valley : right_valley;
+    if (n_cand > 1 && k == 0 && c > 0)
+        valley = right_valley; /* the recording starts inside its left valley */
+    else if (n_cand > 1 && k == n_cand - 1 && c < a->n_a - 1)
+        valley = left_valley; /* ... or ends inside its right one */
     size_t lo = c > a->slope_win ? c - a->slope_win : 0;
     size_t hi = c + a->slope_win < a->n_a - 1 ? c + a->slope_win : a->n_a - 1;
     float s = 0.0f;
@@ -261,7 +265,7 @@ static __device__ void refine_keep(const struct detect_args *a, size_t b, int64_
     int64_t r_a = (2 * best * (int64_t)a->up + (int64_t)a->down) / (2 * (int64_t)a->down);
     if (r_a > n_a - 1)
         r_a = n_a - 1;
-    if (best < 1 || r_a < 1)
+    if (best < 1 || r_a < 1 || best >= (int64_t)a->n_in - 1)
         return;
     a->ref_in[b] = best;
     a->ref_a[b] = r_a;

@@ -3,9 +3,9 @@
  * CPU backend batched through engine/batch.c's stage-by-stage runner) and
  * tests/gpu/test_gpu_batch.c (the CUDA backend's own batches).
  *
- * 64 requests of mixed lengths (2 s .. 80 s of MIT-BIH records), rates (360 Hz as recorded,
+ * 64 requests of mixed lengths (1 s .. 80 s of MIT-BIH records), rates (360 Hz as recorded,
  * 180 and 120 Hz by decimation, 720 Hz by repeating samples) and formats (CSV, raw float32,
- * raw int16, a decoded signal), plus requests that must not be batched or must fail (1 s: too
+ * raw int16, a decoded signal), plus requests that must not be batched or must fail (0.5 s: too
  * short; a malformed CSV; two leads), are analysed by 64 threads at once on an engine that
  * batches, and one by one on an engine that does not. Every answer must be identical: the same
  * status and error, and the same JSON (every field but timing_ms) and beat arrays, byte for
@@ -97,14 +97,14 @@ static void parity_make(struct parity_request *r, int i, const struct ecg_signal
                         size_t n_records, enum parity_shape shape)
 {
     static const unsigned rates[] = {360, 180, 120, 720};
-    static const double seconds[] = {2, 3.5, 10, 10, 10, 17, 30, 45, 60, 80};
+    static const double seconds[] = {1, 2, 3.5, 10, 10, 17, 30, 45, 60, 80};
     const bool uniform = shape != PARITY_MIXED;
     const struct ecg_signal *rec =
         &records[shape == PARITY_REPEAT ? (size_t)(i % 2) : (size_t)i % n_records];
     const unsigned rate = shape == PARITY_AT_250 ? 250 : uniform ? 360 : rates[(i / 3) % 4];
     double dur = uniform ? 10.0 : seconds[(i * 7) % 10];
     if (i == 61 && !uniform)
-        dur = 1.0; /* too short: refused, by the same error both ways */
+        dur = 0.5; /* too short: refused, by the same error both ways */
     size_t n_src = (size_t)(dur * 360.0);
     size_t start = shape == PARITY_REPEAT ? 36000u * (size_t)(i % 2 + 1)
                                           : ((size_t)i * 104729u) % (rec->n - n_src);
@@ -283,7 +283,7 @@ static inline unsigned parity_check(struct ecg_engine *engine_alone,
         assert_int_equal(ok, n_req);
         assert_int_equal(batched, n_req);
     } else {
-        /* 1 s, the malformed CSV: refused; two leads: answered alone */
+        /* 0.5 s, the malformed CSV: refused; two leads: answered alone */
         assert_int_equal(req[61].status[1], ECG_ERR_UNSUPPORTED);
         assert_int_not_equal(req[62].status[1], ECG_OK);
         assert_int_equal(req[63].status[1], ECG_OK);

@@ -140,15 +140,18 @@ static void detector_noise(struct detector *d, const struct cpu_candidate *c)
 /*
  * Fresh state at origin, candidate k_lo the first at or after it. Initial levels from the
  * candidates of the first DETECT_LEARN_S: SPK half the median of the DETECT_LEARN_TOP largest
- * (a robust "typical beat": one artefact among them does not set it), NPK half the median
- * candidate (at most half of SPK).
+ * (a robust "typical beat": one artefact among them does not set it; fewer where the
+ * recording ends before the period does, detect_learn_top), NPK half the median candidate (at
+ * most half of SPK).
  */
 static void detector_learn(struct detector *d, const struct cpu_candidate *cand, size_t k_lo,
-                           size_t n_cand, int64_t origin, double fs_hz)
+                           size_t n_cand, int64_t origin, int64_t horizon, double fs_hz)
 {
     float heights[64], top[DETECT_LEARN_TOP] = {0};
     size_t m = 0;
-    const int64_t learn = origin + (int64_t)detect_samples_of(DETECT_LEARN_S, fs_hz);
+    const int64_t learn_len = (int64_t)detect_samples_of(DETECT_LEARN_S, fs_hz);
+    const int64_t learn = origin + learn_len;
+    const size_t learn_top = detect_learn_top(horizon - origin, learn_len);
     for (size_t k = k_lo; k < n_cand && cand[k].pos < learn; k++) {
         if (m < sizeof heights / sizeof heights[0])
             heights[m++] = cand[k].height;
@@ -161,7 +164,7 @@ static void detector_learn(struct detector *d, const struct cpu_candidate *cand,
             }
         }
     }
-    size_t n_top = m < DETECT_LEARN_TOP ? m : DETECT_LEARN_TOP;
+    size_t n_top = m < learn_top ? m : learn_top;
     memset(d, 0, sizeof *d);
     d->spk = n_top ? 0.5 * top[n_top / 2] : 0.0;
     d->npk = m ? 0.5 * cpu_median_inplace(heights, m) : 0.0;
@@ -199,7 +202,7 @@ void cpu_decide_window(const struct ecg_plan *plan, const struct cpu_candidate *
     const int64_t twave = (int64_t)detect_samples_of(DETECT_TWAVE_S, fs);
     const size_t k_lo = first_candidate_from(cand, n_cand, w->origin);
     struct detector d;
-    detector_learn(&d, cand, k_lo, n_cand, w->origin, fs);
+    detector_learn(&d, cand, k_lo, n_cand, w->origin, w->horizon, fs);
 
     for (size_t k = k_lo;; k++) {
         const bool end = k == n_cand || cand[k].pos >= w->horizon;

@@ -26,8 +26,10 @@
  *    to 300 bpm).
  * 3. Attributes of each candidate: its height, the prominence of e over the higher of the two
  *    valleys separating it from the neighbouring candidates (a raised noise floor or a
- *    constant signal scores nothing), and the steepest slope of y within +-DETECT_SLOPE_S (to
- *    tell T waves from QRS complexes).
+ *    constant signal scores nothing; the first and the last candidate, whose outer valley the
+ *    recording's end cuts, over their inner valley alone, unless the candidate sits on the end
+ *    sample itself, its peak beyond the recording), and the steepest slope of y within
+ *    +-DETECT_SLOPE_S (to tell T waves from QRS complexes).
  * 4. Adaptive decision, after Pan and Tompkins (IEEE TBME 32(3), 1985): running estimates of
  *    the signal peak level (SPK) and the noise peak level (NPK), learnt robustly on the first
  *    DETECT_LEARN_S (so one artefact there does not set them); a candidate is a beat when it
@@ -62,8 +64,10 @@
  *    their peak). The windows of neighbouring beats never overlap.
  *
  *
- * Output: R peaks ascending, at least 2 samples apart in both grids and none at sample 0 (so
- * segmentation always has room for an onset); peaks_a[i] is the analysis sample nearest to
+ * Output: R peaks ascending, at least 2 samples apart in both grids and none on the first or
+ * the last sample (segmentation needs room for an onset; and a peak on an end sample lies
+ * beyond the recording: the strip that holds it reports it, so a recording posted as
+ * consecutive strips gets each beat once); peaks_a[i] is the analysis sample nearest to
  * peaks_in[i].
  *
  * Accuracy on the 22 MIT-BIH records of ../shared/data/mitdb, scored beat by beat against the
@@ -404,7 +408,11 @@ static void describe_candidates(const struct ecg_plan *plan, const struct cpu_le
         const size_t c = (size_t)pos[k];
         const size_t next = k + 1 < n_cand ? (size_t)pos[k + 1] : n - 1;
         const float right_valley = range_min(env, c, next);
-        const float valley = left_valley > right_valley ? left_valley : right_valley;
+        float valley = left_valley > right_valley ? left_valley : right_valley;
+        if (n_cand > 1 && k == 0 && c > 0)
+            valley = right_valley; /* the recording starts inside its left valley */
+        else if (n_cand > 1 && k == n_cand - 1 && c < n - 1)
+            valley = left_valley; /* ... or ends inside its right one */
 
         float slope = gain ? 0.0f : steepest(leads[0].y, n, c, reach);
         if (gain) {
@@ -494,8 +502,9 @@ static int64_t refine_peak(const struct ecg_plan *plan, const float *x, size_t n
 /*
  * Refines every beat and writes the R peaks to peaks_in and their analysis-grid positions to
  * peaks_a. Beats are kept in order with at least 2 samples between neighbours in both grids and
- * none at sample 0 (segmentation needs room for an onset before each R peak); a beat that would
- * break this (only possible with extreme parameters) is dropped. Returns the number written.
+ * none on the first sample (segmentation needs room for an onset before each R peak) or the
+ * last (the largest deflection there is the upstroke of a complex whose peak lies beyond the
+ * recording); a beat that would break this is dropped. Returns the number written.
  */
 static size_t refine_all(const struct ecg_plan *plan, const float *x, size_t n_in,
                          const float *f, size_t n_a, const struct cpu_candidate *cand,
@@ -533,7 +542,7 @@ static size_t refine_all(const struct ecg_plan *plan, const float *x, size_t n_i
         int64_t r_a = to_analysis(plan, r_in);
         if (r_a > (int64_t)n_a - 1)
             r_a = (int64_t)n_a - 1;
-        if (r_in < 1 || r_a < 1)
+        if (r_in < 1 || r_a < 1 || r_in >= (int64_t)n_in - 1)
             continue;
         if (n > 0 && (r_in < peaks_in[n - 1] + 2 || r_a < peaks_a[n - 1] + 2))
             continue;

@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define DETECT_ENVELOPE_S 0.10       /* envelope window */
 #define DETECT_FLAT_EXP (-16)        /* responses <= 2^-16 of |y[0]|: rounding, a flat envelope */
@@ -35,6 +36,28 @@
 #define DETECT_BASELINE_S 0.3        /* local baseline: median of x over +-300 ms */
 #define DETECT_BASELINE_POINTS 16    /* ... sampled at about 16 points */
 #define DETECT_POLARITY_SWITCH 3.0   /* opposite deflection this much larger flips polarity */
+
+#if defined(__CUDACC__)
+#define DETECT_FN static inline __host__ __device__
+#else
+#define DETECT_FN static inline
+#endif
+
+/*
+ * How many of the largest candidates of the learning period SPK is learnt from when the
+ * recording leaves only span samples of it (learn: DETECT_LEARN_S in samples): the
+ * DETECT_LEARN_TOP of a full period scaled to the span, round(DETECT_LEARN_TOP span / learn),
+ * at least 1. The period is long enough for DETECT_LEARN_TOP beats at any rate the detector
+ * takes; a 1-s strip holds one or two, and the median of its three largest candidates would
+ * be a T or P wave, which set the threshold under every wave of the strip.
+ */
+DETECT_FN size_t detect_learn_top(int64_t span, int64_t learn)
+{
+    if (span >= learn)
+        return DETECT_LEARN_TOP;
+    const int64_t top = (2 * DETECT_LEARN_TOP * (span > 0 ? span : 0) + learn) / (2 * learn);
+    return top < 1 ? 1 : (size_t)top;
+}
 
 /* round(seconds * fs) as a sample count, at least 1. */
 static inline size_t detect_samples_of(double seconds, double fs_hz)

@@ -89,6 +89,15 @@ assert w[0] == w[1] == w[3], w
 assert w[2] != w[0] and w[2]["tp"] + w[2]["fn"] == w[0]["tp"] + w[0]["fn"], w
 assert [r["noise"]["offset_s"] for r in runs] == [0, 0, 120, 1805.56], runs
 assert all(r["noise"]["snr_db"] == 6 for r in runs)' "$tmp/nst-none.json" "$tmp/nst-0.json" "$tmp/nst-120.json" "$tmp/nst-1805.5556.json"
+    # --strips: each record cut into consecutive 10-s strips, each analysed alone; the beats of
+    # the 180 whole strips (648,000 samples) scored, each found once across the cuts
+    "$ECGD" eval --json --model none --strips 10 $mitdb 101 208 >"$tmp/strips.json"
+    check "eval --strips 10 on 101 and 208: the beats of the strips' span, Se and +P > 99.5%" $PY -c '
+import json,sys; d=json.load(open(sys.argv[1])); t=d["total"]
+assert d["strips_s"] == 10 and d["records"][0]["beats"] < 1865 and d["records"][1]["beats"] < 2955
+sys.exit(not (t["se_pct"] > 99.5 and t["ppv_pct"] > 99.5))' "$tmp/strips.json"
+    expect_fail "--strips 0" "seconds > 0" eval --strips 0 $mitdb 101
+    expect_fail "--strips with --test" "give one" eval --strips 10 --test "$tmp/none.atr" $mitdb 101
     expect_fail "--noise-offset without --noise" "name one" eval --noise-offset 120 $mitdb 101
     expect_fail "negative --noise-offset" "seconds >= 0" eval --noise em_a --noise-offset -3 $mitdb 101
     "$ECGD" analyze ../shared/data/ucr/ecg50T.txt --fs 250 --include summary >"$tmp/ucr.json"

@@ -11,12 +11,12 @@
 # without HTTP, lanes 1/2/4/8); "uploads" runs issue 12's HTTP suites (uploads, reload, metrics, annotations)
 # against a CUDA-backed server; "hostile" runs the hostile-client suite (tests/hostile/hostile.py, quick mode) against a
 # CUDA-backed server; "http" runs the service's HTTP suite (tests/e2e/test_http.sh) against a CUDA-backed
-# server; "strips" runs bench/bench_strips.sh (wrk and http_sink bundled in DIR): for 2 s (the
+# server; "strips" runs bench/bench_strips.sh (wrk and http_sink bundled in DIR): for 1 s (the
 # shortest recording analysed), 10 s, 80 s, 30 min and 20 h recordings as CSV and float32, the
 # HTTP sink, a CUDA-backed server as shipped (dynamic batching on: --max-batch 64, 2 batchers
 # per GPU, fronts as CUDA graphs, workers at least 64), one without batching (--max-batch 1),
 # and a CPU-backed server on the same machine in one run, every figure also as a ratio to the sink, then one client's p50 on
-# 10-s strips (server time and wall) on each (STRIP_SIZES (default "2 10 80": 30 min and 20 h,
+# 10-s strips (server time and wall) on each (STRIP_SIZES (default "1 10 80": 30 min and 20 h,
 # "1800 72000", are never batched and take long), STRIP_BACKENDS, STRIP_DURATION (default 5s
 # per cell), BIG_CONNS, WRK_THREADS, ONE_CLIENT=0 override). "tests" includes test_gpu_batch (batched answers against lone ones;
 # also with one batcher, and with the batched pass's side branch in line);
@@ -242,10 +242,10 @@ if [[ " $parts " == *" strips "* ]] && [ -x "$dir/ecgd" ] && [ -x "$dir/wrk" ] &
     [ -x "$dir/http_sink" ]; then
     # One run, one table: each length and format against the HTTP sink, then the CUDA and the
     # CPU backend (bench/bench_strips.sh); 64 clients up to 80 s, BIG_CONNS beyond.
-    echo "== strips: 2 s, 10 s, 80 s (STRIP_SIZES); CSV and float32; sink, CUDA as shipped (batched), CUDA unbatched, CPU"
+    echo "== strips: 1 s, 10 s, 80 s (STRIP_SIZES); CSV and float32; sink, CUDA as shipped (batched), CUDA unbatched, CPU"
     PATH="$dir:$PATH" ECGD=$dir/ecgd SINK=$dir/http_sink \
         BACKENDS="${STRIP_BACKENDS:-cuda cuda-unbatched cpu}" \
-        ONE_CLIENT=${ONE_CLIENT:-1} SIZES="${STRIP_SIZES:-2 10 80}" CONNS=64 BIG_CONNS=${BIG_CONNS:-4} \
+        ONE_CLIENT=${ONE_CLIENT:-1} SIZES="${STRIP_SIZES:-1 10 80}" CONNS=64 BIG_CONNS=${BIG_CONNS:-4} \
         DURATION=${STRIP_DURATION:-5s} WRK_THREADS=${WRK_THREADS:-4} ECG_SHARED_DATA=$dir/data \
         timeout 570 bash bench/bench_strips.sh 2>&1 | tee "$out/strips.log" |
         grep -E '^# |^\|'

@@ -428,11 +428,14 @@ static void test_mitdb_accuracy(void **state)
  * threshold raised where the envelope's floor is full and the narrower band read there
  * (noise_core.h) trade a few beats of irregular rhythms (203: atrial flutter and fibrillation
  * with multiform ventricular beats over its own muscle noise, 36 of 2,980 missed) for far fewer
- * false beats in noise, so one record may drop to 98.75 %. */
+ * false beats in noise, so one record may drop to 98.75 %. +P 99.89 %: since beats are found
+ * up to a recording's first and last samples (short strips lost them), three at the records'
+ * edges count as false: whole QRS complexes at the end of 106 and the start of 116 that the
+ * reference leaves unannotated, and a small deflection after 114's constant first samples. */
 static void test_mitdb_accuracy_one_lead(void **state)
 {
     (void)state;
-    mitdb_accuracy("0", 98.75, 99.8, 99.9);
+    mitdb_accuracy("0", 98.75, 99.8, 99.89);
 }
 
 int main(void)
