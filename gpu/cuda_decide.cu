@@ -169,7 +169,7 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
     do {                                                                                   \
         const size_t acc_k = (kk);                                                         \
         const int64_t acc_pos = src.pos(acc_k);                                            \
-        if (acc_pos >= emit_lo && acc_pos < emit_hi) {                                     \
+        if (marking && acc_pos >= emit_lo && acc_pos < emit_hi) {                          \
             flag[acc_k] = 1;                                                               \
             if (first_mark == SIZE_MAX)                                                    \
                 first_mark = acc_k;                                                        \
@@ -204,86 +204,109 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
         after_last = acc_k + 1;                                                            \
     } while (0)
 
-    for (size_t k = k_lo;; k++) {
-        const int64_t pos_k = k < n_cand ? src.pos(k) : 0;
-        const bool end = k == n_cand || pos_k >= horizon;
-        const int64_t pos = end ? horizon : pos_k;
-        /* search back (from the origin until the first beat), possibly for several missed
-         * beats in a row; sooner where candidate k's window is clean (decide.c's
-         * searchback_due: its crest read only when the gap lies between the two limits) */
-        while ((double)(pos - (last >= 0 ? last : origin)) > sb_limit ||
-               (!end && (double)(pos - (last >= 0 ? last : origin)) > sb_clean &&
-                __ldg(&a.crest[(size_t)pos / a.crest_win]) >= DETECT_CLEAN_CREST)) {
-            const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
-            const double floor_height = DMUL(DETECT_SEARCHBACK_TH, threshold);
-            if (scanned < after_last) {
-                scanned = after_last;
-                best = SIZE_MAX;
-            }
-            for (; scanned < k; scanned++) {
-                const int64_t gap = src.pos(scanned) - last;
-                if (last >= 0 && gap < a.refractory)
-                    continue;
-                if (last >= 0 && gap < a.twave &&
-                    (double)src.sl(scanned) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))
-                    continue; /* a T wave is no missed beat */
-                const float hs = src.h(scanned);
-                if (best == SIZE_MAX || hs > best_h) {
-                    best = scanned;
-                    best_h = hs;
-                }
-            }
-            if (best != SIZE_MAX && (double)best_h > floor_height &&
-                (double)best_h > DMUL(DETECT_SEARCHBACK_MIN, beat_level)) {
-                ACCEPT(best, DETECT_SEARCHBACK_GAIN);
-                scanned = after_last;
-                best = SIZE_MAX;
-                if (last >= emit_hi)
-                    goto done;
-                continue;
-            }
-            /* nothing even at the lowered threshold: halve SPK, at most once per
-             * DETECT_DECAY_RR mean RR and never below twice NPK, and look again */
-            if ((double)(pos - last_decay) <= DMUL(DETECT_DECAY_RR, rr_mean) ||
-                spk <= DMUL(2.0, npk))
-                break;
-            spk = DMUL(spk, 0.5);
-            last_decay = pos;
+    /* decide.c's cpu_decide_window(): a window at the recording's start has no warm-up
+     * before it, so it is decided twice, the first pass marking nothing and the second starting
+     * from what the first learnt of the beats (warm_levels: SPK, the RR intervals and their
+     * mean, the usual slope and height; NPK as learnt, at most half of SPK) */
+    const double npk_learnt = npk;
+    const bool warm_up = origin == 0;
+    for (int pass = warm_up ? 0 : 1; pass < 2; pass++) {
+        const bool marking = pass == 1;
+        if (marking && warm_up) {
+            npk = npk_learnt;
+            if (npk > DMUL(0.5, spk))
+                npk = DMUL(0.5, spk);
+            sb_limit = DMUL(DETECT_SEARCHBACK_RR, rr_mean);
+            sb_clean = DMUL(DETECT_SEARCHBACK_RR_CLEAN, rr_mean);
+            after_last = k_lo;
+            last = -1;
+            last_slope = 0.0f;
+            scanned = k_lo;
+            best = SIZE_MAX;
+            best_h = 0.0f;
+            last_decay = origin;
         }
-        if (end)
-            break;
-        if (last >= 0 && pos - last < a.refractory)
-            continue;
-        const float h = src.h(k);
-        /* the threshold rises where noise fills the floor between beats (noise_core.h) */
-        const double t = src.factor_at(k, pos, a.crest_win);
-        bool noise = (double)h <= noise_threshold_at(spk, npk, t) ||
-                     (last >= 0 && pos - last < a.twave &&
-                      (double)src.sl(k) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE));
-        if (!noise && last >= 0 &&
-            noise_premature_weak(t, DETECT_THRESHOLD, pos - last, h, beat_level, rr_mean)) {
-            /* ... and there, in a regular rhythm, an early beat must be as strong as the usual
-             * one (noise_core.h, step 3; decide.c's detector_premature_weak) */
-            static_assert(DETECT_RR_COUNT == 8, "the RR ring is r0 .. r7");
-            /* the range of the newest min(n_rr, 8) intervals, in registers */
-            double lo = n_rr ? r0 : 0.0, hi = lo;
+        for (size_t k = k_lo;; k++) {
+            const int64_t pos_k = k < n_cand ? src.pos(k) : 0;
+            const bool end = k == n_cand || pos_k >= horizon;
+            const int64_t pos = end ? horizon : pos_k;
+            /* search back (from the origin until the first beat), possibly for several missed
+             * beats in a row; sooner where candidate k's window is clean (decide.c's
+             * searchback_due: its crest read only when the gap lies between the two limits) */
+            while ((double)(pos - (last >= 0 ? last : origin)) > sb_limit ||
+                   (!end && (double)(pos - (last >= 0 ? last : origin)) > sb_clean &&
+                    __ldg(&a.crest[(size_t)pos / a.crest_win]) >= DETECT_CLEAN_CREST)) {
+                const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
+                const double floor_height = DMUL(DETECT_SEARCHBACK_TH, threshold);
+                if (scanned < after_last) {
+                    scanned = after_last;
+                    best = SIZE_MAX;
+                }
+                for (; scanned < k; scanned++) {
+                    const int64_t gap = src.pos(scanned) - last;
+                    if (last >= 0 && gap < a.refractory)
+                        continue;
+                    if (last >= 0 && gap < a.twave &&
+                        (double)src.sl(scanned) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))
+                        continue; /* a T wave is no missed beat */
+                    const float hs = src.h(scanned);
+                    if (best == SIZE_MAX || hs > best_h) {
+                        best = scanned;
+                        best_h = hs;
+                    }
+                }
+                if (best != SIZE_MAX && (double)best_h > floor_height &&
+                    (double)best_h > DMUL(DETECT_SEARCHBACK_MIN, beat_level)) {
+                    ACCEPT(best, DETECT_SEARCHBACK_GAIN);
+                    scanned = after_last;
+                    best = SIZE_MAX;
+                    if (marking && last >= emit_hi)
+                        goto done;
+                    continue;
+                }
+                /* nothing even at the lowered threshold: halve SPK, at most once per
+                 * DETECT_DECAY_RR mean RR and never below twice NPK, and look again */
+                if ((double)(pos - last_decay) <= DMUL(DETECT_DECAY_RR, rr_mean) ||
+                    spk <= DMUL(2.0, npk))
+                    break;
+                spk = DMUL(spk, 0.5);
+                last_decay = pos;
+            }
+            if (end)
+                break;
+            if (last >= 0 && pos - last < a.refractory)
+                continue;
+            const float h = src.h(k);
+            /* the threshold rises where noise fills the floor between beats (noise_core.h) */
+            const double t = src.factor_at(k, pos, a.crest_win);
+            bool noise = (double)h <= noise_threshold_at(spk, npk, t) ||
+                         (last >= 0 && pos - last < a.twave &&
+                          (double)src.sl(k) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE));
+            if (!noise && last >= 0 &&
+                noise_premature_weak(t, DETECT_THRESHOLD, pos - last, h, beat_level, rr_mean)) {
+                /* ... and there, in a regular rhythm, an early beat must be as strong as the usual
+                 * one (noise_core.h, step 3; decide.c's detector_premature_weak) */
+                static_assert(DETECT_RR_COUNT == 8, "the RR ring is r0 .. r7");
+                /* the range of the newest min(n_rr, 8) intervals, in registers */
+                double lo = n_rr ? r0 : 0.0, hi = lo;
 #define RR_SPAN(r, i)                                                                      \
     if (n_rr > (i)) {                                                                      \
         lo = (r) < lo ? (r) : lo;                                                          \
         hi = (r) > hi ? (r) : hi;                                                          \
     }
-            RR_SPAN(r1, 1) RR_SPAN(r2, 2) RR_SPAN(r3, 3) RR_SPAN(r4, 4) RR_SPAN(r5, 5)
-            RR_SPAN(r6, 6) RR_SPAN(r7, 7)
+                RR_SPAN(r1, 1) RR_SPAN(r2, 2) RR_SPAN(r3, 3) RR_SPAN(r4, 4) RR_SPAN(r5, 5)
+                RR_SPAN(r6, 6) RR_SPAN(r7, 7)
 #undef RR_SPAN
-            noise = noise_regular_rhythm(n_rr, rr_mean, lo, hi);
+                noise = noise_regular_rhythm(n_rr, rr_mean, lo, hi);
+            }
+            if (noise) {
+                npk = DADD(DMUL(DETECT_LEVEL_GAIN, (double)h), DMUL(1.0 - DETECT_LEVEL_GAIN, npk));
+                continue;
+            }
+            ACCEPT(k, DETECT_LEVEL_GAIN);
+            if (marking && last >= emit_hi)
+                break;
         }
-        if (noise) {
-            npk = DADD(DMUL(DETECT_LEVEL_GAIN, (double)h), DMUL(1.0 - DETECT_LEVEL_GAIN, npk));
-            continue;
-        }
-        ACCEPT(k, DETECT_LEVEL_GAIN);
-        if (last >= emit_hi)
-            break;
     }
 #undef ACCEPT
 #undef TWAVE_REFERENCE
