@@ -962,16 +962,19 @@ static void test_lead_selections(void **state)
 /* ------------------------------------------------------------------ short strips */
 
 /*
- * Record name analysed as consecutive strips of strip_s seconds, each alone, as a monitor that
- * posts strips gets it analysed; the beats found, moved to the record's grid, are matched
- * within 150 ms against the reference beats of the span the strips cover, into sum.
+ * Record name (with electrode-motion noise at em_snr_db the NSTDB way, unless NAN) analysed as
+ * consecutive strips of strip_s seconds, each alone, as a monitor that posts strips gets it
+ * analysed; the beats found, moved to the record's grid, are matched within 150 ms against the
+ * reference beats of the span the strips cover, into sum.
  */
 static void strips_score(struct ecg_engine *engine, const char *name, double strip_s,
-                         struct ecg_match_stats *sum)
+                         double em_snr_db, struct ecg_match_stats *sum)
 {
     struct ecg_signal sig = {0};
     struct ecg_annotations ann = {0};
     read_record(name, "all", &sig, &ann);
+    if (!isnan(em_snr_db))
+        add_em_noise(&sig, &ann, 0, em_snr_db);
     const size_t len = (size_t)(strip_s * sig.fs_hz + 0.5);
     int64_t *det = malloc(sig.n / 50 * sizeof *det); /* at most one beat per 50 samples */
     assert_non_null(det);
@@ -1012,7 +1015,7 @@ static void strips_score(struct ecg_engine *engine, const char *name, double str
  * five records (101, 106, 118: right bundle branch block, 119: ventricular bigeminy, 208:
  * multiform ventricular beats) cut into 10-s strips lost 0.96 % of their beats (Se 99.04 %),
  * into 2-s strips 2.5 %, and 1-s strips were refused. Now (both leads, 150 ms): 10-s strips
- * Se / +P 99.76 / 99.72 %, 2-s 99.61 / 98.45 %, 1-s 99.11 / 96.25 %, and no beat is placed on
+ * Se / +P 99.77 / 99.78 %, 2-s 99.61 / 98.65 %, 1-s 99.10 / 96.36 %, and no beat is placed on
  * a strip's first or last sample.
  */
 static void test_short_strips(void **state)
@@ -1026,7 +1029,7 @@ static void test_short_strips(void **state)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         struct ecg_match_stats sum = {0};
         for (size_t r = 0; r < sizeof records / sizeof records[0]; r++)
-            strips_score(engine, records[r], cases[c].strip_s, &sum);
+            strips_score(engine, records[r], cases[c].strip_s, NAN, &sum);
         const double se = 100.0 * (double)sum.tp / (double)(sum.tp + sum.fn);
         const double ppv = 100.0 * (double)sum.tp / (double)(sum.tp + sum.fp);
         print_message("%g-s strips: TP %zu FN %zu FP %zu, Se %.3f %%, +P %.3f %%\n",
@@ -1034,6 +1037,32 @@ static void test_short_strips(void **state)
         assert_true(se >= cases[c].min_se);
         assert_true(ppv >= cases[c].min_ppv);
     }
+    ecg_engine_destroy(engine);
+}
+
+/*
+ * A noisy strip is decided from levels it settles itself. A strip has no warm-up before it:
+ * the detector learnt its levels on the strip's first seconds, and where those were noisy it
+ * kept a threshold that a longer run would have corrected; now the first pass over a
+ * recording's first window only learns, and the second decides from what it learnt of the
+ * beats (decide.c's self warm-up). Five records where electrode motion at 6 dB floods single
+ * strips with false beats (101, 106, 108, 124, 201), 10-s strips, both leads: one pass F1
+ * 92.42 % (+P 86.41 %), two passes 93.96 % (+P 89.22 %).
+ */
+static void test_noisy_strips(void **state)
+{
+    (void)state;
+    static const char *records[] = {"101", "106", "108", "124", "201"};
+    struct ecg_engine *engine = cpu_engine();
+    struct ecg_match_stats sum = {0};
+    for (size_t r = 0; r < sizeof records / sizeof records[0]; r++)
+        strips_score(engine, records[r], 10.0, 6.0, &sum);
+    const struct f1 score = {sum.tp, sum.fn, sum.fp};
+    const double ppv = 100.0 * (double)sum.tp / (double)(sum.tp + sum.fp);
+    print_message("10-s strips at em_a 6 dB: TP %zu FN %zu FP %zu, +P %.2f %%, F1 %.2f %%\n",
+                  sum.tp, sum.fn, sum.fp, ppv, f1_pct(&score));
+    assert_true(f1_pct(&score) >= 93.5);
+    assert_true(ppv >= 88.5);
     ecg_engine_destroy(engine);
 }
 
@@ -1048,7 +1077,7 @@ int main(void)
         cmocka_unit_test(test_noise_mixer),
         cmocka_unit_test(test_lead_selections),    cmocka_unit_test(test_noise_lead),
         cmocka_unit_test(test_sign_and_scale),     cmocka_unit_test(test_noise_lead_first),
-        cmocka_unit_test(test_short_strips),
+        cmocka_unit_test(test_short_strips),       cmocka_unit_test(test_noisy_strips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
