@@ -28,7 +28,8 @@
  *    pass) and learns its levels from the candidates of [origin, origin + DETECT_LEARN_S) as the
  *    plain pass does from the start of the recording, so that by the block its levels, RR mean,
  *    last beat and last slope (T waves, search-back) are those of a run that has seen the
- *    warm-up; only the decisions on candidates inside the block are kept;
+ *    warm-up; only the decisions on candidates inside the block are kept; a window at the
+ *    origin, with no warm-up before it, is warmed on itself (cpu_decide_window);
  *  - it sees the candidates before its horizon, min(n, (b + 1) B + T) (T = CPU_DETECT_TAIL_S,
  *    so that search-back can still fill the end of the block) and ends there as the plain pass
  *    ends at the end of the recording; it stops as soon as it accepts a beat at or past the

@@ -53,9 +53,9 @@
  *    Then the rhythm check (insert.c, insert_core.h): a beat that splits one regular RR
  *    interval in two without the strength of its neighbours is an artefact and goes.
  *    The pass runs by blocks of CPU_DETECT_BLOCK_S (60 s), each from fresh state started
- *    CPU_DETECT_WARMUP_S (40 s) earlier, then a merge at the block boundaries: see
- *    "4. adaptive decision" below. A recording of at most one block is decided by the plain
- *    pass.
+ *    CPU_DETECT_WARMUP_S (40 s) earlier (the first, with nothing before it, from the levels a
+ *    first pass over its own window learnt), then a merge at the block boundaries: decide.c.
+ *    A recording of at most one block is decided by the plain pass.
  * 5. Refinement. Each beat is mapped to the input grid (ecg_plan_to_input) and its R peak is
  *    the largest deflection of x from its local baseline (median over +-DETECT_BASELINE_S)
  *    within +-DETECT_REFINE_S, in the beat's polarity. The polarity is that of the largest lobe
