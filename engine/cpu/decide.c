@@ -233,7 +233,7 @@ static void warm_levels(struct detector *d, const struct detector *seed)
  * levels the first reached at its end (warm_levels), as if the window had been seen before.
  * Only the start of a recording changes: levels learnt on its first seconds are what a strip
  * has, and where those seconds are noisy they set a threshold that the rest of a run would have
- * corrected (10-s strips at em_a 6 dB: 3,306 false beats with one pass, 2,251 with two; whole
+ * corrected (10-s strips at em_a 6 dB: 3,306 false beats with one pass, 2,308 with two; whole
  * records, whose first minute is clean, decide the same either way).
  */
 void cpu_decide_window(const struct ecg_plan *plan, const struct cpu_candidate *cand,
