@@ -411,9 +411,10 @@ struct ecg_result {
     char lead[32];     /* the lead the beat table and the model read */
     char lead_passed_over[32]; /* the first lead selected, when it showed no beats and lead was
                                 * read instead (ecg_engine_analyze); "" otherwise */
-    /* with three leads or more, each lead's agreement with the beats as detection saw it: the
+    /* with two leads or more, each lead's agreement with the beats as detection saw it: the
      * mean over the seconds of its fusion factor (engine/cpu/fuse_core.h step 3a: 0 = no
-     * beats where the others have them, 1 = agrees); NAN otherwise, leads[] order */
+     * beats where the others have them, 1 = agrees; it weighs from three leads); NAN with one,
+     * leads[] order */
     double lead_agree[ECG_MAX_LEADS];
     size_t n_leads;    /* the leads detection used: leads[0] is lead, then the others */
     char leads[ECG_MAX_LEADS][32];
@@ -436,10 +437,10 @@ void ecg_result_free(struct ecg_result *result);
  * score. Thread-safe. On success *out is a new result; on failure NULL and err says why
  * (ECG_ERR_UNSUPPORTED for a rate outside 100..2000 Hz or a recording too short to analyse).
  * With several leads, detection reads them all, and the R peaks are placed, the beats embedded
- * and scored on the first; with three leads or more, where the first shows no beats (a loose
- * electrode: result->lead_agree) and a later one does, the analysis runs again with that lead
- * first and result->lead_passed_over names the lead passed over, unless the signal's
- * lead_chosen says the caller named the first (embed_lead).
+ * and scored on the first; where the first shows no beats (a loose electrode:
+ * result->lead_agree) and a later one does (with two leads, over at least 91 s), the analysis
+ * runs again with that lead first and result->lead_passed_over names the lead passed over,
+ * unless the signal's lead_chosen says the caller named the first (embed_lead).
  */
 enum ecg_status ecg_engine_analyze(struct ecg_engine *engine, const struct ecg_signal *signal,
                                    struct ecg_result **out, struct ecg_error *err) ECG_WUR;

@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "batch.h"
 #include "cpu/cpu.h" /* cpu_quality_features: the further leads' quality features */
+#include "cpu/fuse_core.h" /* FUSE_AGREE_SPAN: the span of a lead's agreement */
 #include "ecg.h"
 #include "hrv.h"
 #include "plan.h"
@@ -741,23 +742,29 @@ out:
  * The lead the R peaks are placed on and the model reads. Detection fuses every lead, but the
  * beat table reads the first: a first lead that is a loose electrode's noise would place every R
  * peak on a noise spike near its beat (44 ms off on average on MIT-BIH with a lead of muscle
- * noise first) and embed noise. With three leads or more the detector says how much of the
+ * noise first) and embed noise. With two leads or more the detector says how much of the
  * recording each lead shows the beats in (ecg_result.lead_agree: fuse_core.h step 3a, against
  * the fused envelope, before any R peak is placed): where the first lead shows them in under
  * LEAD_SILENT of it (a lead of noise alone: 0.07 or less on MIT-BIH, up to 0.57 where a stress
  * test mixed the first lead's own noise into it) and a later one in at least LEAD_SHOWS (a lead
  * with the heart on it: 0.97 or more, 0.85 under the stress tests; docs/ACCURACY.md), the
  * analysis runs again with the first such lead first, unless the caller named the first
- * (embed_lead).
+ * (embed_lead). With two leads the fused envelope is half the first lead's own and there is no
+ * third to vote, so the agreement must span LEAD_PAIR_MIN_S of recording (FUSE_AGREE_SPAN
+ * windows, the span it is counted over): on shorter strips of noisy records the two real leads
+ * of MIT-BIH measured under LEAD_SILENT and over LEAD_SHOWS now and then.
  */
 #define LEAD_SILENT 0.5
 #define LEAD_SHOWS 0.9
+#define LEAD_PAIR_MIN_S (FUSE_AGREE_SPAN * FUSE_WINDOW_S)
 
 /* The lead to read instead of the first (1..n_leads - 1), or 0 to keep it. */
 static size_t lead_instead(const struct ecg_signal *sig, const struct ecg_result *result)
 {
     if (sig->n_extra == 0 || sig->lead_chosen || !(result->lead_agree[0] < LEAD_SILENT))
-        return 0; /* NAN (under three leads) keeps the first lead */
+        return 0; /* NAN (one lead) keeps the first lead */
+    if (sig->n_extra == 1 && (double)sig->n / sig->fs_hz < LEAD_PAIR_MIN_S)
+        return 0;
     for (size_t l = 1; l <= sig->n_extra && l < ECG_MAX_LEADS; l++)
         if (result->lead_agree[l] >= LEAD_SHOWS)
             return l; /* the next lead, in the caller's order, that shows the beats */

@@ -331,7 +331,7 @@ static void put_quality(struct ecg_buf *out, const struct ecg_result *r)
             put_string(out, r->leads[l]);
             ecg_buf_puts(out, ",\"usable_fraction\":");
             put_number(out, q->lead_usable[l]);
-            if (!isnan(r->lead_agree[l])) { /* three leads or more: what detection saw */
+            if (!isnan(r->lead_agree[l])) { /* two leads or more: what detection saw */
                 ecg_buf_puts(out, ",\"agreement\":");
                 put_number(out, r->lead_agree[l]);
             }

@@ -754,7 +754,7 @@ out:
 }
 
 /* Where in the detector's 256-byte scalars (int64 words from n_cand) each lead's agreement
- * goes with three leads or more: words AGREE_AT to AGREE_AT + n_leads (16 leads: 192 bytes). */
+ * goes with two leads or more: words AGREE_AT to AGREE_AT + n_leads (16 leads: 192 bytes). */
 #define AGREE_AT 8
 
 /* Steps 1-7 and the copy of the counts to h_stage, queued on the ctx's stream; with nothing to
@@ -833,7 +833,7 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
         bytes += ALIGN256(n_leads * n_a * sizeof(float)) +
                  4 * ALIGN256(n_leads * fz.n_win * sizeof(double)) +
                  ALIGN256(n_leads * fz.n_win * sizeof(float));
-    if (n_leads > 2) /* the fusion's step 3a: at | agree */
+    if (n_leads > 1) /* the fusion's step 3a: at | agree */
         bytes += ALIGN256((n_leads + 1) * fz.n_win * sizeof(int64_t)) +
                  ALIGN256(n_leads * fz.n_win * sizeof(double));
     ECG_TRY(dbuf_reserve(ctx, &ctx->scratch, bytes, err));
@@ -876,7 +876,7 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
         }
         fz.gain = (float *)(base + off); off += ALIGN256(n_leads * fz.n_win * sizeof(float));
     }
-    if (n_leads > 2) {
+    if (n_leads > 1) {
         fz.at = (int64_t *)(base + off); off += ALIGN256((n_leads + 1) * fz.n_win * sizeof(int64_t));
         fz.agree = (double *)(base + off); off += ALIGN256(n_leads * fz.n_win * sizeof(double));
         fz.reach = (int64_t)detect_samples_of(FUSE_AGREE_S, plan->fs_a_hz);

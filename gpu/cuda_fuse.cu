@@ -8,7 +8,7 @@
  *   2. each window's beat level and weight, per lead           one thread per (lead, window)
  *   3. each window's gains                                     one thread per window
  *   4. the fused envelope                                      one thread per sample
- *  with three leads or more (step 3a), then 3 and 4 again:
+ *  with two leads or more (step 3a; with three or more, then 3 and 4 again):
  *      each window's peak position, per lead and fused         one thread per (lead, window)
  *      each window's agreement, per lead                       one thread per (lead, window)
  *   5. (cuda_fuse_slopes) each candidate's fused slope         one thread per candidate
@@ -143,10 +143,12 @@ enum ecg_status cuda_fuse(struct cuda_ctx *ctx, const struct fuse_args *f, float
         CUDA_LAUNCH_CHECK();
         agree_kernel<<<grid_for(per_window), CUDA_THREADS, 0, ctx->stream>>>(*f);
         CUDA_LAUNCH_CHECK();
-        gains_kernel<<<grid_for(f->n_win), CUDA_THREADS, 0, ctx->stream>>>(*f, f->agree);
-        CUDA_LAUNCH_CHECK();
-        fused_kernel<<<grid_for(f->n_a), CUDA_THREADS, 0, ctx->stream>>>(*f, env);
-        CUDA_LAUNCH_CHECK();
+        if (f->n_leads >= 3) { /* two leads: measured (the pass-over), not weighed (fuse.c) */
+            gains_kernel<<<grid_for(f->n_win), CUDA_THREADS, 0, ctx->stream>>>(*f, f->agree);
+            CUDA_LAUNCH_CHECK();
+            fused_kernel<<<grid_for(f->n_a), CUDA_THREADS, 0, ctx->stream>>>(*f, env);
+            CUDA_LAUNCH_CHECK();
+        }
     }
 out:
     return status;

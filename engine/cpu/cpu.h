@@ -104,7 +104,7 @@ enum ecg_status cpu_detect_leads(const struct ecg_plan *plan, const float *x, si
 /* The fused envelope of n_leads envelopes env[l] (n samples each) into fused; *gain gets the
  * leads' gains per window (n_leads x *n_win floats, malloc'd), cpu_fuse_window() samples each.
  * agree (n_leads entries, or NULL) gets each lead's mean step-3a factor over the windows
- * (fuse_agreement_mean), NAN with fewer than three leads. */
+ * (fuse_agreement_mean), NAN with one lead. */
 enum ecg_status cpu_fuse(const struct ecg_plan *plan, const float *const *env, size_t n_leads,
                          size_t n, float *fused, float **gain, size_t *n_win, double *agree,
                          struct ecg_error *err) ECG_WUR;

@@ -22,7 +22,7 @@
  *     gain g = w / (S * sum of the weights): each lead is scaled to a beat level of 1 and the
  *     gains sum to 1 / S_l-weighted one, so the fused envelope keeps a beat level near 1
  *     wherever any lead is readable.
- * 3a. Agreement, with three leads or more. The crest factor cannot tell a lead of pure noise (a
+ * 3a. Agreement, measured from two leads on, weighing from three. The crest factor cannot tell a lead of pure noise (a
  *     loose electrode's motion, muscle: q near 3) from a clean lead with small QRS complexes
  *     (V1: q 2.5-3.5), so a lead with no ECG on it kept a tenth to a fifth of the weight and
  *     cost beats: with such a third lead, MIT-BIH's 22 records lost more beats than with their
@@ -39,9 +39,12 @@
  *     motion, the stress test's 2-minute stretches) leaves a lead its weight, and a lead whose
  *     noise it shares with another lead (an electrode common to both) is not outvoted by the
  *     pair in a short stretch; only a lead that shows no beats for minutes loses its weight.
- *     Where no lead keeps any, the crest weighting stands alone. With two leads this step is
- *     skipped: the fused envelope is mostly the cleaner lead, which would always agree with
- *     itself. docs/ACCURACY.md has the measurements.
+ *     Where no lead keeps any, the crest weighting stands alone. With two leads the weights
+ *     stay the crest weighting's: the fused envelope is mostly the cleaner lead, which would
+ *     always agree with itself, and two cannot outvote each other. Their agreements are
+ *     measured all the same (each lead's mean factor, ecg_result.lead_agree): a lead of noise
+ *     beside one ECG lead measured 0.08 or less, the ECG lead 1.0, so engine.c can still pass
+ *     over a loose first electrode. docs/ACCURACY.md has the measurements.
  *  4. Per sample, the gains are interpolated linearly between window centres (no step at a
  *     window boundary could pass for a peak) and E(i) = sum over leads of g_l(i) e_l(i).
  *     A candidate's slope, for the T-wave test, fuses the leads' slopes with the same gains.

@@ -619,8 +619,15 @@ static void test_two_leads(void **state)
                         sig.extra_lead[0]);
     assert_true(fabs(cJSON_GetObjectItem(cJSON_GetArrayItem(leads, 1), "usable_fraction")
                          ->valuedouble - res->quality.lead_usable[1]) < 1e-5);
-    /* two leads: no agreement (the fusion's step 3a needs three) */
-    assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(leads, 0), "agreement"));
+    /* two leads: each lead's agreement (the fusion's step 3a, measured from two leads on): a
+     * 30-s flat stretch, under half of the 91 s each window's agreement is counted over, leaves
+     * both leads showing the beats */
+    for (int l = 0; l < 2; l++) {
+        const cJSON *agree = cJSON_GetObjectItem(cJSON_GetArrayItem(leads, l), "agreement");
+        assert_non_null(agree);
+        assert_true(fabs(agree->valuedouble - res->lead_agree[l]) < 1e-5);
+        assert_true(agree->valuedouble >= 0.9);
+    }
     cJSON_Delete(doc);
     ecg_buf_fini(&out);
     ecg_result_free(res);
