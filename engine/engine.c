@@ -749,7 +749,7 @@ out:
  * test mixed the first lead's own noise into it) and a later one in at least LEAD_SHOWS (a lead
  * with the heart on it: 0.97 or more, 0.85 under the stress tests; docs/ACCURACY.md), the
  * analysis runs again with the first such lead first, unless the caller named the first
- * (embed_lead). With two leads the fused envelope is half the first lead's own and there is no
+ * (embed_lead). With two leads half the fused envelope is the first lead's own and there is no
  * third to vote, so the agreement must span LEAD_PAIR_MIN_S of recording (FUSE_AGREE_SPAN
  * windows, the span it is counted over): on shorter strips of noisy records the two real leads
  * of MIT-BIH measured under LEAD_SILENT and over LEAD_SHOWS now and then.

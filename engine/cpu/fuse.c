@@ -37,16 +37,16 @@ enum ecg_status cpu_fuse(const struct ecg_plan *plan, const float *const *env, s
     const size_t n_win = n / win + (n % win ? 1 : 0);
     /* step 3a: each lead's agreement is measured from two leads on (a loose electrode is told
      * even then, engine.c's lead_instead), and weighs from three (two cannot outvote) */
-    const bool vote = n_leads >= 2;
+    const bool measure = n_leads >= 2;
     const bool weigh = n_leads >= 3;
     double *peak = malloc(2 * n_leads * n_win * sizeof *peak);
     double *level = malloc(2 * n_leads * n_win * sizeof *level);
     float *gain = calloc(n_leads * n_win, sizeof *gain); /* calloc: n_win may be 0 */
-    int64_t *at = vote ? malloc((n_leads + 1) * n_win * sizeof *at) : NULL;
-    double *agree = vote ? malloc(n_leads * n_win * sizeof *agree) : NULL;
+    int64_t *at = measure ? malloc((n_leads + 1) * n_win * sizeof *at) : NULL;
+    double *agree = measure ? malloc(n_leads * n_win * sizeof *agree) : NULL;
     *gain_out = NULL;
     *n_win_out = 0;
-    if (!peak || !level || !gain || (vote && (!at || !agree)) || n_leads > FUSE_MAX_LEADS) {
+    if (!peak || !level || !gain || (measure && (!at || !agree)) || n_leads > FUSE_MAX_LEADS) {
         free(peak);
         free(level);
         free(gain);
@@ -70,7 +70,7 @@ enum ecg_status cpu_fuse(const struct ecg_plan *plan, const float *const *env, s
     for (size_t j = 0; j < n_win; j++)
         fuse_window_gains(level, weight, NULL, n_leads, n_win, j, gain);
     fuse_sum(env, n_leads, n, gain, n_win, win, fused);
-    if (vote) { /* step 3a, then (three leads or more) steps 3 and 4 again */
+    if (measure) { /* step 3a, then (three leads or more) steps 3 and 4 again */
         const int64_t reach = (int64_t)detect_samples_of(FUSE_AGREE_S, plan->fs_a_hz);
         for (size_t l = 0; l < n_leads; l++)
             for (size_t j = 0; j < n_win; j++)
@@ -88,7 +88,7 @@ enum ecg_status cpu_fuse(const struct ecg_plan *plan, const float *const *env, s
         }
     }
     for (size_t l = 0; agree_out && l < n_leads; l++)
-        agree_out[l] = vote ? fuse_agreement_mean(agree, n_win, l) : NAN;
+        agree_out[l] = measure ? fuse_agreement_mean(agree, n_win, l) : NAN;
     free(peak);
     free(level);
     free(at);
