@@ -424,6 +424,9 @@ struct ecg_result {
     struct ecg_timing timing;
     /* signal quality (engine/quality.c) */
     float *beat_quality;   /* 0 (unreadable) .. 1, the quality of the stretch at the R peak */
+    float *likeness;       /* how alike each beat's complex is to its neighbours' (-1 .. 1, NaN
+                            * where none compares; engine/cpu/likeness_core.h): the backend's
+                            * fetch fills it, the quality verdict reads it; not reported */
     uint8_t *readable;     /* 1 when the R peak lies outside every unreadable segment */
     struct ecg_quality_report quality;
     /* rhythm (engine/hrv.c) */

@@ -32,7 +32,13 @@
  *                    that kurtosis under MOTION_REL_KURT x the recording's typical kurtosis,
  *                    all three at once, and the beats found there break their rhythm (a
  *                    check that needs the beats: classify marks such a window
- *                    ECG_QUALITY_MOTION and ecg_quality_apply decides, resolve_motion).
+ *                    ECG_QUALITY_MOTION and ecg_quality_apply decides, resolve_motion);
+ *                    or, once the beats are known, the beats within UNLIKE_SPAN_S / 2 of the
+ *                    window's centre are unlike one another: at least UNLIKE_MIN_BEATS of
+ *                    them have a likeness (engine/cpu/likeness_core.h: a beat's best
+ *                    correlation with its neighbours' complexes) and its median is below
+ *                    UNLIKE_MEDIAN (mark_unlike). This clause needs no reference from the
+ *                    recording, so it holds in a strip posted from inside a noisy stretch.
  * Then a readable gap of at most BRIDGE_S between two windows unreadable for the same reason
  * joins them. A readable window's score is the smallest of four margins in [0, 1] (kurtosis,
  * HF ratio, range, and the distance from the electrode-motion test); an unreadable one scores
@@ -67,6 +73,9 @@
 #define GOOD_MOTION_REL_KURT 1.0
 #define MOTION_RHYTHM_TOL 0.2     /* two intervals within 20 % of the longer are alike, */
 #define MOTION_RHYTHM_JITTER_S 0.05 /* ... or within 50 ms */
+#define UNLIKE_SPAN_S 10.0  /* the beats whose likeness a window reads: R within half this of its centre */
+#define UNLIKE_MIN_BEATS 8  /* ... at least this many with a likeness */
+#define UNLIKE_MEDIAN 0.65  /* ... whose median is below this */
 /* Windows from which the per-window loops run in parallel (OpenMP): a 2-hour recording. Each
  * window's values depend on the window and its neighbours only, so the thread count changes no
  * result. */
@@ -494,6 +503,33 @@ static size_t window_end(size_t j, size_t len, size_t n)
     return (j + 1) * len < n ? (j + 1) * len : n;
 }
 
+/*
+ * The beats' likeness test (the noise reason's last clause). Each window reads the beats whose
+ * R peaks lie within UNLIKE_SPAN_S / 2 of its centre (the recording's span where shorter); where
+ * at least UNLIKE_MIN_BEATS of them have a likeness and their median is below UNLIKE_MEDIAN, the
+ * window, if readable so far, is unreadable (noise). scratch holds n_beats doubles.
+ */
+static void mark_unlike(uint8_t *reason, float *score, size_t n_win, size_t len,
+                        const struct ecg_result *r, double *scratch)
+{
+    const int64_t half = (int64_t)floor(0.5 * UNLIKE_SPAN_S * r->fs_hz + 0.5);
+    size_t first = 0;
+    for (size_t j = 0; j < n_win; j++) {
+        const int64_t centre = (int64_t)(j * len + window_end(j, len, r->n_samples)) / 2;
+        while (first < r->n_beats && r->r_peak[first] < centre - half)
+            first++;
+        size_t m = 0;
+        for (size_t i = first; i < r->n_beats && r->r_peak[i] <= centre + half; i++)
+            if (!isnan(r->likeness[i]))
+                scratch[m++] = (double)r->likeness[i];
+        if (reason[j] == ECG_QUALITY_OK && m >= UNLIKE_MIN_BEATS &&
+            median_of(scratch, m) < UNLIKE_MEDIAN) {
+            reason[j] = ECG_QUALITY_NOISE;
+            score[j] = 0.0f;
+        }
+    }
+}
+
 /* The share of the recording's n samples in windows (of len) that reason calls readable. */
 static double usable_share(const uint8_t *reason, size_t n_win, size_t len, size_t n)
 {
@@ -584,6 +620,16 @@ enum ecg_status ecg_quality_apply(uint8_t *reason, float *score, size_t n_win, s
     }
     for (size_t j = 0; j < n_win; j++)
         reason[j] = reason[j] == ECG_QUALITY_MOTION ? ECG_QUALITY_NOISE : reason[j];
+    if (r->likeness && r->n_beats) {
+        double *scratch = malloc(r->n_beats * sizeof *scratch);
+        if (!scratch) {
+            status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu beats",
+                              r->n_beats);
+            goto out;
+        }
+        mark_unlike(reason, score, n_win, g.len, r, scratch);
+        free(scratch);
+    }
     status = build_segments(reason, n_win, g.len, r->n_samples, &r->quality, err);
     if (status != ECG_OK)
         goto out;

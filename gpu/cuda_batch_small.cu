@@ -128,6 +128,7 @@ static bool small_back_plan(struct cuda_batch *b, struct ecg_batch_member *const
         slot += r->cap;
         cap_max = r->cap > cap_max ? r->cap : cap_max;
         r->x_off = b->off[i];
+        r->x = b->d_pack + b->off[i];
         r->quality = ecg_quality_geometry_of(members[i]->n, members[i]->plan->fs_in_hz);
         r->quality_out = out;
         if (r->quality.n_win != members[i]->n_win || !members[i]->windows)

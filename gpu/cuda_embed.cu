@@ -2,7 +2,9 @@
  * cuda_embed.cu - segmentation, robust normalisation and embedding on the device (twin of
  * engine/cpu/segment.c: cpu_segment and cpu_embed; its comment defines every rule).
  *
- *   segment_kernel   one thread per beat: onset/end in both grids, RR, kept flag. The CPU
+ *   segment_kernel   one thread per beat: onset/end in both grids, RR, kept flag, and the
+ *                    beat's likeness to its neighbours (cpu/likeness_core.h, the CPU's
+ *                    arithmetic in the CPU's order, from the input samples). The CPU
  *                    carries onset[i] = end[i - 1] along its loop; here thread i recomputes
  *                    beat i - 1's end, which is the same integer arithmetic.
  *   median / MAD     over all n_a samples: a radix sort of a copy (cub::DeviceRadixSort), the
@@ -18,8 +20,10 @@
 
 #include <cub/cub.cuh>
 
+#include "cpu/likeness_core.h"
 #include "cuda_internal.h"
 #include "cuda_small.cuh"
+#include "quality.h"
 
 struct segment_args {
     const int64_t *peaks_a, *peaks_in;
@@ -30,6 +34,10 @@ struct segment_args {
     int64_t *onset, *end;   /* table columns */
     float *rr_ms;
     uint8_t *kept;
+    const float *x;         /* the input samples of the lead the R peaks are placed on (n_in) */
+    const float *x_extra;   /* n_extra further leads' (n_in each, one after another) */
+    size_t n_extra;
+    float *likeness;        /* table column (likeness_core.h) */
 };
 
 static __device__ int64_t to_input(int64_t index_a, uint32_t up, uint32_t down)
@@ -110,6 +118,12 @@ static __device__ void segment_one(const struct segment_args *a, size_t i)
         const double gap = (double)(a->peaks_in[i] - a->peaks_in[i - 1]);
         a->rr_ms[i] = (float)__ddiv_rn(__dmul_rn(gap, 1000.0), a->fs_in_hz);
     }
+    const float *leads[ECG_MAX_LEADS] = {a->x};
+    for (size_t l = 0; l < a->n_extra && l + 1 < ECG_MAX_LEADS; l++)
+        leads[l + 1] = a->x_extra + l * a->n_in;
+    a->likeness[i] = likeness_of_leads(leads, 1 + a->n_extra, (int64_t)a->n_in, a->peaks_in,
+                                       a->k, i,
+                                       likeness_geometry_of(a->fs_in_hz, ECG_QUALITY_QRS_LAG_S));
 }
 
 static __global__ void segment_kernel(struct segment_args a)
@@ -325,6 +339,10 @@ extern "C" enum ecg_status cuda_embed(void *ctx_ptr, const struct ecg_plan *plan
     a.end = (int64_t *)(table + t.end);
     a.rr_ms = (float *)(table + t.rr_ms);
     a.kept = (uint8_t *)(table + t.kept);
+    a.x = (const float *)ctx->input.ptr;
+    a.x_extra = (const float *)ctx->extra_input.ptr;
+    a.n_extra = ctx->n_extra;
+    a.likeness = (float *)(table + t.likeness);
     segment_kernel<<<grid_for(k), CUDA_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
 
@@ -401,6 +419,10 @@ static __device__ struct segment_args member_segment_args(const struct small_bac
     a.end = (int64_t *)(m->table + t.end);
     a.rr_ms = (float *)(m->table + t.rr_ms);
     a.kept = (uint8_t *)(m->table + t.kept);
+    a.x = m->x;
+    a.x_extra = NULL; /* a batched back's members have one lead */
+    a.n_extra = 0;
+    a.likeness = (float *)(m->table + t.likeness);
     return a;
 }
 

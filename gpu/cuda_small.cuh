@@ -136,6 +136,8 @@ struct small_back {
     bool encode;               /* the VAE and the score run for it */
     /* its signal-quality features (engine/quality.h), from its samples in the batch's pack */
     size_t x_off;              /* its first sample in the pack (n_in samples) */
+    const float *x;            /* the pack's device address + x_off: what segmentation reads
+                                * the beats' likeness from (likeness_core.h) */
     struct ecg_quality_geometry quality;
     size_t quality_out;        /* its windows' offset in the batch's output */
 };

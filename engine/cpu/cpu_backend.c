@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "cpu.h"
+#include "likeness_core.h"
 #include "quality.h"
 
 struct cpu_state {
@@ -35,6 +36,7 @@ struct cpu_ctx {
     size_t k;
     int64_t *onset, *end;
     float *rr_ms;
+    float *likeness; /* likeness_core.h, after embed */
     uint8_t *kept;
     float *emb;         /* k x beat_len */
     uint32_t beat_len;
@@ -111,6 +113,7 @@ static enum ecg_status reserve_beats(struct cpu_ctx *c, size_t k, struct ecg_err
         size_t elem;
     } tables[] = {{(void **)&c->onset, sizeof *c->onset}, {(void **)&c->end, sizeof *c->end},
                   {(void **)&c->rr_ms, sizeof *c->rr_ms}, {(void **)&c->kept, 1},
+                  {(void **)&c->likeness, sizeof *c->likeness},
                   {(void **)&c->score, sizeof *c->score}, {(void **)&c->outlier, 1}};
     size_t cap = c->cap_k;
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
@@ -142,6 +145,7 @@ static void cpu_ctx_destroy(void *ctx)
     free(c->onset);
     free(c->end);
     free(c->rr_ms);
+    free(c->likeness);
     free(c->kept);
     free(c->emb);
     free(c->band);
@@ -278,6 +282,13 @@ static enum ecg_status cpu_embed_stage(void *ctx, const struct ecg_plan *plan,
         return st;
     cpu_segment(plan, c->peaks_a, c->peaks_in, k, c->n_a, c->n_in, c->onset, c->end, c->rr_ms,
                 c->kept);
+    const struct likeness_geometry g = likeness_geometry_of(plan->fs_in_hz, ECG_QUALITY_QRS_LAG_S);
+    const float *leads[ECG_MAX_LEADS] = {c->x};
+    for (size_t l = 0; l < c->n_extra; l++)
+        leads[l + 1] = c->x_extra[l];
+    for (size_t i = 0; i < k; i++)
+        c->likeness[i] = likeness_of_leads(leads, 1 + c->n_extra, (int64_t)c->n_in, c->peaks_in,
+                                           k, i, g);
     st = cpu_embed(plan, c->y, c->n_a, c->peaks_a, c->kept, k, c->emb, err);
     c->embedded = st == ECG_OK;
     return st;
@@ -328,6 +339,7 @@ static enum ecg_status cpu_fetch(void *ctx, struct ecg_result *r, struct ecg_err
     memcpy(r->end, c->end, k * sizeof *r->end);
     memcpy(r->rr_ms, c->rr_ms, k * sizeof *r->rr_ms);
     memcpy(r->kept, c->kept, k * sizeof *r->kept);
+    memcpy(r->likeness, c->likeness, k * sizeof *r->likeness);
     if (r->latent) {
         if (!c->encoded)
             return ecg_fail(err, ECG_ERR_INTERNAL, "internal", "fetch of scores before encode");
