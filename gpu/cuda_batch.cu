@@ -123,7 +123,7 @@ extern "C" void cuda_batch_destroy(void *batch_ptr)
             fprintf(stderr, "\n");
     }
     (void)cudaSetDevice(b->dev->ordinal);
-    cudaEvent_t branch_events[] = {b->fork, b->filtered, b->join};
+    cudaEvent_t branch_events[] = {b->fork, b->filtered, b->join, b->detected};
     for (size_t i = 0; i < sizeof branch_events / sizeof *branch_events; i++)
         if (branch_events[i])
             (void)cudaEventDestroy(branch_events[i]);
@@ -225,6 +225,7 @@ extern "C" enum ecg_status cuda_batch_create(void *state_ptr, unsigned lane, uns
         CUDA_TRY(cudaEventCreateWithFlags(&b->fork, cudaEventDisableTiming));
         CUDA_TRY(cudaEventCreateWithFlags(&b->filtered, cudaEventDisableTiming));
         CUDA_TRY(cudaEventCreateWithFlags(&b->join, cudaEventDisableTiming));
+        CUDA_TRY(cudaEventCreateWithFlags(&b->detected, cudaEventDisableTiming));
     }
     for (unsigned i = 0; i < max_batch; i++)
         ECG_TRY(cuda_ctx_create_on(state, b->dev, true, &b->member[i], err));

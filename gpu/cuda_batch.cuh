@@ -196,7 +196,7 @@ struct cuda_batch {
     double doze_us;
     double pass_launched;       /* cuda_now_s() after the pass's launch */
     cudaStream_t side;
-    cudaEvent_t fork, filtered, join;
+    cudaEvent_t fork, filtered, join, detected;
 };
 
 /* Grows *buf (a void ** in disguise), pinned host memory or (device) device memory, to hold

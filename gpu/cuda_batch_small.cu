@@ -6,7 +6,8 @@
  * pass's last kernels, one wait. The kernels after the copy in replay as one CUDA graph once
  * their shape has run before (struct pass_graph); the quality features and the normalisation,
  * which need only the samples and the filtered leads, run on a side branch beside the
- * detection.
+ * detection, and the beats' likeness, which needs the detection's beats, on the same branch
+ * beside the embedding and the VAE.
  */
 #include <errno.h>
 #include <string.h>
@@ -217,6 +218,12 @@ static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
     }
     step_mark(b, stream, 11); /* the normalisation: what the detection waited for the branch */
     small_back_plan_of(plan, z, &p);
+    if (b->branch) { /* the beats' likeness, beside the embedding and the VAE */
+        CUDA_TRY(cudaEventRecord(b->detected, stream));
+        CUDA_TRY(cudaStreamWaitEvent(side, b->detected, 0));
+        forked = true;
+    }
+    ECG_TRY(small_batch_likeness(side, b->d_back, s->rows, &p, s->max_cap, err));
     ECG_TRY(small_batch_embed(stream, b->d_back, s->rows, &p, s->max_cap, b->d_norms, b->d_emb,
                               err));
     step_mark(b, stream, 12);
@@ -226,6 +233,11 @@ static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
     else
         step_mark(b, stream, 13);
     step_mark(b, stream, 14);
+    if (forked) {
+        CUDA_TRY(cudaEventRecord(b->join, side));
+        CUDA_TRY(cudaStreamWaitEvent(stream, b->join, 0));
+        forked = false;
+    }
     ECG_TRY(small_batch_gather(stream, b->d_back, s->rows, z, s->max_cap, b->h_out_dev, err));
 out:
     if (forked) { /* a failure left the branch open: join it (a capture must end joined) */

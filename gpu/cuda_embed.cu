@@ -4,7 +4,9 @@
  *
  *   segment_kernel   one thread per beat: onset/end in both grids, RR, kept flag, and the
  *                    beat's likeness to its neighbours (cpu/likeness_core.h, the CPU's
- *                    arithmetic in the CPU's order, from the input samples). The CPU
+ *                    arithmetic in the CPU's order, from the input samples; a batched back
+ *                    takes it in a kernel of its own on the pass's side branch,
+ *                    small_batch_likeness, beside the embedding and the VAE). The CPU
  *                    carries onset[i] = end[i - 1] along its loop; here thread i recomputes
  *                    beat i - 1's end, which is the same integer arithmetic.
  *   median / MAD     over all n_a samples: a radix sort of a copy (cub::DeviceRadixSort), the
@@ -118,6 +120,11 @@ static __device__ void segment_one(const struct segment_args *a, size_t i)
         const double gap = (double)(a->peaks_in[i] - a->peaks_in[i - 1]);
         a->rr_ms[i] = (float)__ddiv_rn(__dmul_rn(gap, 1000.0), a->fs_in_hz);
     }
+}
+
+/* Beat i's likeness (cpu/likeness_core.h) to the table. */
+static __device__ void likeness_one(const struct segment_args *a, size_t i)
+{
     const float *leads[ECG_MAX_LEADS] = {a->x};
     for (size_t l = 0; l < a->n_extra && l + 1 < ECG_MAX_LEADS; l++)
         leads[l + 1] = a->x_extra + l * a->n_in;
@@ -129,8 +136,10 @@ static __device__ void segment_one(const struct segment_args *a, size_t i)
 static __global__ void segment_kernel(struct segment_args a)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.k;
-         i += (size_t)gridDim.x * blockDim.x)
+         i += (size_t)gridDim.x * blockDim.x) {
         segment_one(&a, i);
+        likeness_one(&a, i);
+    }
 }
 
 /* The samples before R where a beat starts: at least one, so that every R has an onset. */
@@ -452,6 +461,30 @@ static __global__ void segment_embed_batch_kernel(const struct small_back *membe
             segment_one(&a, v / p.beat_len);
         rows[v] = v < beats ? embed_value(&a, m->y, median, inv_scale, p.beat_len, v) : 0.0f;
     }
+}
+
+/* Member blockIdx.y's beats' likeness, a thread each. */
+static __global__ void likeness_batch_kernel(const struct small_back *members,
+                                             struct small_back_plan p)
+{
+    const struct segment_args a = member_segment_args(&members[blockIdx.y], &p);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.k;
+         i += (size_t)gridDim.x * blockDim.x)
+        likeness_one(&a, i);
+}
+
+/* Contract in cuda_small.cuh. */
+enum ecg_status small_batch_likeness(cudaStream_t stream, const struct small_back *members,
+                                     size_t k, const struct small_back_plan *plan,
+                                     size_t max_cap, struct ecg_error *err)
+{
+    enum ecg_status status = ECG_OK;
+    const unsigned threads = 64; /* a 10-s strip has about 12 beats */
+    likeness_batch_kernel<<<dim3((unsigned)((max_cap + threads - 1) / threads), (unsigned)k),
+                            threads, 0, stream>>>(members, *plan);
+    CUDA_LAUNCH_CHECK();
+out:
+    return status;
 }
 
 /* Contract in cuda_small.cuh. */

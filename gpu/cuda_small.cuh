@@ -177,6 +177,11 @@ enum ecg_status small_batch_encode(cudaStream_t stream, const struct cuda_device
 enum ecg_status small_batch_quality(cudaStream_t stream, const struct small_back *members,
                                     size_t k, size_t max_win, const float *pack, char *out,
                                     struct ecg_error *err);
+/* Every member's beats' likeness (cpu/likeness_core.h) into its table's column, from its
+ * samples in the pack (row x) and its R peaks: needs only the detection. */
+enum ecg_status small_batch_likeness(cudaStream_t stream, const struct small_back *members,
+                                     size_t k, const struct small_back_plan *plan,
+                                     size_t max_cap, struct ecg_error *err);
 /* Every member's table (laid out for its count) to out + its out offset, and its 3 counts to
  * out's start (3 int64 a member, in row order). */
 enum ecg_status small_batch_gather(cudaStream_t stream, const struct small_back *members,
