@@ -107,12 +107,13 @@ enum ecg_status ecg_quality_classify_leads(const struct ecg_quality_window *wind
  * ecg_quality_classify_leads takes them): result->quality (segments, allocated here when there
  * are any; usable fraction, verdict, dominant reason, each lead's own usable fraction), and the
  * caller-allocated beat_quality and readable (n_beats entries: the score of the window holding
- * each R peak). Needs result->r_peak, n_beats, n_samples, fs_hz. A second is readable where any
- * lead is, since the detector reads the leads together, weighting each by its readability
- * (fuse_core.h), except where the first lead's electrode-motion test found the beats' rhythm
- * broken (the R peaks are placed, and the beats embedded and scored, on the first lead); a
- * readable second scores its best lead's score, and an unreadable one keeps the first lead's
- * reason. On failure the report is left empty.
+ * each R peak). Needs result->r_peak, likeness, n_beats, n_samples, fs_hz. A second is readable
+ * where any lead is, since the detector reads the leads together, weighting each by its
+ * readability (fuse_core.h), except where the first lead's electrode-motion test found the
+ * beats' rhythm broken (the R peaks are placed, and the beats embedded and scored, on the first
+ * lead), or where the beats around it are unlike one another on every lead (the likeness test,
+ * quality.c mark_unlike); a readable second scores its best lead's score, and an unreadable one
+ * keeps the first lead's reason. On failure the report is left empty.
  */
 enum ecg_status ecg_quality_assess(const struct ecg_quality_window *windows,
                                    const struct ecg_quality_window *extra, size_t n_extra,
