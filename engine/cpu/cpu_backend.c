@@ -286,9 +286,7 @@ static enum ecg_status cpu_embed_stage(void *ctx, const struct ecg_plan *plan,
     const float *leads[ECG_MAX_LEADS] = {c->x};
     for (size_t l = 0; l < c->n_extra; l++)
         leads[l + 1] = c->x_extra[l];
-    for (size_t i = 0; i < k; i++)
-        c->likeness[i] = likeness_of_leads(leads, 1 + c->n_extra, (int64_t)c->n_in, c->peaks_in,
-                                           k, i, g);
+    likeness_all(leads, 1 + c->n_extra, (int64_t)c->n_in, c->peaks_in, k, g, c->likeness);
     st = cpu_embed(plan, c->y, c->n_a, c->peaks_a, c->kept, k, c->emb, err);
     c->embedded = st == ECG_OK;
     return st;

@@ -134,4 +134,31 @@ LIKENESS_FN float likeness_of_leads(const float *const *x, size_t n_leads, int64
     return best;
 }
 
+#if !defined(__CUDACC__)
+/* Every beat's likeness_of_leads, as the CPU takes them: each pair of neighbours correlated once
+ * (likeness_pair is symmetric in its two beats, bit for bit: every sum and product takes the
+ * same operands either way) and offered to both, which halves the work; the maxima are the same
+ * values. out gets k entries. */
+static inline void likeness_all(const float *const *x, size_t n_leads, int64_t n,
+                                const int64_t *peaks, size_t k, struct likeness_geometry g,
+                                float *out)
+{
+    for (size_t i = 0; i < k; i++)
+        out[i] = NAN;
+    for (size_t l = 0; l < n_leads; l++) {
+        for (size_t i = 0; i < k; i++) {
+            if (!likeness_fits(peaks[i], n, g))
+                continue;
+            for (size_t j = i + 1; j <= i + LIKENESS_REACH && j < k; j++) {
+                if (!likeness_fits(peaks[j], n, g))
+                    continue;
+                const float r = (float)likeness_pair(x[l], peaks[i], peaks[j], g);
+                out[i] = !(out[i] >= r) ? r : out[i];
+                out[j] = !(out[j] >= r) ? r : out[j];
+            }
+        }
+    }
+}
+#endif
+
 #endif /* ECG_LIKENESS_CORE_H */

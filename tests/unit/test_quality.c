@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "cpu/cpu.h"
+#include "cpu/likeness_core.h"
 #include "ecg.h"
 #include "quality.h"
 
@@ -562,6 +563,68 @@ static void test_electrode_motion_mild(void **state)
     assert_true(c.clean_flagged <= 0.005 * (double)c.clean_windows);
 }
 
+static int cmp_float_asc(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * The beats' likeness (engine/cpu/likeness_core.h): the CPU's pairwise way (likeness_all) gives
+ * the same bits as the beat-by-beat definition the CUDA backend follows (likeness_of_leads),
+ * and is what the result carries; the clean beats of 203 (two leads, multiform ventricular
+ * beats, atrial fibrillation) are alike (median over 0.95); a lead that is flat throughout
+ * only lifts a negative likeness of the lead that shows the complexes to 0 (a flat shape
+ * correlates 0 with anything), so it never makes the beats less alike.
+ */
+static void test_likeness(void **state)
+{
+    (void)state;
+    struct ecg_engine *engine = engine_cpu();
+    struct ecg_signal sig = {0};
+    read_record_lead("203", "all", 300.0, &sig);
+    assert_int_equal(sig.n_extra, 1);
+    struct ecg_result *res = analyze(engine, &sig);
+    const size_t k = res->n_beats;
+    assert_true(k > 400);
+    const struct likeness_geometry g = likeness_geometry_of(sig.fs_hz, ECG_QUALITY_QRS_LAG_S);
+    const float *both[2] = {sig.samples, sig.extra[0]};
+    float *all = malloc(k * sizeof *all), *sorted = malloc(k * sizeof *sorted);
+    assert_true(all && sorted);
+    likeness_all(both, 2, (int64_t)sig.n, res->r_peak, k, g, all);
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++) {
+        const float one = likeness_of_leads(both, 2, (int64_t)sig.n, res->r_peak, k, i, g);
+        assert_memory_equal(&one, &all[i], sizeof one);
+        if (!isnan(all[i]))
+            sorted[m++] = all[i];
+    }
+    assert_memory_equal(all, res->likeness, k * sizeof *all);
+    assert_true(m >= k - 2);
+    qsort(sorted, m, sizeof *sorted, cmp_float_asc);
+    print_message("203, 300 s, two leads: %zu beats, likeness median %.3f\n", k, sorted[m / 2]);
+    assert_true(sorted[m / 2] > 0.95f);
+    /* the first lead flat: the beats' likeness is the second lead's alone */
+    float *flat = calloc(sig.n, sizeof *flat), *second = malloc(k * sizeof *second);
+    assert_true(flat && second);
+    const float *flat_first[2] = {flat, sig.extra[0]}, *only_second[1] = {sig.extra[0]};
+    likeness_all(flat_first, 2, (int64_t)sig.n, res->r_peak, k, g, all);
+    likeness_all(only_second, 1, (int64_t)sig.n, res->r_peak, k, g, second);
+    for (size_t i = 0; i < k; i++) {
+        if (isnan(second[i]))
+            assert_true(isnan(all[i]));
+        else
+            assert_true(all[i] == (second[i] > 0.0f ? second[i] : 0.0f));
+    }
+    free(flat);
+    free(second);
+    free(all);
+    free(sorted);
+    ecg_result_free(res);
+    ecg_signal_free(&sig);
+    ecg_engine_destroy(engine);
+}
+
 /* True and false beats of 10-s strips, each analysed alone, and how many of each the answer
  * flags unreadable. */
 struct strip_counts {
@@ -826,7 +889,7 @@ int main(void)
         cmocka_unit_test(test_electrode_motion), cmocka_unit_test(test_electrode_motion_mild),
         cmocka_unit_test(test_electrode_motion_two_leads), cmocka_unit_test(test_variability_under_motion),
         cmocka_unit_test(test_ventricular_run), cmocka_unit_test(test_two_leads),
-        cmocka_unit_test(test_noisy_strips),
+        cmocka_unit_test(test_likeness), cmocka_unit_test(test_noisy_strips),
         cmocka_unit_test(test_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
