@@ -645,8 +645,9 @@ struct strip_counts {
 
 /*
  * Record name (both leads), with NSTDB noise noise_name (both channels) mixed in as nst mixes it
- * at snr_db (or no noise for NULL), cut into consecutive 10-s strips over [from_s, to_s) (the record's end at most), each
- * strip analysed alone as a monitor posting strips has it analysed; counts added to c.
+ * at snr_db (or no noise for NULL), cut into consecutive 10-s strips over [from_s, to_s) (the
+ * record's end at most), each strip analysed alone as a monitor posting strips has it
+ * analysed; counts added to c.
  */
 static void strip_mixture(struct ecg_engine *engine, const char *name, const char *noise_name,
                           double snr_db, double from_s, double to_s, struct strip_counts *c)
