@@ -1,7 +1,7 @@
 /*
  * likeness_core.h - how alike a beat is to its neighbours (the beat table's likeness column,
  * which the quality verdict reads: engine/quality.c, docs/RHYTHM.md), shared by the CPU
- * reference (engine/cpu/cpu_backend.c) and its CUDA twin (gpu/cuda_likeness.cu), written once
+ * reference (engine/cpu/cpu_backend.c) and its CUDA twin (gpu/cuda_embed.cu), written once
  * so that both compute the same bits: every double operation in the same order, an explicit
  * round-to-nearest intrinsic on the device, never contracted into an FMA (the C build is
  * -std=c11, which turns contraction off).
@@ -129,7 +129,8 @@ LIKENESS_FN float likeness_of_leads(const float *const *x, size_t n_leads, int64
     float best = NAN;
     for (size_t l = 0; l < n_leads; l++) {
         const float v = likeness_of(x[l], n, peaks, k, i, g);
-        best = !(best >= v) ? v : best; /* a NaN best takes v */
+        if (!isnan(v) && !(best >= v)) /* a NaN best takes v; a NaN v is none */
+            best = v;
     }
     return best;
 }
@@ -153,6 +154,8 @@ static inline void likeness_all(const float *const *x, size_t n_leads, int64_t n
                 if (!likeness_fits(peaks[j], n, g))
                     continue;
                 const float r = (float)likeness_pair(x[l], peaks[i], peaks[j], g);
+                if (isnan(r)) /* non-finite samples (the readers refuse them): none */
+                    continue;
                 out[i] = !(out[i] >= r) ? r : out[i];
                 out[j] = !(out[j] >= r) ? r : out[j];
             }
