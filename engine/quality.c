@@ -37,8 +37,10 @@
  *                    window's centre are unlike one another: at least UNLIKE_MIN_BEATS of
  *                    them have a likeness (engine/cpu/likeness_core.h: a beat's best
  *                    correlation with its neighbours' complexes) and its median is below
- *                    UNLIKE_MEDIAN (mark_unlike). This clause needs no reference from the
- *                    recording, so it holds in a strip posted from inside a noisy stretch.
+ *                    UNLIKE_MEDIAN, or below UNLIKE_ROUGH_MEDIAN in a window whose score is
+ *                    below UNLIKE_ROUGH_SCORE (mark_unlike). This clause needs no reference
+ *                    from the recording, so it holds in a strip posted from inside a noisy
+ *                    stretch.
  * Then a readable gap of at most BRIDGE_S between two windows unreadable for the same reason
  * joins them. A readable window's score is the smallest of four margins in [0, 1] (kurtosis,
  * HF ratio, range, and the distance from the electrode-motion test); an unreadable one scores
@@ -75,7 +77,9 @@
 #define MOTION_RHYTHM_JITTER_S 0.05 /* ... or within 50 ms */
 #define UNLIKE_SPAN_S 10.0  /* the beats whose likeness a window reads: R within half this of its centre */
 #define UNLIKE_MIN_BEATS 8  /* ... at least this many with a likeness */
-#define UNLIKE_MEDIAN 0.65  /* ... whose median is below this */
+#define UNLIKE_MEDIAN 0.65  /* ... whose median is below this, */
+#define UNLIKE_ROUGH_MEDIAN 0.75 /* ... or below this where the window's score is below */
+#define UNLIKE_ROUGH_SCORE 0.7
 /* Windows from which the per-window loops run in parallel (OpenMP): a 2-hour recording. Each
  * window's values depend on the window and its neighbours only, so the thread count changes no
  * result. */
@@ -506,8 +510,11 @@ static size_t window_end(size_t j, size_t len, size_t n)
 /*
  * The beats' likeness test (the noise reason's last clause). Each window reads the beats whose
  * R peaks lie within UNLIKE_SPAN_S / 2 of its centre (the recording's span where shorter); where
- * at least UNLIKE_MIN_BEATS of them have a likeness and their median is below UNLIKE_MEDIAN, the
- * window, if readable so far, is unreadable (noise). scratch holds n_beats doubles.
+ * at least UNLIKE_MIN_BEATS of them have a likeness and their median is below UNLIKE_MEDIAN, or
+ * below UNLIKE_ROUGH_MEDIAN while the window's own score (the margins of classify_window, its
+ * best lead's) is below UNLIKE_ROUGH_SCORE (a QRS-band signal unspiky or rough: kurtosis under
+ * about 6.8, or a high-frequency ratio over about 0.125), the window, if readable so far, is
+ * unreadable (noise): two weak signs of noise together. scratch holds n_beats doubles.
  */
 static void mark_unlike(uint8_t *reason, float *score, size_t n_win, size_t len,
                         const struct ecg_result *r, double *scratch)
@@ -522,8 +529,11 @@ static void mark_unlike(uint8_t *reason, float *score, size_t n_win, size_t len,
         for (size_t i = first; i < r->n_beats && r->r_peak[i] <= centre + half; i++)
             if (!isnan(r->likeness[i]))
                 scratch[m++] = (double)r->likeness[i];
-        if (reason[j] == ECG_QUALITY_OK && m >= UNLIKE_MIN_BEATS &&
-            median_of(scratch, m) < UNLIKE_MEDIAN) {
+        if (reason[j] != ECG_QUALITY_OK || m < UNLIKE_MIN_BEATS)
+            continue;
+        const double median = median_of(scratch, m);
+        if (median < UNLIKE_MEDIAN ||
+            (median < UNLIKE_ROUGH_MEDIAN && score[j] < (float)UNLIKE_ROUGH_SCORE)) {
             reason[j] = ECG_QUALITY_NOISE;
             score[j] = 0.0f;
         }

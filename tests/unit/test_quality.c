@@ -698,9 +698,9 @@ static void strip_mixture(struct ecg_engine *engine, const char *name, const cha
  * A 10-s strip posted from inside a noisy stretch has no clean second to be measured against,
  * and the verdict's relative tests see nothing there; its beats' likeness (the complexes found
  * unlike one another) needs no reference. NSTDB muscle noise at 0 dB on both leads, the strips of
- * its first noisy stretch (300-420 s): at least 60 % of the false beats flagged (81 % on the 22
- * records, 8.7 % before the likeness test); electrode motion at 0 dB: at least 10 % (19 %,
- * 0.15 % before). The 22 records without noise, cut into 10-s strips: at most 0.1 % of their
+ * its first noisy stretch (300-420 s): at least 60 % of the false beats flagged (84 % on the 22
+ * records, 8.7 % before the likeness test); electrode motion at 0 dB: at least 20 % (28 %,
+ * 19 % with the likeness's first bound alone, 0.15 % before). The 22 records without noise, cut into 10-s strips: at most 0.1 % of their
  * true beats flagged (0.035 % measured, 0.004 % before).
  */
 static void test_noisy_strips(void **state)
@@ -721,7 +721,7 @@ static void test_noisy_strips(void **state)
                   clean.true_flagged, clean.true_beats);
     assert_true(ma.false_beats >= 100 && em.false_beats >= 100);
     assert_true(ma.false_flagged >= 0.60 * (double)ma.false_beats);
-    assert_true(em.false_flagged >= 0.10 * (double)em.false_beats);
+    assert_true(em.false_flagged >= 0.20 * (double)em.false_beats);
     assert_true(clean.true_beats >= 50000);
     assert_true(clean.true_flagged <= 0.001 * (double)clean.true_beats);
     ecg_engine_destroy(engine);
