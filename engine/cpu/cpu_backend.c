@@ -37,6 +37,9 @@ struct cpu_ctx {
     int64_t *onset, *end;
     float *rr_ms;
     float *likeness; /* likeness_core.h, after embed */
+    double *likeness_cross; /* its pairs' cross sums (k * LIKENESS_REACH) */
+    double *likeness_sum; /* each beat's own sums (2 k) */
+    size_t cap_cross, cap_sum;
     uint8_t *kept;
     float *emb;         /* k x beat_len */
     uint32_t beat_len;
@@ -146,6 +149,8 @@ static void cpu_ctx_destroy(void *ctx)
     free(c->end);
     free(c->rr_ms);
     free(c->likeness);
+    free(c->likeness_cross);
+    free(c->likeness_sum);
     free(c->kept);
     free(c->emb);
     free(c->band);
@@ -278,6 +283,12 @@ static enum ecg_status cpu_embed_stage(void *ctx, const struct ecg_plan *plan,
     enum ecg_status st = reserve_beats(c, k, err);
     if (st == ECG_OK)
         st = grow_array((void **)&c->emb, &c->cap_emb, k * plan->beat_len, sizeof *c->emb, err);
+    if (st == ECG_OK)
+        st = grow_array((void **)&c->likeness_cross, &c->cap_cross, k * LIKENESS_REACH,
+                        sizeof *c->likeness_cross, err);
+    if (st == ECG_OK)
+        st = grow_array((void **)&c->likeness_sum, &c->cap_sum, 2 * k, sizeof *c->likeness_sum,
+                        err);
     if (st != ECG_OK)
         return st;
     cpu_segment(plan, c->peaks_a, c->peaks_in, k, c->n_a, c->n_in, c->onset, c->end, c->rr_ms,
@@ -286,7 +297,8 @@ static enum ecg_status cpu_embed_stage(void *ctx, const struct ecg_plan *plan,
     const float *leads[ECG_MAX_LEADS] = {c->x};
     for (size_t l = 0; l < c->n_extra; l++)
         leads[l + 1] = c->x_extra[l];
-    likeness_all(leads, 1 + c->n_extra, (int64_t)c->n_in, c->peaks_in, k, g, c->likeness);
+    likeness_all(leads, 1 + c->n_extra, (int64_t)c->n_in, c->peaks_in, k, g, c->likeness_sum,
+                 c->likeness_cross, c->likeness);
     st = cpu_embed(plan, c->y, c->n_a, c->peaks_a, c->kept, k, c->emb, err);
     c->embedded = st == ECG_OK;
     return st;

@@ -80,20 +80,10 @@ LIKENESS_FN int likeness_fits(int64_t r, int64_t n, struct likeness_geometry g)
     return r - g.pre - g.lag >= 0 && r + g.post < n;
 }
 
-/* The correlation of the shapes at ra and rb (both fitting). */
-LIKENESS_FN double likeness_pair(const float *x, int64_t ra, int64_t rb,
-                                 struct likeness_geometry g)
+/* The correlation from the five sums of two shapes of m terms each (the file comment). */
+LIKENESS_FN double likeness_from_sums(double sa, double sb, double saa, double sbb, double sab,
+                                      struct likeness_geometry g)
 {
-    double sa = 0.0, sb = 0.0, saa = 0.0, sbb = 0.0, sab = 0.0;
-    for (int64_t t = -g.pre; t <= g.post; t++) {
-        const double a = LIKENESS_DSUB((double)x[ra + t], (double)x[ra + t - g.lag]);
-        const double b = LIKENESS_DSUB((double)x[rb + t], (double)x[rb + t - g.lag]);
-        sa = LIKENESS_DADD(sa, a);
-        sb = LIKENESS_DADD(sb, b);
-        saa = LIKENESS_DADD(saa, LIKENESS_DMUL(a, a));
-        sbb = LIKENESS_DADD(sbb, LIKENESS_DMUL(b, b));
-        sab = LIKENESS_DADD(sab, LIKENESS_DMUL(a, b));
-    }
     const double m = (double)(g.pre + g.post + 1);
     const double cov = LIKENESS_DSUB(sab, LIKENESS_DDIV(LIKENESS_DMUL(sa, sb), m));
     const double va = LIKENESS_DSUB(saa, LIKENESS_DDIV(LIKENESS_DMUL(sa, sa), m));
@@ -101,6 +91,28 @@ LIKENESS_FN double likeness_pair(const float *x, int64_t ra, int64_t rb,
     if (!(va > 0.0) || !(vb > 0.0))
         return 0.0;
     return LIKENESS_DDIV(cov, LIKENESS_DSQRT(LIKENESS_DMUL(va, vb)));
+}
+
+/* One difference of a shape: d[r + t]. */
+LIKENESS_FN double likeness_d(const float *x, int64_t r, int64_t t, struct likeness_geometry g)
+{
+    return LIKENESS_DSUB((double)x[r + t], (double)x[r + t - g.lag]);
+}
+
+/* The correlation of the shapes at ra and rb (both fitting). */
+LIKENESS_FN double likeness_pair(const float *x, int64_t ra, int64_t rb,
+                                 struct likeness_geometry g)
+{
+    double sa = 0.0, sb = 0.0, saa = 0.0, sbb = 0.0, sab = 0.0;
+    for (int64_t t = -g.pre; t <= g.post; t++) {
+        const double a = likeness_d(x, ra, t, g), b = likeness_d(x, rb, t, g);
+        sa = LIKENESS_DADD(sa, a);
+        sb = LIKENESS_DADD(sb, b);
+        saa = LIKENESS_DADD(saa, LIKENESS_DMUL(a, a));
+        sbb = LIKENESS_DADD(sbb, LIKENESS_DMUL(b, b));
+        sab = LIKENESS_DADD(sab, LIKENESS_DMUL(a, b));
+    }
+    return likeness_from_sums(sa, sb, saa, sbb, sab, g);
 }
 
 /* Beat i's likeness (the file comment) among the k R peaks of a recording x of n samples. */
@@ -136,29 +148,96 @@ LIKENESS_FN float likeness_of_leads(const float *const *x, size_t n_leads, int64
 }
 
 #if !defined(__CUDACC__)
-/* Every beat's likeness_of_leads, as the CPU takes them: each pair of neighbours correlated once
- * (likeness_pair is symmetric in its two beats, bit for bit: every sum and product takes the
- * same operands either way) and offered to both, which halves the work; the maxima are the same
- * values. out gets k entries. */
+#define LIKENESS_PARALLEL_MIN 4096 /* beats (about an hour): the CPU's two passes in parallel */
+
+/* Beat i's sums for the CPU's way (likeness_all): its own sum of differences and of their
+ * squares to sum[2 i], sum[2 i + 1], and its cross sums with the LIKENESS_REACH beats after it
+ * to cross[i * REACH + d - 1], each in likeness_pair's order (every sum its own chain, so the
+ * same bits as there, and the chains side by side in one walk over the shape). Zeros where the
+ * beat does not fit; a pair whose later beat does not fit, or past the last, is never read. */
+static inline void likeness_sums(const float *x, int64_t n, const int64_t *peaks, size_t k,
+                                 size_t i, struct likeness_geometry g, double *sum,
+                                 double *cross)
+{
+    double s = 0.0, ss = 0.0, sab[LIKENESS_REACH] = {0.0};
+    int pair[LIKENESS_REACH];
+    for (size_t d = 1; d <= LIKENESS_REACH; d++)
+        pair[d - 1] = i + d < k && likeness_fits(peaks[i + d], n, g);
+    if (likeness_fits(peaks[i], n, g)) {
+        for (int64_t t = -g.pre; t <= g.post; t++) {
+            const double a = likeness_d(x, peaks[i], t, g);
+            s += a;
+            ss += a * a;
+            for (size_t d = 1; d <= LIKENESS_REACH; d++)
+                if (pair[d - 1])
+                    sab[d - 1] += a * likeness_d(x, peaks[i + d], t, g);
+        }
+    }
+    sum[2 * i] = s;
+    sum[2 * i + 1] = ss;
+    for (size_t d = 1; d <= LIKENESS_REACH; d++)
+        cross[i * LIKENESS_REACH + d - 1] = sab[d - 1];
+}
+
+/* The correlation of beats i and i + d (i first, as likeness_pair takes them) from the sums. */
+static inline float likeness_of_sums(const double *sum, const double *cross, size_t i, size_t d,
+                                     struct likeness_geometry g)
+{
+    const size_t j = i + d;
+    return (float)likeness_from_sums(sum[2 * i], sum[2 * j], sum[2 * i + 1], sum[2 * j + 1],
+                                     cross[i * LIKENESS_REACH + d - 1], g);
+}
+
+/* Beat i's best over its pairs before and after it, and out[i] (NaNs are none). */
+static inline void likeness_fold(const int64_t *peaks, int64_t n, size_t k, size_t i,
+                                 struct likeness_geometry g, const double *sum,
+                                 const double *cross, float *out)
+{
+    float best = out[i];
+    if (!likeness_fits(peaks[i], n, g))
+        return;
+    for (size_t d = 1; d <= LIKENESS_REACH; d++) {
+        float r[2] = {NAN, NAN};
+        if (i + d < k && likeness_fits(peaks[i + d], n, g))
+            r[0] = likeness_of_sums(sum, cross, i, d, g);
+        if (i >= d && likeness_fits(peaks[i - d], n, g))
+            r[1] = likeness_of_sums(sum, cross, i - d, d, g);
+        for (int h = 0; h < 2; h++)
+            if (!isnan(r[h]) && !(best >= r[h]))
+                best = r[h];
+    }
+    out[i] = best;
+}
+
+/* Every beat's likeness_of_leads, as the CPU takes them: each pair of neighbours' cross sum
+ * taken once (likeness_pair is symmetric in its two beats, bit for bit: every sum and product
+ * takes the same operands either way) and each beat's own sums once (sum: 2 k doubles, cross:
+ * k * LIKENESS_REACH), walking each shape once with every chain side by side; then each beat's
+ * best of its pairs: the same values. Both passes run in parallel from LIKENESS_PARALLEL_MIN
+ * beats (each writes only its own beat's entries). out gets k entries. */
 static inline void likeness_all(const float *const *x, size_t n_leads, int64_t n,
                                 const int64_t *peaks, size_t k, struct likeness_geometry g,
-                                float *out)
+                                double *sum, double *cross, float *out)
 {
     for (size_t i = 0; i < k; i++)
         out[i] = NAN;
     for (size_t l = 0; l < n_leads; l++) {
-        for (size_t i = 0; i < k; i++) {
-            if (!likeness_fits(peaks[i], n, g))
-                continue;
-            for (size_t j = i + 1; j <= i + LIKENESS_REACH && j < k; j++) {
-                if (!likeness_fits(peaks[j], n, g))
-                    continue;
-                const float r = (float)likeness_pair(x[l], peaks[i], peaks[j], g);
-                if (isnan(r)) /* non-finite samples (the readers refuse them): none */
-                    continue;
-                out[i] = !(out[i] >= r) ? r : out[i];
-                out[j] = !(out[j] >= r) ? r : out[j];
-            }
+        if (k >= LIKENESS_PARALLEL_MIN) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+            for (size_t i = 0; i < k; i++)
+                likeness_sums(x[l], n, peaks, k, i, g, sum, cross);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+            for (size_t i = 0; i < k; i++)
+                likeness_fold(peaks, n, k, i, g, sum, cross, out);
+        } else { /* the same steps without entering OpenMP (ecg_parallel.h) */
+            for (size_t i = 0; i < k; i++)
+                likeness_sums(x[l], n, peaks, k, i, g, sum, cross);
+            for (size_t i = 0; i < k; i++)
+                likeness_fold(peaks, n, k, i, g, sum, cross, out);
         }
     }
 }

@@ -602,8 +602,10 @@ static void test_likeness(void **state)
     const struct likeness_geometry g = likeness_geometry_of(sig.fs_hz, ECG_QUALITY_QRS_LAG_S);
     const float *both[2] = {sig.samples, sig.extra[0]};
     float *all = malloc(k * sizeof *all), *sorted = malloc(k * sizeof *sorted);
-    assert_true(all && sorted);
-    likeness_all(both, 2, (int64_t)sig.n, res->r_peak, k, g, all);
+    double *pr = malloc(k * LIKENESS_REACH * sizeof *pr);
+    double *sum = malloc(2 * k * sizeof *sum);
+    assert_true(all && sorted && pr && sum);
+    likeness_all(both, 2, (int64_t)sig.n, res->r_peak, k, g, sum, pr, all);
     size_t m = 0;
     for (size_t i = 0; i < k; i++) {
         const float one = likeness_of_leads(both, 2, (int64_t)sig.n, res->r_peak, k, i, g);
@@ -620,8 +622,8 @@ static void test_likeness(void **state)
     float *flat = calloc(sig.n, sizeof *flat), *second = malloc(k * sizeof *second);
     assert_true(flat && second);
     const float *flat_first[2] = {flat, sig.extra[0]}, *only_second[1] = {sig.extra[0]};
-    likeness_all(flat_first, 2, (int64_t)sig.n, res->r_peak, k, g, all);
-    likeness_all(only_second, 1, (int64_t)sig.n, res->r_peak, k, g, second);
+    likeness_all(flat_first, 2, (int64_t)sig.n, res->r_peak, k, g, sum, pr, all);
+    likeness_all(only_second, 1, (int64_t)sig.n, res->r_peak, k, g, sum, pr, second);
     for (size_t i = 0; i < k; i++) {
         if (isnan(second[i]))
             assert_true(isnan(all[i]));
@@ -630,8 +632,44 @@ static void test_likeness(void **state)
     }
     free(flat);
     free(second);
+    free(pr);
+    free(sum);
     free(all);
     free(sorted);
+    ecg_result_free(res);
+    ecg_signal_free(&sig);
+    ecg_engine_destroy(engine);
+}
+
+/* From LIKENESS_PARALLEL_MIN beats the CPU takes its two passes in parallel: the same bits as
+ * the beat-by-beat definition still (203's two leads three times over, 90 min, ~8,900 beats). */
+static void test_likeness_long(void **state)
+{
+    (void)state;
+    struct ecg_engine *engine = engine_cpu();
+    struct ecg_signal sig = {0};
+    read_record_lead("203", "all", 0.0, &sig);
+    const size_t n = sig.n, times = 3;
+    float *x0 = malloc(times * n * sizeof *x0), *x1 = malloc(times * n * sizeof *x1);
+    assert_true(x0 && x1);
+    for (size_t t = 0; t < times; t++) {
+        memcpy(x0 + t * n, sig.samples, n * sizeof *x0);
+        memcpy(x1 + t * n, sig.extra[0], n * sizeof *x1);
+    }
+    free(sig.samples);
+    free(sig.extra[0]);
+    sig.samples = x0;
+    sig.extra[0] = x1;
+    sig.n = times * n;
+    struct ecg_result *res = analyze(engine, &sig);
+    const size_t k = res->n_beats;
+    assert_true(k >= LIKENESS_PARALLEL_MIN);
+    const struct likeness_geometry g = likeness_geometry_of(sig.fs_hz, ECG_QUALITY_QRS_LAG_S);
+    const float *both[2] = {sig.samples, sig.extra[0]};
+    for (size_t i = 0; i < k; i++) {
+        const float one = likeness_of_leads(both, 2, (int64_t)sig.n, res->r_peak, k, i, g);
+        assert_memory_equal(&one, &res->likeness[i], sizeof one);
+    }
     ecg_result_free(res);
     ecg_signal_free(&sig);
     ecg_engine_destroy(engine);
@@ -892,7 +930,8 @@ int main(void)
         cmocka_unit_test(test_electrode_motion), cmocka_unit_test(test_electrode_motion_mild),
         cmocka_unit_test(test_electrode_motion_two_leads), cmocka_unit_test(test_variability_under_motion),
         cmocka_unit_test(test_ventricular_run), cmocka_unit_test(test_two_leads),
-        cmocka_unit_test(test_likeness), cmocka_unit_test(test_noisy_strips),
+        cmocka_unit_test(test_likeness), cmocka_unit_test(test_likeness_long),
+        cmocka_unit_test(test_noisy_strips),
         cmocka_unit_test(test_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
