@@ -129,7 +129,6 @@ static bool small_back_plan(struct cuda_batch *b, struct ecg_batch_member *const
         slot += r->cap;
         cap_max = r->cap > cap_max ? r->cap : cap_max;
         r->x_off = b->off[i];
-        r->x = b->d_pack + b->off[i];
         r->quality = ecg_quality_geometry_of(members[i]->n, members[i]->plan->fs_in_hz);
         r->quality_out = out;
         if (r->quality.n_win != members[i]->n_win || !members[i]->windows)
@@ -223,7 +222,7 @@ static enum ecg_status pass_launches(struct cuda_batch *b, cudaStream_t stream,
         CUDA_TRY(cudaStreamWaitEvent(side, b->detected, 0));
         forked = true;
     }
-    ECG_TRY(small_batch_likeness(side, b->d_back, s->rows, &p, s->max_cap, err));
+    ECG_TRY(small_batch_likeness(side, b->d_back, s->rows, &p, s->max_cap, b->d_pack, err));
     ECG_TRY(small_batch_embed(stream, b->d_back, s->rows, &p, s->max_cap, b->d_norms, b->d_emb,
                               err));
     step_mark(b, stream, 12);

@@ -39,6 +39,7 @@ struct segment_args {
     const float *x;         /* the input samples of the lead the R peaks are placed on (n_in) */
     const float *x_extra;   /* n_extra further leads' (n_in each, one after another) */
     size_t n_extra;
+    struct likeness_geometry lk; /* the shapes' extent (likeness_geometry_of) */
     float *likeness;        /* table column (likeness_core.h) */
 };
 
@@ -129,8 +130,7 @@ static __device__ void likeness_one(const struct segment_args *a, size_t i)
     for (size_t l = 0; l < a->n_extra && l + 1 < ECG_MAX_LEADS; l++)
         leads[l + 1] = a->x_extra + l * a->n_in;
     a->likeness[i] = likeness_of_leads(leads, 1 + a->n_extra, (int64_t)a->n_in, a->peaks_in,
-                                       a->k, i,
-                                       likeness_geometry_of(a->fs_in_hz, ECG_QUALITY_QRS_LAG_S));
+                                       a->k, i, a->lk);
 }
 
 static __global__ void segment_kernel(struct segment_args a)
@@ -351,6 +351,7 @@ extern "C" enum ecg_status cuda_embed(void *ctx_ptr, const struct ecg_plan *plan
     a.x = (const float *)ctx->input.ptr;
     a.x_extra = (const float *)ctx->extra_input.ptr;
     a.n_extra = ctx->n_extra;
+    a.lk = likeness_geometry_of(plan->fs_in_hz);
     a.likeness = (float *)(table + t.likeness);
     segment_kernel<<<grid_for(k), CUDA_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
@@ -428,9 +429,10 @@ static __device__ struct segment_args member_segment_args(const struct small_bac
     a.end = (int64_t *)(m->table + t.end);
     a.rr_ms = (float *)(m->table + t.rr_ms);
     a.kept = (uint8_t *)(m->table + t.kept);
-    a.x = m->x;
+    a.x = NULL; /* the pack's: likeness_batch_kernel sets it */
     a.x_extra = NULL; /* a batched back's members have one lead */
     a.n_extra = 0;
+    a.lk = p->lk;
     a.likeness = (float *)(m->table + t.likeness);
     return a;
 }
@@ -465,9 +467,10 @@ static __global__ void segment_embed_batch_kernel(const struct small_back *membe
 
 /* Member blockIdx.y's beats' likeness, a thread each. */
 static __global__ void likeness_batch_kernel(const struct small_back *members,
-                                             struct small_back_plan p)
+                                             struct small_back_plan p, const float *pack)
 {
-    const struct segment_args a = member_segment_args(&members[blockIdx.y], &p);
+    struct segment_args a = member_segment_args(&members[blockIdx.y], &p);
+    a.x = pack + members[blockIdx.y].x_off;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.k;
          i += (size_t)gridDim.x * blockDim.x)
         likeness_one(&a, i);
@@ -476,12 +479,12 @@ static __global__ void likeness_batch_kernel(const struct small_back *members,
 /* Contract in cuda_small.cuh. */
 enum ecg_status small_batch_likeness(cudaStream_t stream, const struct small_back *members,
                                      size_t k, const struct small_back_plan *plan,
-                                     size_t max_cap, struct ecg_error *err)
+                                     size_t max_cap, const float *pack, struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     const unsigned threads = 64; /* a 10-s strip has about 12 beats */
     likeness_batch_kernel<<<dim3((unsigned)((max_cap + threads - 1) / threads), (unsigned)k),
-                            threads, 0, stream>>>(members, *plan);
+                            threads, 0, stream>>>(members, *plan, pack);
     CUDA_LAUNCH_CHECK();
 out:
     return status;
@@ -498,6 +501,7 @@ void small_back_plan_of(const struct ecg_plan *plan, size_t z_dim, struct small_
     p->fs_in_hz = plan->fs_in_hz;
     p->beat_len = plan->beat_len;
     p->z_dim = z_dim;
+    p->lk = likeness_geometry_of(plan->fs_in_hz);
 }
 
 /* Contract in cuda_small.cuh. Every member has at most NORM_SMALL_MAX analysis samples (the

@@ -16,6 +16,7 @@
 #ifndef CUDA_SMALL_CUH
 #define CUDA_SMALL_CUH
 
+#include "cpu/likeness_core.h"
 #include "cpu/noise_core.h"
 #include "cuda_detect_common.cuh"
 #include "cuda_pdl.cuh"
@@ -136,8 +137,6 @@ struct small_back {
     bool encode;               /* the VAE and the score run for it */
     /* its signal-quality features (engine/quality.h), from its samples in the batch's pack */
     size_t x_off;              /* its first sample in the pack (n_in samples) */
-    const float *x;            /* the pack's device address + x_off: what segmentation reads
-                                * the beats' likeness from (likeness_core.h) */
     struct ecg_quality_geometry quality;
     size_t quality_out;        /* its windows' offset in the batch's output */
 };
@@ -148,6 +147,7 @@ struct small_back_plan {
     uint32_t up, down;
     double fs_in_hz;
     size_t beat_len, z_dim;
+    struct likeness_geometry lk; /* the beats' likeness (likeness_core.h) */
 };
 
 /* What segmentation and the embedding take from plan (cuda_embed.cu's rules). */
@@ -178,10 +178,10 @@ enum ecg_status small_batch_quality(cudaStream_t stream, const struct small_back
                                     size_t k, size_t max_win, const float *pack, char *out,
                                     struct ecg_error *err);
 /* Every member's beats' likeness (cpu/likeness_core.h) into its table's column, from its
- * samples in the pack (row x) and its R peaks: needs only the detection. */
+ * samples in the pack (from its x_off) and its R peaks: needs only the detection. */
 enum ecg_status small_batch_likeness(cudaStream_t stream, const struct small_back *members,
                                      size_t k, const struct small_back_plan *plan,
-                                     size_t max_cap, struct ecg_error *err);
+                                     size_t max_cap, const float *pack, struct ecg_error *err);
 /* Every member's table (laid out for its count) to out + its out offset, and its 3 counts to
  * out's start (3 int64 a member, in row order). */
 enum ecg_status small_batch_gather(cudaStream_t stream, const struct small_back *members,

@@ -293,7 +293,7 @@ static enum ecg_status cpu_embed_stage(void *ctx, const struct ecg_plan *plan,
         return st;
     cpu_segment(plan, c->peaks_a, c->peaks_in, k, c->n_a, c->n_in, c->onset, c->end, c->rr_ms,
                 c->kept);
-    const struct likeness_geometry g = likeness_geometry_of(plan->fs_in_hz, ECG_QUALITY_QRS_LAG_S);
+    const struct likeness_geometry g = likeness_geometry_of(plan->fs_in_hz);
     const float *leads[ECG_MAX_LEADS] = {c->x};
     for (size_t l = 0; l < c->n_extra; l++)
         leads[l + 1] = c->x_extra[l];

@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "quality.h"
+
 #define LIKENESS_PRE_S 0.10  /* the shape starts this long before the R peak */
 #define LIKENESS_POST_S 0.15 /* ... and ends this long after it */
 #define LIKENESS_REACH 2     /* neighbours compared on either side */
@@ -58,18 +60,14 @@ struct likeness_geometry {
     int64_t lag, pre, post;
 };
 
-LIKENESS_FN int64_t likeness_round(double samples)
-{
-    double r = floor(samples + 0.5);
-    return r < 1.0 ? 1 : (int64_t)r;
-}
-
-LIKENESS_FN struct likeness_geometry likeness_geometry_of(double fs_hz, double lag_s)
+/* Taken on the host, once per recording (the CUDA backend passes it to its kernels), with the
+ * quality features' rounding. */
+static inline struct likeness_geometry likeness_geometry_of(double fs_hz)
 {
     struct likeness_geometry g;
-    g.lag = likeness_round(fs_hz * lag_s);
-    g.pre = likeness_round(fs_hz * LIKENESS_PRE_S);
-    g.post = likeness_round(fs_hz * LIKENESS_POST_S);
+    g.lag = (int64_t)ecg_quality_round_lag(fs_hz * ECG_QUALITY_QRS_LAG_S);
+    g.pre = (int64_t)ecg_quality_round_lag(fs_hz * LIKENESS_PRE_S);
+    g.post = (int64_t)ecg_quality_round_lag(fs_hz * LIKENESS_POST_S);
     return g;
 }
 

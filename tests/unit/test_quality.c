@@ -599,7 +599,7 @@ static void test_likeness(void **state)
     struct ecg_result *res = analyze(engine, &sig);
     const size_t k = res->n_beats;
     assert_true(k > 400);
-    const struct likeness_geometry g = likeness_geometry_of(sig.fs_hz, ECG_QUALITY_QRS_LAG_S);
+    const struct likeness_geometry g = likeness_geometry_of(sig.fs_hz);
     const float *both[2] = {sig.samples, sig.extra[0]};
     float *all = malloc(k * sizeof *all), *sorted = malloc(k * sizeof *sorted);
     double *pr = malloc(k * LIKENESS_REACH * sizeof *pr);
@@ -664,7 +664,7 @@ static void test_likeness_long(void **state)
     struct ecg_result *res = analyze(engine, &sig);
     const size_t k = res->n_beats;
     assert_true(k >= LIKENESS_PARALLEL_MIN);
-    const struct likeness_geometry g = likeness_geometry_of(sig.fs_hz, ECG_QUALITY_QRS_LAG_S);
+    const struct likeness_geometry g = likeness_geometry_of(sig.fs_hz);
     const float *both[2] = {sig.samples, sig.extra[0]};
     for (size_t i = 0; i < k; i++) {
         const float one = likeness_of_leads(both, 2, (int64_t)sig.n, res->r_peak, k, i, g);
