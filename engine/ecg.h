@@ -427,6 +427,10 @@ struct ecg_result {
     float *likeness;       /* how alike each beat's complex is to its neighbours' (-1 .. 1, NaN
                             * where none compares; engine/cpu/likeness_core.h): the backend's
                             * fetch fills it, the quality verdict reads it; not reported */
+    float *crest;          /* the detector's envelope crest factor (window peak over the floor
+                            * between beats; engine/cpu/noise_core.h step 2) in the 1-s window
+                            * of each beat's R peak, NaN until the backend's fetch fills it:
+                            * the quality verdict reads it; not reported */
     uint8_t *readable;     /* 1 when the R peak lies outside every unreadable segment */
     struct ecg_quality_report quality;
     /* rhythm (engine/hrv.c) */

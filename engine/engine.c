@@ -330,7 +330,7 @@ struct ecg_result *ecg_result_new(size_t k, uint32_t latent_dim, bool with_model
 {
     size_t m = k ? k : 1; /* every array non-NULL */
     size_t i64 = align8(m * sizeof(int64_t)), f32 = align8(m * sizeof(float)), u8 = align8(m);
-    size_t bytes = align8(sizeof(struct ecg_result)) + 3 * i64 + 3 * f32 + 3 * u8;
+    size_t bytes = align8(sizeof(struct ecg_result)) + 3 * i64 + 4 * f32 + 3 * u8;
     if (with_model)
         bytes += align8(m * latent_dim * sizeof(float)) + f32 + u8;
     char *block = calloc(1, bytes);
@@ -348,8 +348,9 @@ struct ecg_result *ecg_result_new(size_t k, uint32_t latent_dim, bool with_model
     r->kept = (uint8_t *)p, p += u8;
     r->beat_quality = (float *)p, p += f32;
     r->likeness = (float *)p, p += f32;
+    r->crest = (float *)p, p += f32;
     for (size_t i = 0; i < k; i++)
-        r->likeness[i] = NAN; /* none compared, until the backend's fetch fills them */
+        r->likeness[i] = r->crest[i] = NAN; /* until the backend's fetch fills them */
     r->readable = (uint8_t *)p, p += u8;
     r->nn = (uint8_t *)p, p += u8;
     if (with_model) {

@@ -38,7 +38,9 @@
  *                    them have a likeness (engine/cpu/likeness_core.h: a beat's best
  *                    correlation with its neighbours' complexes) and its median is below
  *                    UNLIKE_MEDIAN, or below UNLIKE_ROUGH_MEDIAN in a window whose score is
- *                    below UNLIKE_ROUGH_SCORE (mark_unlike). This clause needs no reference
+ *                    below UNLIKE_ROUGH_SCORE, or below UNLIKE_FULL_MEDIAN where the
+ *                    detector's crest factor at those beats says the floor between beats is
+ *                    full of noise (mark_unlike). This clause needs no reference
  *                    from the recording, so it holds in a strip posted from inside a noisy
  *                    stretch.
  * Then a readable gap of at most BRIDGE_S between two windows unreadable for the same reason
@@ -47,9 +49,11 @@
  * 0.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/noise_core.h" /* NOISE_CREST_NOISY: where the detector finds the floor full */
 #include "quality.h"
 
 #define FLAT_REL 0.02
@@ -80,6 +84,8 @@
 #define UNLIKE_MEDIAN 0.65  /* ... whose median is below this, */
 #define UNLIKE_ROUGH_MEDIAN 0.75 /* ... or below this where the window's score is below */
 #define UNLIKE_ROUGH_SCORE 0.7
+#define UNLIKE_FULL_MEDIAN 0.8  /* ... or below this where the floor is full (the beats' crest) */
+#define UNLIKE_FULL_MIN_BEATS 6 /* ... over at least this many beats */
 /* Windows from which the per-window loops run in parallel (OpenMP): a 2-hour recording. Each
  * window's values depend on the window and its neighbours only, so the thread count changes no
  * result. */
@@ -514,26 +520,43 @@ static size_t window_end(size_t j, size_t len, size_t n)
  * below UNLIKE_ROUGH_MEDIAN while the window's own score (the margins of classify_window, its
  * best lead's) is below UNLIKE_ROUGH_SCORE (a QRS-band signal unspiky or rough: kurtosis under
  * about 6.8, or a high-frequency ratio over about 0.125), the window, if readable so far, is
- * unreadable (noise): two weak signs of noise together. scratch holds n_beats doubles.
+ * unreadable (noise): two weak signs of noise together. So it is where at least
+ * UNLIKE_FULL_MIN_BEATS beats have a likeness, its median is below UNLIKE_FULL_MEDIAN and the
+ * median of the same beats' crest factors (ecg_result.crest: the detector's envelope, window
+ * peak over the floor between beats) is at most NOISE_CREST_NOISY, where the detector itself
+ * takes the floor for full of noise and raises its threshold the most (noise_core.h step 2):
+ * a rhythm of repeating complexes keeps its likeness however full the floor (ventricular
+ * tachycardia, flutter waves), and a quiet floor keeps its crest however unlike the complexes
+ * (multiform ectopy). Needs six beats, not eight, so that it reads 5-s strips too. scratch
+ * holds 2 n_beats doubles.
  */
 static void mark_unlike(uint8_t *reason, float *score, size_t n_win, size_t len,
                         const struct ecg_result *r, double *scratch)
 {
     const int64_t half = (int64_t)floor(0.5 * UNLIKE_SPAN_S * r->fs_hz + 0.5);
+    double *crest = scratch + r->n_beats;
     size_t first = 0;
     for (size_t j = 0; j < n_win; j++) {
         const int64_t centre = (int64_t)(j * len + window_end(j, len, r->n_samples)) / 2;
         while (first < r->n_beats && r->r_peak[first] < centre - half)
             first++;
-        size_t m = 0;
-        for (size_t i = first; i < r->n_beats && r->r_peak[i] <= centre + half; i++)
-            if (!isnan(r->likeness[i]))
-                scratch[m++] = (double)r->likeness[i];
-        if (reason[j] != ECG_QUALITY_OK || m < UNLIKE_MIN_BEATS)
+        size_t m = 0, m_crest = 0;
+        for (size_t i = first; i < r->n_beats && r->r_peak[i] <= centre + half; i++) {
+            if (isnan(r->likeness[i]))
+                continue;
+            scratch[m++] = (double)r->likeness[i];
+            if (r->crest && !isnan(r->crest[i]))
+                crest[m_crest++] = (double)r->crest[i];
+        }
+        if (reason[j] != ECG_QUALITY_OK || m < UNLIKE_FULL_MIN_BEATS)
             continue;
         const double median = median_of(scratch, m);
-        if (median < UNLIKE_MEDIAN ||
-            (median < UNLIKE_ROUGH_MEDIAN && score[j] < (float)UNLIKE_ROUGH_SCORE)) {
+        const bool unlike = m >= UNLIKE_MIN_BEATS &&
+                            (median < UNLIKE_MEDIAN || (median < UNLIKE_ROUGH_MEDIAN &&
+                                                        score[j] < (float)UNLIKE_ROUGH_SCORE));
+        const bool full = median < UNLIKE_FULL_MEDIAN && m_crest >= UNLIKE_FULL_MIN_BEATS &&
+                          median_of(crest, m_crest) <= NOISE_CREST_NOISY;
+        if (unlike || full) {
             reason[j] = ECG_QUALITY_NOISE;
             score[j] = 0.0f;
         }
@@ -631,7 +654,7 @@ enum ecg_status ecg_quality_apply(uint8_t *reason, float *score, size_t n_win, s
     for (size_t j = 0; j < n_win; j++)
         reason[j] = reason[j] == ECG_QUALITY_MOTION ? ECG_QUALITY_NOISE : reason[j];
     if (r->likeness && r->n_beats) {
-        double *scratch = malloc(r->n_beats * sizeof *scratch);
+        double *scratch = malloc(2 * r->n_beats * sizeof *scratch);
         if (!scratch) {
             status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "quality: %zu beats",
                               r->n_beats);

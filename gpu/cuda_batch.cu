@@ -300,8 +300,8 @@ static enum ecg_status front_stages(struct cuda_ctx *ctx, const struct ecg_plan 
 #define CTX_DBUFS(ctx)                                                                        \
     {&(ctx)->input, &(ctx)->resampled, &(ctx)->filtered, &(ctx)->peaks_a, &(ctx)->table,     \
      &(ctx)->emb, &(ctx)->scratch, &(ctx)->cub_temp, &(ctx)->fft_buf, &(ctx)->fft_work,      \
-     &(ctx)->vae_work, &(ctx)->rs_table, &(ctx)->ricker}
-#define CTX_N_DBUFS 13
+     &(ctx)->vae_work, &(ctx)->rs_table, &(ctx)->ricker, &(ctx)->beat_crest}
+#define CTX_N_DBUFS 14
 
 /* What a graph holds: the stages a capture records (arg: the plan, or the batch member). */
 typedef enum ecg_status (*capture_fn)(struct cuda_ctx *ctx, const void *arg,

@@ -116,6 +116,7 @@ static bool small_back_plan(struct cuda_batch *b, struct ecg_batch_member *const
             return false;
         r->y = rec->a.y;
         r->peaks_a = rec->a.peaks_a;
+        r->beat_crest = rec->a.beat_crest;
         r->table = (char *)rec->a.peaks_in; /* the table's start: its r_peak column */
         r->n_a = rec->a.n_a;
         r->n_in = members[i]->n;

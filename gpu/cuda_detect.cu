@@ -677,10 +677,36 @@ static __device__ __forceinline__ void settle_small_body(struct detect_args a, s
     }
 }
 
+/* Beat b's crest factor: its analysis-grid peak's window's (cpu_detect_leads' beat_crest). */
+static __device__ __forceinline__ void beat_crest_one(const struct detect_args *a, size_t b)
+{
+    a->beat_crest[b] = a->crest[(size_t)a->peaks_a[b] / a->crest_win];
+}
+
+/* Thread b: beat b's crest factor, once the peaks are final (a long lead's). */
+static __global__ void beat_crest_kernel(struct detect_args a)
+{
+    const size_t n = (size_t)*a.n_beats;
+    for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b < n;
+         b += (size_t)gridDim.x * blockDim.x)
+        beat_crest_one(&a, b);
+}
+
+/* The block's threads: every beat's crest factor, after a barrier that follows the peaks
+ * settle_small_body writes (by one thread when it orders them in sequence). */
+static __device__ __forceinline__ void beat_crest_block(const struct detect_args *a)
+{
+    const size_t n = (size_t)*a->n_beats;
+    for (size_t b = threadIdx.x; b < n; b += DETECT_SMALL_THREADS)
+        beat_crest_one(a, b);
+}
+
 static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
     settle_small_kernel(struct detect_args a, size_t max_cand)
 {
     settle_small_body(a, max_cand);
+    __syncthreads();
+    beat_crest_block(&a);
 }
 
 /* The batched front's (cuda_small.cuh): member blockIdx.y's rhythm check (step 5, what
@@ -697,6 +723,7 @@ static __global__ void __launch_bounds__(DETECT_SMALL_THREADS)
     __syncthreads();
     settle_small_body(m->a, m->max_cand);
     __syncthreads();
+    beat_crest_block(&m->a);
     if (threadIdx.x == 0)
         for (int c = 0; c < 3; c++)
             counts[3 * (size_t)blockIdx.y + c] = m->a.n_cand[c];
@@ -953,8 +980,10 @@ candidates:
     table_layout(k_max, ctx->latent_dim, &t);
     ECG_TRY(dbuf_reserve(ctx, &ctx->table, t.bytes, err));
     ECG_TRY(dbuf_reserve(ctx, &ctx->peaks_a, k_max * sizeof(int64_t), err));
+    ECG_TRY(dbuf_reserve(ctx, &ctx->beat_crest, k_max * sizeof(float), err));
     a.peaks_in = (int64_t *)ctx->table.ptr; /* moved to the r_peak column below */
     a.peaks_a = (int64_t *)ctx->peaks_a.ptr;
+    a.beat_crest = (float *)ctx->beat_crest.ptr;
     if (small) {
         /* steps 6 and 7 in one block (settle_small_kernel) */
         settle_small_kernel<<<1, DETECT_SMALL_THREADS, 0, ctx->stream>>>(a, max_cand);
@@ -973,6 +1002,8 @@ candidates:
         order_copy_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
         CUDA_LAUNCH_CHECK();
         order_kernel<<<1, 1, 0, ctx->stream>>>(a);
+        CUDA_LAUNCH_CHECK();
+        beat_crest_kernel<<<grid_for(max_cand), CUDA_THREADS, 0, ctx->stream>>>(a);
         CUDA_LAUNCH_CHECK();
     }
     profile_mark(prof, ctx->stream, "order");

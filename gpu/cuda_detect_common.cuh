@@ -57,6 +57,8 @@ struct detect_args {
     int *order_bad;      /* device scalar: a refined beat needs the sequential ordering test */
     int64_t *peaks_in;   /* the table's r_peak column */
     int64_t *peaks_a;    /* the ctx's analysis-grid peaks */
+    float *beat_crest;   /* the ctx's: crest[peaks_a[b] / crest_win] per beat (the quality
+                          * verdict's, beside the likeness) */
     size_t half_env, half_nms, slope_win;
     int64_t refractory, twave, learn;
     int64_t block, warmup, tail; /* the decision pass's blocks (decide.c), samples */

@@ -41,6 +41,8 @@ struct segment_args {
     size_t n_extra;
     struct likeness_geometry lk; /* the shapes' extent (likeness_geometry_of) */
     float *likeness;        /* table column (likeness_core.h) */
+    const float *beat_crest; /* the detector's crest factor at each beat (k) ... */
+    float *crest;           /* ... to this table column */
 };
 
 static __device__ int64_t to_input(int64_t index_a, uint32_t up, uint32_t down)
@@ -131,6 +133,7 @@ static __device__ void likeness_one(const struct segment_args *a, size_t i)
         leads[l + 1] = a->x_extra + l * a->n_in;
     a->likeness[i] = likeness_of_leads(leads, 1 + a->n_extra, (int64_t)a->n_in, a->peaks_in,
                                        a->k, i, a->lk);
+    a->crest[i] = a->beat_crest[i]; /* read with it by the quality verdict */
 }
 
 static __global__ void segment_kernel(struct segment_args a)
@@ -353,6 +356,8 @@ extern "C" enum ecg_status cuda_embed(void *ctx_ptr, const struct ecg_plan *plan
     a.n_extra = ctx->n_extra;
     a.lk = likeness_geometry_of(plan->fs_in_hz);
     a.likeness = (float *)(table + t.likeness);
+    a.beat_crest = (const float *)ctx->beat_crest.ptr;
+    a.crest = (float *)(table + t.crest);
     segment_kernel<<<grid_for(k), CUDA_THREADS, 0, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
 
@@ -434,6 +439,8 @@ static __device__ struct segment_args member_segment_args(const struct small_bac
     a.n_extra = 0;
     a.lk = p->lk;
     a.likeness = (float *)(m->table + t.likeness);
+    a.beat_crest = m->beat_crest;
+    a.crest = (float *)(m->table + t.crest);
     return a;
 }
 

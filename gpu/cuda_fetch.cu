@@ -94,6 +94,7 @@ enum ecg_status table_split(const char *h, size_t k, size_t z, bool encoded,
     memcpy(result->end, h + t.end, k * sizeof(int64_t));
     memcpy(result->rr_ms, h + t.rr_ms, k * sizeof(float));
     memcpy(result->likeness, h + t.likeness, k * sizeof(float));
+    memcpy(result->crest, h + t.crest, k * sizeof(float));
     memcpy(result->kept, h + t.kept, k);
     if (result->latent && z)
         memcpy(result->latent, h + t.latent, k * z * sizeof(float));

@@ -160,6 +160,7 @@ struct cuda_ctx {
     struct dbuf resampled;   /* float[n_a] */
     struct dbuf filtered;    /* float[n_a] */
     struct dbuf peaks_a;     /* int64[n_beats], analysis grid */
+    struct dbuf beat_crest;  /* float[n_beats]: the detector's crest factor at each beat */
     struct dbuf table;       /* the beat table, laid out by table_layout() */
     struct dbuf emb;         /* float[n_beats * beat_len] */
     /* scratch */
@@ -191,7 +192,7 @@ struct cuda_ctx {
  * at a multiple of 256 bytes; the host's and the device's (a batched back lays out its members'
  * tables on the device, where their beat counts are). */
 struct table_layout {
-    size_t r_peak, onset, end, rr_ms, likeness, kept, latent, score, outlier, bytes;
+    size_t r_peak, onset, end, rr_ms, likeness, crest, kept, latent, score, outlier, bytes;
 };
 static __host__ __device__ inline size_t table_align(size_t x)
 {
@@ -205,6 +206,7 @@ static __host__ __device__ inline void table_layout(size_t k, size_t z, struct t
     t->end = off;     off = table_align(off + k * sizeof(int64_t));
     t->rr_ms = off;   off = table_align(off + k * sizeof(float));
     t->likeness = off; off = table_align(off + k * sizeof(float));
+    t->crest = off;   off = table_align(off + k * sizeof(float));
     t->kept = off;    off = table_align(off + k);
     t->latent = off;  off = table_align(off + k * z * sizeof(float));
     t->score = off;   off = table_align(off + k * sizeof(float));

@@ -128,6 +128,7 @@ enum ecg_status small_batch_decide(cudaStream_t stream, const struct small_front
 struct small_back {
     const float *y;            /* the resampled lead, n_a samples */
     const int64_t *peaks_a;    /* its beats on the analysis grid */
+    const float *beat_crest;   /* the detector's crest factor at each of them */
     char *table;               /* the context's beat table: the r_peak column holds the beats */
     size_t n_a, n_in;
     const int64_t *counts;     /* its 3 counts from the front (beats at [2]) */

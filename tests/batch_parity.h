@@ -195,6 +195,7 @@ static void parity_same_arrays(const struct parity_request *r)
     assert_memory_equal(a->end, b->end, k * sizeof *a->end);
     assert_memory_equal(a->rr_ms, b->rr_ms, k * sizeof *a->rr_ms);
     assert_memory_equal(a->likeness, b->likeness, k * sizeof *a->likeness);
+    assert_memory_equal(a->crest, b->crest, k * sizeof *a->crest);
     assert_memory_equal(a->kept, b->kept, k);
     assert_memory_equal(a->beat_quality, b->beat_quality, k * sizeof *a->beat_quality);
     assert_memory_equal(a->nn, b->nn, k);

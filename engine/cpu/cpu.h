@@ -92,6 +92,9 @@ enum ecg_status cpu_detect(const struct ecg_plan *plan, const float *x, size_t n
  * Several leads: detection fuses the QRS evidence of every lead (fuse_core.h says how); the R
  * peaks are placed on the first lead, x being that lead's input samples. leads[l] holds lead
  * l's resampled (y) and filtered (f) signal, n_a samples each. cpu_detect() is the one-lead case.
+ * beat_crest (NULL: not wanted) gets a malloc'd array of *n_peaks floats: the crest factor of
+ * the fused envelope (noise_core.h step 2) in the window of each beat's analysis-grid peak,
+ * the detector's own sign of how full the floor between beats is (engine/quality.c reads it).
  */
 struct cpu_lead {
     const float *y, *f;
@@ -99,7 +102,8 @@ struct cpu_lead {
 enum ecg_status cpu_detect_leads(const struct ecg_plan *plan, const float *x, size_t n_in,
                                  const struct cpu_lead *leads, size_t n_leads, size_t n_a,
                                  int64_t **peaks_a, int64_t **peaks_in, size_t *n_peaks,
-                                 double *agree, struct ecg_error *err) ECG_WUR;
+                                 double *agree, float **beat_crest,
+                                 struct ecg_error *err) ECG_WUR;
 
 /* The fused envelope of n_leads envelopes env[l] (n samples each) into fused; *gain gets the
  * leads' gains per window (n_leads x *n_win floats, malloc'd), cpu_fuse_window() samples each.

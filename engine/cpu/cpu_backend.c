@@ -33,6 +33,7 @@ struct cpu_ctx {
     float *x_extra[ECG_MAX_LEADS - 1], *y_extra[ECG_MAX_LEADS - 1], *f_extra[ECG_MAX_LEADS - 1];
     size_t cap_in_extra[ECG_MAX_LEADS - 1], cap_a_extra[ECG_MAX_LEADS - 1];
     int64_t *peaks_a, *peaks_in;
+    float *beat_crest;  /* the detector's crest factor at each beat (cpu_detect_leads) */
     size_t k;
     int64_t *onset, *end;
     float *rr_ms;
@@ -83,7 +84,9 @@ static void reset_beats(struct cpu_ctx *c)
 {
     free(c->peaks_a);
     free(c->peaks_in);
+    free(c->beat_crest);
     c->peaks_a = c->peaks_in = NULL;
+    c->beat_crest = NULL;
     c->k = 0;
     c->embedded = c->encoded = false;
 }
@@ -269,7 +272,7 @@ static enum ecg_status cpu_detect_stage(void *ctx, const struct ecg_plan *plan, 
         leads[i + 1] = (struct cpu_lead){c->y_extra[i], c->f_extra[i]};
     enum ecg_status status = cpu_detect_leads(plan, c->x, c->n_in, leads, 1 + c->n_extra,
                                               c->n_a, &c->peaks_a, &c->peaks_in, &c->k,
-                                              c->lead_agree, err);
+                                              c->lead_agree, &c->beat_crest, err);
     *n_beats = status == ECG_OK ? c->k : 0;
     return status;
 }
@@ -350,6 +353,8 @@ static enum ecg_status cpu_fetch(void *ctx, struct ecg_result *r, struct ecg_err
     memcpy(r->rr_ms, c->rr_ms, k * sizeof *r->rr_ms);
     memcpy(r->kept, c->kept, k * sizeof *r->kept);
     memcpy(r->likeness, c->likeness, k * sizeof *r->likeness);
+    if (k)
+        memcpy(r->crest, c->beat_crest, k * sizeof *r->crest);
     if (r->latent) {
         if (!c->encoded)
             return ecg_fail(err, ECG_ERR_INTERNAL, "internal", "fetch of scores before encode");

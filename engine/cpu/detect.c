@@ -555,11 +555,14 @@ static size_t refine_all(const struct ecg_plan *plan, const float *x, size_t n_i
 
 /* ------------------------------------------------------------------ entry point */
 
-enum ecg_status cpu_detect_candidates_leads(const struct ecg_plan *plan,
-                                            const struct cpu_lead *leads, size_t n_leads,
-                                            size_t n_a, struct cpu_candidate **cand,
-                                            size_t *n_cand, double *agree,
-                                            struct ecg_error *err)
+/* cpu_detect_candidates_leads, and the envelope's crest factor per window of
+ * cpu_fuse_window() samples to *crest_out when it is not NULL (malloc'd; NULL when there are
+ * no candidates, and then no beats to read it). */
+static enum ecg_status detect_candidates(const struct ecg_plan *plan,
+                                         const struct cpu_lead *leads, size_t n_leads,
+                                         size_t n_a, struct cpu_candidate **cand,
+                                         size_t *n_cand, double *agree, float **crest_out,
+                                         struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
     float *env = NULL, *lead_env[FUSE_MAX_LEADS] = {NULL}, *gain = NULL, *crest = NULL;
@@ -618,6 +621,10 @@ enum ecg_status cpu_detect_candidates_leads(const struct ecg_plan *plan,
     *cand = out;
     *n_cand = count;
     out = NULL;
+    if (crest_out) {
+        *crest_out = crest;
+        crest = NULL;
+    }
 out:
     for (size_t l = 0; l < FUSE_MAX_LEADS; l++)
         free(lead_env[l]);
@@ -627,6 +634,15 @@ out:
     free(pos);
     free(out);
     return status;
+}
+
+enum ecg_status cpu_detect_candidates_leads(const struct ecg_plan *plan,
+                                            const struct cpu_lead *leads, size_t n_leads,
+                                            size_t n_a, struct cpu_candidate **cand,
+                                            size_t *n_cand, double *agree,
+                                            struct ecg_error *err)
+{
+    return detect_candidates(plan, leads, n_leads, n_a, cand, n_cand, agree, NULL, err);
 }
 
 enum ecg_status cpu_detect_candidates(const struct ecg_plan *plan, const float *y,
@@ -642,17 +658,18 @@ enum ecg_status cpu_detect(const struct ecg_plan *plan, const float *x, size_t n
                            int64_t **peaks_in, size_t *n_peaks, struct ecg_error *err)
 {
     const struct cpu_lead lead = {y, f};
-    return cpu_detect_leads(plan, x, n_in, &lead, 1, n_a, peaks_a, peaks_in, n_peaks, NULL, err);
+    return cpu_detect_leads(plan, x, n_in, &lead, 1, n_a, peaks_a, peaks_in, n_peaks, NULL, NULL,
+                            err);
 }
 
 enum ecg_status cpu_detect_leads(const struct ecg_plan *plan, const float *x, size_t n_in,
                                  const struct cpu_lead *leads, size_t n_leads, size_t n_a,
                                  int64_t **peaks_a, int64_t **peaks_in, size_t *n_peaks,
-                                 double *agree, struct ecg_error *err)
+                                 double *agree, float **beat_crest, struct ecg_error *err)
 {
     const float *f = leads[0].f;
     enum ecg_status status = ECG_OK;
-    float *scratch = NULL;
+    float *scratch = NULL, *crest = NULL, *out_crest = NULL;
     int64_t *out_a = NULL, *out_in = NULL;
     struct cpu_candidate *cand = NULL;
     uint8_t *is_beat = NULL;
@@ -661,10 +678,13 @@ enum ecg_status cpu_detect_leads(const struct ecg_plan *plan, const float *x, si
     *peaks_a = NULL;
     *peaks_in = NULL;
     *n_peaks = 0;
+    if (beat_crest)
+        *beat_crest = NULL;
     if (n_a < 2 || n_in < 2)
         return ECG_OK;
 
-    status = cpu_detect_candidates_leads(plan, leads, n_leads, n_a, &cand, &n_cand, agree, err);
+    status = detect_candidates(plan, leads, n_leads, n_a, &cand, &n_cand, agree,
+                               beat_crest ? &crest : NULL, err);
     if (status != ECG_OK)
         goto out;
     is_beat = calloc(n_cand ? n_cand : 1, 1);
@@ -683,12 +703,29 @@ enum ecg_status cpu_detect_leads(const struct ecg_plan *plan, const float *x, si
     if (status != ECG_OK)
         goto out;
     n_beats = refine_all(plan, x, n_in, f, n_a, cand, is_beat, n_cand, scratch, out_a, out_in);
+    if (beat_crest) {
+        /* each beat's window's crest factor (beats exist only where candidates, and so the
+         * crest windows, do) */
+        const size_t win = cpu_fuse_window(plan);
+        out_crest = malloc((n_beats ? n_beats : 1) * sizeof *out_crest);
+        if (!out_crest) {
+            status = ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory",
+                              "detect: no memory for %zu beats", n_beats);
+            goto out;
+        }
+        for (size_t b = 0; b < n_beats; b++)
+            out_crest[b] = crest[(size_t)out_a[b] / win];
+        *beat_crest = out_crest;
+        out_crest = NULL;
+    }
 
     *peaks_a = out_a;
     *peaks_in = out_in;
     *n_peaks = n_beats;
     out_a = out_in = NULL;
 out:
+    free(crest);
+    free(out_crest);
     free(cand);
     free(is_beat);
     free(scratch);

@@ -35,6 +35,7 @@ static void compare_results(const struct ecg_result *c, const struct ecg_result 
     assert_memory_equal(c->end, g->end, k * sizeof(int64_t));
     assert_memory_equal(c->kept, g->kept, k);
     assert_memory_equal(c->likeness, g->likeness, k * sizeof(float));
+    assert_memory_equal(c->crest, g->crest, k * sizeof(float));
     for (size_t i = 0; i < k; i++) {
         if (!c->kept[i] || !c->score)
             continue;

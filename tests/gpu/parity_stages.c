@@ -119,6 +119,7 @@ void stages_one(struct pair *p, const float *x, size_t n, double fs, const char 
             r[s]->end = malloc(k * sizeof(int64_t));
             r[s]->rr_ms = malloc(k * sizeof(float));
             r[s]->likeness = malloc(k * sizeof(float));
+            r[s]->crest = malloc(k * sizeof(float));
             r[s]->kept = malloc(k);
             r[s]->latent = malloc(k * z * sizeof(float));
             r[s]->score = malloc(k * sizeof(float));
@@ -135,6 +136,10 @@ void stages_one(struct pair *p, const float *x, size_t n, double fs, const char 
             assert_true(rc.rr_ms[i] == rg.rr_ms[i]);
         /* the beats' likeness (likeness_core.h): the same bits, NaN where none compares */
         assert_memory_equal(rc.likeness, rg.likeness, k * sizeof(float));
+        /* and the detector's crest factor at each beat (the verdict's too): the same bits */
+        assert_memory_equal(rc.crest, rg.crest, k * sizeof(float));
+        for (size_t i = 0; i < k; i++)
+            assert_false(isnan(rc.crest[i]));
         double max_rel_latent = 0, max_rel_score = 0;
         size_t flag_diff = 0, kept = 0;
         for (size_t i = 0; i < k; i++) {
@@ -170,6 +175,7 @@ void stages_one(struct pair *p, const float *x, size_t n, double fs, const char 
             free(r[s]->end);
             free(r[s]->rr_ms);
             free(r[s]->likeness);
+            free(r[s]->crest);
             free(r[s]->kept);
             free(r[s]->latent);
             free(r[s]->score);

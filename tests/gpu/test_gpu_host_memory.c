@@ -63,6 +63,7 @@ static void assert_same_result(const struct ecg_result *a, const struct ecg_resu
     assert_memory_equal(a->end, b->end, k * sizeof *a->end);
     assert_memory_equal(a->rr_ms, b->rr_ms, k * sizeof *a->rr_ms);
     assert_memory_equal(a->likeness, b->likeness, k * sizeof *a->likeness);
+    assert_memory_equal(a->crest, b->crest, k * sizeof *a->crest);
     assert_memory_equal(a->kept, b->kept, k * sizeof *a->kept);
 }
 

@@ -166,6 +166,7 @@ bool same_result(const struct ecg_result *a, const struct ecg_result *b, char *w
     DIFF(memcmp(a->end, b->end, k * sizeof *a->end) != 0, "end");
     DIFF(memcmp(a->rr_ms, b->rr_ms, k * sizeof *a->rr_ms) != 0, "rr_ms");
     DIFF(memcmp(a->likeness, b->likeness, k * sizeof *a->likeness) != 0, "likeness");
+    DIFF(memcmp(a->crest, b->crest, k * sizeof *a->crest) != 0, "crest");
     DIFF(memcmp(a->kept, b->kept, k * sizeof *a->kept) != 0, "kept");
     DIFF(!a->latent != !b->latent || a->latent_dim != b->latent_dim, "latent presence");
     if (a->latent) {
