@@ -144,25 +144,35 @@ static size_t keep_noisy(int64_t *v, size_t n, double fs_hz)
     return k;
 }
 
-/* The beats of sig analysed as consecutive strips of strip_s seconds, as a monitor that posts
- * short strips gets them: each strip analysed alone, its beats moved to the record's grid. The
- * tail shorter than a strip is not analysed; *n_used says how many samples were. merged owns
- * r_peak, kept, readable and, when the engine scores beats, score and outlier (free with
- * merged_free). */
+/* --strips S [--strip-overlap O]: strips of len_s seconds, each posted with the overlap_s
+ * seconds before it (0: none). */
+struct strips {
+    double len_s, overlap_s;
+};
+
+/* The beats of sig analysed as consecutive strips of len_s seconds, as a monitor that posts
+ * short strips gets them: each strip analysed alone, its beats moved to the record's grid. With
+ * an overlap, each strip after the first is analysed with the overlap_s seconds before it (as
+ * far as the record goes back), and only its beats from its own first sample on are kept: those
+ * of the overlap were the strip before's to report. The tail shorter than a strip is not
+ * analysed; *n_used says how many samples were. merged owns r_peak, kept, readable and, when
+ * the engine scores beats, score and outlier (free with merged_free). */
 static enum ecg_status analyze_strips(struct ecg_engine *engine, const struct ecg_signal *sig,
-                                      double strip_s, struct ecg_result *merged, size_t *n_used,
-                                      struct ecg_error *err)
+                                      const struct strips *strips, struct ecg_result *merged,
+                                      size_t *n_used, struct ecg_error *err)
 {
-    const size_t len = (size_t)floor(strip_s * sig->fs_hz + 0.5);
+    const size_t len = (size_t)floor(strips->len_s * sig->fs_hz + 0.5);
+    const size_t overlap = (size_t)floor(strips->overlap_s * sig->fs_hz + 0.5);
     size_t cap = 0;
     bool scored = false;
     *n_used = 0;
     for (size_t at = 0; len > 0 && at + len <= sig->n; at += len) {
         struct ecg_signal part = *sig;
-        part.samples = sig->samples + at;
-        part.n = len;
+        const size_t before = at < overlap ? at : overlap; /* the overlap's samples */
+        part.samples = sig->samples + at - before;
+        part.n = before + len;
         for (size_t i = 0; i < sig->n_extra; i++)
-            part.extra[i] = sig->extra[i] + at;
+            part.extra[i] = sig->extra[i] + at - before;
         struct ecg_result *res = NULL;
         enum ecg_status status = ecg_engine_analyze(engine, &part, &res, err);
         if (status != ECG_OK)
@@ -186,15 +196,18 @@ static enum ecg_status analyze_strips(struct ecg_engine *engine, const struct ec
             }
         }
         scored = scored || res->score;
-        for (size_t i = 0; i < res->n_beats; i++) {
-            const size_t j = merged->n_beats + i;
-            merged->r_peak[j] = res->r_peak[i] + (int64_t)at;
+        size_t first = 0; /* the first beat of the strip's own samples */
+        while (first < res->n_beats && res->r_peak[first] < (int64_t)before)
+            first++;
+        for (size_t i = first; i < res->n_beats; i++) {
+            const size_t j = merged->n_beats + i - first;
+            merged->r_peak[j] = res->r_peak[i] - (int64_t)before + (int64_t)at;
             merged->kept[j] = res->kept[i];
             merged->readable[j] = res->readable ? res->readable[i] : 1;
             merged->score[j] = res->score ? res->score[i] : NAN;
             merged->outlier[j] = res->outlier ? res->outlier[i] : 0;
         }
-        merged->n_beats = need;
+        merged->n_beats = need - first;
         ecg_result_free(res);
         *n_used = at + len;
     }
@@ -219,7 +232,8 @@ static void merged_free(struct ecg_result *merged)
 /* Evaluates one record; appends matched beats' scores to scores when the result has them. */
 static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, const char *record,
                                    const char *lead, const struct stress *st,
-                                   const char *test_path, double strip_s, struct record_stats *rs,
+                                   const char *test_path, const struct strips *strips,
+                                   struct record_stats *rs,
                                    struct score_lists *scores, struct ecg_error *err)
 {
     char path[4096];
@@ -253,11 +267,11 @@ static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, c
         tested.n_beats = test.n;
         tested.r_peak = test.sample;
         res = &tested;
-    } else if (strip_s > 0.0) {
+    } else if (strips->len_s > 0.0) {
         /* --strips: only the samples the strips cover are scored */
         size_t n_used = 0;
         res = &merged;
-        status = analyze_strips(engine, &sig, strip_s, &merged, &n_used, err);
+        status = analyze_strips(engine, &sig, strips, &merged, &n_used, err);
         if (status != ECG_OK)
             goto out;
         while (ann.n > 0 && ann.sample[ann.n - 1] >= (int64_t)n_used)
@@ -419,7 +433,7 @@ static void eval_usage(FILE *out)
 {
     fprintf(out, "usage: ecgd eval [--json] [--lead N|NAME] [--model PATH|none] "
                  "[--backend auto|cpu|cuda] [--noise NAME|PATH --snr DB [--noise-offset S]] "
-                 "[--strips S] DIR [RECORD...]\n"
+                 "[--strips S [--strip-overlap O]] DIR [RECORD...]\n"
                  "Detection uses every lead of the records (--lead all) unless --lead names one "
                  "or a list.\n"
                  "Without RECORD names, reads DIR/RECORDS. The model defaults to %s when it "
@@ -434,6 +448,8 @@ static void eval_usage(FILE *out)
                  "--strips S analyses each record as consecutive strips of S seconds, each alone "
                  "(as a monitor posting short\nstrips has them analysed), and scores the beats of "
                  "all strips against the part of the record they cover.\n"
+                 "--strip-overlap O posts each strip after the first with the O seconds before "
+                 "it, whose beats it does not report\n(a monitor's strips overlapping by O s).\n"
                  "--test FILE.atr DIR RECORD scores the beats of a WFDB annotation file (ecgd "
                  "analyze --annotations, or any detector's) against the record's reference "
                  "instead of running the detector. Options take their value as --lead 1 or "
@@ -455,7 +471,7 @@ int cli_eval(int argc, char **argv)
     struct score_lists scores = {0};
     struct stress stress = {.path = NULL, .snr_db = 6.0};
     const char *noise_name = NULL, *test_path = NULL;
-    double strip_s = 0.0;
+    struct strips strips = {0.0, 0.0};
     static char noise_path[4096];
     char **args = cli_split_equals(argc, argv, &argc);
     if (!args) {
@@ -474,7 +490,8 @@ int cli_eval(int argc, char **argv)
         } else if ((strcmp(a, "--lead") == 0 || strcmp(a, "--model") == 0 ||
                     strcmp(a, "--backend") == 0 || strcmp(a, "--noise") == 0 ||
                     strcmp(a, "--snr") == 0 || strcmp(a, "--test") == 0 ||
-                    strcmp(a, "--noise-offset") == 0 || strcmp(a, "--strips") == 0) && !v) {
+                    strcmp(a, "--noise-offset") == 0 || strcmp(a, "--strips") == 0 ||
+                    strcmp(a, "--strip-overlap") == 0) && !v) {
             fprintf(stderr, "ecgd eval: %s needs a value\n", a);
             return 2;
         } else if (strcmp(a, "--lead") == 0) {
@@ -501,9 +518,18 @@ int cli_eval(int argc, char **argv)
             i++;
         } else if (strcmp(a, "--strips") == 0) {
             char *end = NULL;
-            strip_s = strtod(v, &end);
-            if (end == v || *end || !isfinite(strip_s) || strip_s <= 0.0) {
+            strips.len_s = strtod(v, &end);
+            if (end == v || *end || !isfinite(strips.len_s) || strips.len_s <= 0.0) {
                 fprintf(stderr, "ecgd eval: --strips needs seconds > 0, got \"%s\"\n", v);
+                return 2;
+            }
+            i++;
+        } else if (strcmp(a, "--strip-overlap") == 0) {
+            char *end = NULL;
+            strips.overlap_s = strtod(v, &end);
+            if (end == v || *end || !isfinite(strips.overlap_s) || strips.overlap_s < 0.0) {
+                fprintf(stderr, "ecgd eval: --strip-overlap needs seconds >= 0, got \"%s\"\n",
+                        v);
                 return 2;
             }
             i++;
@@ -539,7 +565,11 @@ int cli_eval(int argc, char **argv)
         fprintf(stderr, "ecgd eval: --test scores one RECORD: name it after DIR\n");
         return 2;
     }
-    if (test_path && strip_s > 0.0) {
+    if (strips.overlap_s > 0.0 && !(strips.len_s > 0.0)) {
+        fprintf(stderr, "ecgd eval: --strip-overlap needs --strips\n");
+        return 2;
+    }
+    if (test_path && strips.len_s > 0.0) {
         fprintf(stderr, "ecgd eval: --test scores a file's beats; --strips runs the detector: "
                         "give one\n");
         return 2;
@@ -586,20 +616,22 @@ int cli_eval(int argc, char **argv)
     if (json) {
         printf("{\"backend\":\"%s\",\"lead\":\"%s\",\"window_ms\":%.0f,",
                ecg_engine_backend(engine), lead, MATCH_WINDOW_S * 1e3);
-        if (strip_s > 0.0)
-            printf("\"strips_s\":%g,\"records\":[", strip_s);
+        if (strips.len_s > 0.0)
+            printf("\"strips_s\":%g,\"strip_overlap_s\":%g,\"records\":[", strips.len_s,
+                   strips.overlap_s);
         else
             printf("\"strips_s\":null,\"records\":[");
     } else {
-        if (strip_s > 0.0)
-            printf("each record analysed as consecutive %g-s strips, each alone; the beats of "
-                   "the part they cover scored\n", strip_s);
+        if (strips.len_s > 0.0)
+            printf("each record analysed as consecutive %g-s strips, each alone%s; the beats of "
+                   "the part they cover scored\n", strips.len_s,
+                   strips.overlap_s > 0.0 ? " with the overlap before it" : "");
         printf("%-8s %7s %7s %5s %5s %8s %8s %9s\n", "record", "beats", "TP", "FN", "FP", "Se%",
                "+P%", "|err| ms");
     }
     for (int r = 0; r < n_names; r++) {
         struct record_stats *rs = &stats[r];
-        if (eval_record(engine, dir, names[r], lead, &stress, test_path, strip_s, rs, &scores,
+        if (eval_record(engine, dir, names[r], lead, &stress, test_path, &strips, rs, &scores,
                         &err) !=
             ECG_OK) {
             fprintf(stderr, "ecgd eval: %s: %s\n", names[r], err.message);
