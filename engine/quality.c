@@ -520,7 +520,7 @@ static size_t window_end(size_t j, size_t len, size_t n)
  * below UNLIKE_ROUGH_MEDIAN while the window's own score (the margins of classify_window, its
  * best lead's) is below UNLIKE_ROUGH_SCORE (a QRS-band signal unspiky or rough: kurtosis under
  * about 6.8, or a high-frequency ratio over about 0.125), the window, if readable so far, is
- * unreadable (noise): two weak signs of noise together. So it is where at least
+ * unreadable (noise): two weak signs of noise together. It is also unreadable where at least
  * UNLIKE_FULL_MIN_BEATS beats have a likeness, its median is below UNLIKE_FULL_MEDIAN and the
  * median of the same beats' crest factors (ecg_result.crest: the detector's envelope, window
  * peak over the floor between beats) is at most NOISE_CREST_NOISY, where the detector itself

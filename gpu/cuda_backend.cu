@@ -452,10 +452,10 @@ void cuda_ctx_free(struct cuda_ctx *ctx)
         (void)cudaStreamSynchronize(ctx->stream);
     cuda_filter_release(ctx);
     struct dbuf *bufs[] = {&ctx->input,   &ctx->resampled, &ctx->filtered, &ctx->peaks_a,
-                           &ctx->beat_crest, &ctx->table,   &ctx->emb,       &ctx->scratch,  &ctx->cub_temp,
+                           &ctx->table,   &ctx->emb,       &ctx->scratch,  &ctx->cub_temp,
                            &ctx->fft_buf, &ctx->fft_work,  &ctx->vae_work, &ctx->rs_table,
                            &ctx->extra_input, &ctx->extra_resampled, &ctx->extra_filtered,
-                           &ctx->ricker};
+                           &ctx->ricker, &ctx->beat_crest};
     if (ctx->stream) {
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             dbuf_release(ctx, bufs[i]);
