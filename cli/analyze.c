@@ -2,6 +2,7 @@
  * analyze.c - `ecgd analyze`: run the whole pipeline on one recording and print the JSON answer.
  */
 #include <getopt.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,13 +26,14 @@ static void analyze_usage(FILE *out)
             "                         [--lead N|NAME|LIST|all] [--embed-lead N|NAME]\n"
             "                         [--model PATH|none] [--backend auto|cpu|cuda]\n"
             "                         [--include beats,latent,score,summary,timing]\n"
-            "                         [--annotations OUT.atr]\n"
+            "                         [--annotations OUT.atr] [--overlap S]\n"
             "The format is guessed from the file name when not given. CSV and raw formats need\n"
             "--fs. --lead MLII,V1 or --lead all detects on several leads (the beat table and the\n"
             "model read the first, or --embed-lead). The model defaults to %s; --model none\n"
             "analyses the signal only. --annotations also writes the beats as a WFDB annotation\n"
-            "file (rdann, bxb and ecgd eval --test read it). Options take their value as\n"
-            "--fs 360 or --fs=360.\n",
+            "file (rdann, bxb and ecgd eval --test read it). --overlap S: the first S seconds\n"
+            "repeat the end of the strip before; their beats are not reported (overlap_s).\n"
+            "Options take their value as --fs 360 or --fs=360.\n",
             cli_default_model_path());
 }
 
@@ -48,10 +50,11 @@ int cli_analyze(int argc, char **argv)
     struct ecg_result *result = NULL;
     struct ecg_buf out = {0};
     unsigned include = ECG_INCLUDE_ALL;
+    double overlap_s = 0.0;
     int rc = 1;
 
     enum { OPT_FORMAT = 256, OPT_FS, OPT_LEAD, OPT_EMBED_LEAD, OPT_MODEL, OPT_BACKEND,
-           OPT_INCLUDE, OPT_ANNOTATIONS };
+           OPT_INCLUDE, OPT_ANNOTATIONS, OPT_OVERLAP };
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
         {"format", required_argument, NULL, OPT_FORMAT},
@@ -62,6 +65,7 @@ int cli_analyze(int argc, char **argv)
         {"backend", required_argument, NULL, OPT_BACKEND},
         {"include", required_argument, NULL, OPT_INCLUDE},
         {"annotations", required_argument, NULL, OPT_ANNOTATIONS},
+        {"overlap", required_argument, NULL, OPT_OVERLAP},
         {NULL, 0, NULL, 0},
     };
     optind = 1;
@@ -107,6 +111,15 @@ int cli_analyze(int argc, char **argv)
         case OPT_ANNOTATIONS:
             annotations_path = v;
             break;
+        case OPT_OVERLAP: {
+            char *end = NULL;
+            overlap_s = strtod(v, &end);
+            if (end == v || *end || !isfinite(overlap_s) || overlap_s < 0.0) {
+                fprintf(stderr, "ecgd analyze: --overlap expects seconds >= 0, got \"%s\"\n", v);
+                return 2;
+            }
+            break;
+        }
         default:
             cli_bad_option("ecgd analyze", c, argv);
             analyze_usage(stderr);
@@ -148,7 +161,8 @@ int cli_analyze(int argc, char **argv)
     }
     if (*ecg_engine_note(engine) && backend != ECG_BACKEND_AUTO)
         fprintf(stderr, "ecgd analyze: %s\n", ecg_engine_note(engine));
-    if (ecg_engine_analyze(engine, &sig, &result, &err) != ECG_OK) {
+    if (ecg_engine_analyze(engine, &sig, &result, &err) != ECG_OK ||
+        (overlap_s > 0.0 && ecg_result_drop_overlap(result, overlap_s, NULL, 0, &err) != ECG_OK)) {
         fprintf(stderr, "ecgd analyze: %s: %s\n", path, err.message);
         goto out;
     }

@@ -411,6 +411,8 @@ struct ecg_result {
     char lead[32];     /* the lead the beat table and the model read */
     char lead_passed_over[32]; /* the first lead selected, when it showed no beats and lead was
                                 * read instead (ecg_engine_analyze); "" otherwise */
+    double overlap_s;  /* the overlap the caller declared (ecg_result_drop_overlap), 0: none */
+    size_t overlap;    /* ... in samples: no beat before this one is reported */
     /* with two leads or more, each lead's agreement with the beats as detection saw it: the
      * mean over the seconds of its fusion factor (engine/cpu/fuse_core.h step 3a: 0 = no
      * beats where the others have them, 1 = agrees; it weighs from three leads); NAN with one,
@@ -438,6 +440,21 @@ struct ecg_result {
     struct ecg_hrv hrv;
 };
 void ecg_result_free(struct ecg_result *result);
+
+/*
+ * A strip posted with the end of the strip before it: the first overlap_s seconds of the
+ * recording repeat what the previous request held, so that the detector learns from them and a
+ * complex split by the previous cut is seen whole, but their beats were the previous answer's.
+ * Drops the beats whose R peak lies before sample round(overlap_s fs) from every per-beat array
+ * (and, with beat_len > 0, from the n_beats x beat_len embedding rows), sets overlap_s and
+ * overlap, and takes the rhythm statistics again over the beats left (the first one's rr_ms
+ * still measured from the overlap's last beat). The signal and its quality verdict still
+ * describe the whole recording. ECG_ERR_ARG (code "bad_overlap") when overlap_s is not a
+ * finite number >= 0 or leaves no sample of the recording; ECG_ERR_NOMEM.
+ */
+enum ecg_status ecg_result_drop_overlap(struct ecg_result *result, double overlap_s,
+                                        float *embedding, size_t beat_len,
+                                        struct ecg_error *err) ECG_WUR;
 
 /*
  * Analyses one recording: resample, filter, detect, segment, embed and (with a model) encode and

@@ -362,6 +362,50 @@ struct ecg_result *ecg_result_new(size_t k, uint32_t latent_dim, bool with_model
     return r;
 }
 
+/* Moves the last n - first entries of an array of n entries of size bytes to its front. */
+static void drop_front(void *array, size_t first, size_t n, size_t size)
+{
+    if (array && first)
+        memmove(array, (char *)array + first * size, (n - first) * size);
+}
+
+enum ecg_status ecg_result_drop_overlap(struct ecg_result *r, double overlap_s,
+                                        float *embedding, size_t beat_len, struct ecg_error *err)
+{
+    const double duration_s = (double)r->n_samples / r->fs_hz;
+    if (!isfinite(overlap_s) || overlap_s < 0.0)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_overlap",
+                        "overlap_s: expected seconds >= 0, got %g", overlap_s);
+    const double from = floor(overlap_s * r->fs_hz + 0.5);
+    if (from >= (double)r->n_samples)
+        return ecg_fail(err, ECG_ERR_ARG, "bad_overlap",
+                        "overlap_s: %g s leaves nothing of a recording of %.3f s (%zu samples "
+                        "at %g Hz)", overlap_s, duration_s, r->n_samples, r->fs_hz);
+    r->overlap_s = overlap_s;
+    r->overlap = (size_t)from;
+    size_t first = 0, n = r->n_beats;
+    while (first < n && r->r_peak[first] < (int64_t)r->overlap)
+        first++;
+    if (first == 0)
+        return ecg_hrv_assess(r, err);
+    drop_front(r->r_peak, first, n, sizeof *r->r_peak);
+    drop_front(r->onset, first, n, sizeof *r->onset);
+    drop_front(r->end, first, n, sizeof *r->end);
+    drop_front(r->rr_ms, first, n, sizeof *r->rr_ms);
+    drop_front(r->kept, first, n, sizeof *r->kept);
+    drop_front(r->beat_quality, first, n, sizeof *r->beat_quality);
+    drop_front(r->likeness, first, n, sizeof *r->likeness);
+    drop_front(r->crest, first, n, sizeof *r->crest);
+    drop_front(r->readable, first, n, sizeof *r->readable);
+    drop_front(r->nn, first, n, sizeof *r->nn);
+    drop_front(r->latent, first, n, r->latent_dim * sizeof *r->latent);
+    drop_front(r->score, first, n, sizeof *r->score);
+    drop_front(r->outlier, first, n, sizeof *r->outlier);
+    drop_front(embedding, first, n, beat_len * sizeof *embedding);
+    r->n_beats = n - first;
+    return ecg_hrv_assess(r, err);
+}
+
 /* The plan for fs_hz in the context's slot: the one kept from the previous request when the
  * rate is the same, else a new one (the old one is freed). */
 static enum ecg_status slot_plan(struct ecg_engine *engine, unsigned slot, double fs_hz,

@@ -404,6 +404,11 @@ void ecg_result_write_json(const struct ecg_result *r, const struct ecg_engine *
     }
     if (r->decimal_comma)
         ecg_buf_puts(out, ",\"decimal_mark\":\",\"");
+    if (r->overlap_s > 0.0) { /* the previous strip's end: its beats were not reported */
+        ecg_buf_puts(out, ",\"overlap_s\":");
+        put_number(out, r->overlap_s);
+        ecg_buf_printf(out, ",\"overlap_samples\":%zu", r->overlap);
+    }
     ecg_buf_puts(out, "}");
     put_quality(out, r);
     if (include & ECG_INCLUDE_SUMMARY)

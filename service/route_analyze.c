@@ -138,7 +138,7 @@ static bool content_type_parse(struct svc_request *req, const char *header,
 
 /* The query options of POST /v1/analyze. */
 static const char *const query_names[] = {"fs", "lead", "embed_lead", "model", "include",
-                                          "dtype", "format", NULL};
+                                          "dtype", "format", "overlap_s", NULL};
 
 /* The answer's media types: the JSON document, or the beats as a WFDB annotation file. */
 #define WFDB_ANNOTATION_TYPE "application/x-wfdb-annotation"
@@ -175,7 +175,7 @@ bool svc_analyze_prepare(struct svc_request *req)
     if (unknown) {
         svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "unknown_parameter",
                          "unknown query parameter \"%.40s\" (expected fs, lead, embed_lead, "
-                         "model, include, dtype or format)", unknown);
+                         "model, include, dtype, format or overlap_s)", unknown);
         return false;
     }
 
@@ -275,6 +275,18 @@ bool svc_analyze_prepare(struct svc_request *req)
         }
         memcpy(req->embed_lead, embed_lead, strlen(embed_lead) + 1);
         req->opts.embed_lead = req->embed_lead;
+    }
+
+    /* overlap_s: the body starts with the end of the strip before (checked against the
+     * recording's length once it is read: ecg_result_drop_overlap) */
+    const char *overlap = query(req, "overlap_s");
+    req->overlap_s = 0.0;
+    if (overlap && (!svc_parse_decimal(overlap, &req->overlap_s) || !(req->overlap_s >= 0.0) ||
+                    !isfinite(req->overlap_s))) {
+        svc_answer_error(req, MHD_HTTP_BAD_REQUEST, "bad_overlap",
+                         "overlap_s: expected seconds >= 0 (a decimal number), got \"%.40s\"",
+                         overlap);
+        return false;
     }
 
     struct ecg_error err = {0};
@@ -482,6 +494,21 @@ struct ecg_result *svc_analyze_body(struct svc_request *req, struct ecg_engine *
         status = ecg_engine_analyze_bytes(engine, bytes, len, &req->opts, &result, &err);
     if (streamed && ecg_upload_used_device(req->upload))
         svc_metrics_upload_streamed(&srv->metrics);
+    if (status == ECG_OK && req->overlap_s > 0.0 &&
+        (status = ecg_result_drop_overlap(result, req->overlap_s, embedding ? *embedding : NULL,
+                                          ecg_engine_params(engine)->beat_len, &err)) != ECG_OK) {
+        /* an overlap as long as the recording: nothing kept, as when the analysis fails */
+        ecg_result_free(result);
+        result = NULL;
+        if (trace) {
+            ecg_trace_free(*trace);
+            *trace = NULL;
+        }
+        if (embedding) {
+            free(*embedding);
+            *embedding = NULL;
+        }
+    }
     if (status != ECG_OK) {
         svc_answer_ecg_error(req, &err);
         goto out;
@@ -581,8 +608,11 @@ bool svc_analyze_finish(struct svc_request *req)
         return false; /* the body is still held: the job reads it again */
     svc_metrics_inline_batched(&srv->metrics);
     svc_request_release_body(req);
+    if (status == ECG_OK && req->overlap_s > 0.0)
+        status = ecg_result_drop_overlap(result, req->overlap_s, NULL, 0, &err);
     if (status != ECG_OK) {
         svc_answer_ecg_error(req, &err);
+        ecg_result_free(result);
         return true;
     }
     count_analysis(srv, req, result);

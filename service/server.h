@@ -146,6 +146,7 @@ struct svc_request {
     enum ecg_format dtype_format; /* raw sample type from dtype (float32 by default) */
     char lead[ECG_MAX_LEADS * 33]; /* a lead, a comma list or "all" */
     char embed_lead[32];
+    double overlap_s;         /* overlap_s: the leading seconds whose beats are not reported */
     unsigned include;
     struct svc_model *model;  /* held (svc_registry_acquire) until the request is freed */
 

@@ -123,6 +123,18 @@ check "beats/{k} (the top outlier, #$k): table, latent and score equal the CLI's
 code=$(req GET "/v1/analyses/$id/beats/10")
 check "beats/10: equal to the CLI's beat 10" \
     bash -c "[ $code = 200 ] && python3 -c \"import json; b=json.load(open('$tmp/body')); c=json.load(open('$tmp/cli.json'))['beats']; assert b['r_peak']==c['r_peak'][10] and b['kept']==c['kept'][10]\""
+# overlap_s: the kept analysis of the same body with its first minute declared an overlap keeps
+# the beats from sample 21,600 on, each beat (its samples, embedding, reconstruction, latent and
+# score) the same as the whole analysis's beat of the same R peak
+code=$(req POST '/v1/analyses?fs=360&overlap_s=60' -H 'Content-Type: text/csv' --data-binary @"$csv")
+oid=$(json x "d['id']" 2>/dev/null)
+k0=$(python3 -c "import json; r=json.load(open('$tmp/cli.json'))['beats']['r_peak']; print(next(k for k, v in enumerate(r) if v >= 21600))")
+req GET "/v1/analyses/$id/beats/$((k0 + 5))" >/dev/null
+cp "$tmp/body" "$tmp/whole_beat.json"
+code2=$(req GET "/v1/analyses/$oid/beats/5")
+check "overlap_s=60: 201, and its beat 5 is the whole analysis's beat $((k0 + 5)) (embedding and all)" \
+    bash -c "[ $code = 201 ] && [ $code2 = 200 ] && python3 -c \"import json; a=json.load(open('$tmp/whole_beat.json')); b=json.load(open('$tmp/body')); [a.pop(x) for x in ('id', 'beat')]; [b.pop(x) for x in ('id', 'beat')]; assert a == b, [x for x in a if a[x] != b.get(x)]\""
+req DELETE "/v1/analyses/$oid" >/dev/null # (one of the deletions the metrics count below)
 code=$(req GET "/v1/analyses/$id/beats/999999")
 check "beats/999999: 404 beat_not_found" test "$code" = 404 -a "$(err_code)" = beat_not_found
 code=$(req GET "/v1/analyses/$id/beats/abc")
@@ -142,7 +154,7 @@ check "DELETE with include=summary: 200 and the dropped analysis' summary, then 
     bash -c "[ $code = 200 ] && [ \"\$(json x \"d['id'] == '$id2' and 'summary' in d and 'beats' not in d\")\" = True ] && \
              [ \$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$PORT/v1/analyses/$id2) = 404 ]"
 check "metrics count the deletions and an empty store" \
-    test "$(metric 'ecgd_analyses_removed_total{reason="deleted"}')" = 2 -a "$(metric ecgd_analyses_stored)" = 0
+    test "$(metric 'ecgd_analyses_removed_total{reason="deleted"}')" = 3 -a "$(metric ecgd_analyses_stored)" = 0
 
 # ------------------------------------------------------------------ the page
 code=$(req GET /)

@@ -423,6 +423,27 @@ expect_error "truncated JSON" 400 bad_json POST "$A" -H "Content-Type: applicati
 expect_error "JSON without a signal" 400 bad_json POST "$A" -H "Content-Type: application/json" --data-binary "@$tmp/nosignal.json"
 expect_error "JSON signal with a string" 400 bad_json POST "$A" -H "Content-Type: application/json" --data-binary "@$tmp/string.json"
 expect_error "unknown query parameter" 400 unknown_parameter POST "$A?fs=250&sampling=250" "${CSV[@]}" --data-binary "@$fx/ucr.csv"
+# overlap_s: a strip posted with the end of the one before it; the overlap's beats are not
+# reported, the rest are the beats of the same body analysed without it (the same detection)
+cp "$tmp/cli.json" "$tmp/cli.kept" # the UCR answer the checks after the bad requests compare with
+analyze_same "text/csv 2 leads, overlap_s=2" mit.csv csv "text/csv" "fs=360&lead=all&overlap_s=2" \
+    --fs 360 --lead all --overlap 2
+cp "$tmp/body" "$tmp/overlap.json"
+mv "$tmp/cli.kept" "$tmp/cli.json"
+code=$(req POST "$A?fs=360&lead=all" -H "Content-Type: text/csv" --data-binary "@$fx/mit.csv")
+check "overlap_s=2: the beats from sample 720 on, as without it; signal.overlap_s and overlap_samples" \
+    python3 -c '
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+ra, rb = a["beats"]["r_peak"], b["beats"]["r_peak"]
+assert b["signal"]["overlap_s"] == 2 and b["signal"]["overlap_samples"] == 720
+assert "overlap_s" not in a["signal"] and ra[0] < 720 and rb == [r for r in ra if r >= 720]
+k = len(ra) - len(rb)
+assert b["beats"]["rr_ms"] == a["beats"]["rr_ms"][k:] and b["beats"]["rr_ms"][0] is not None
+assert b["summary"]["beats"] == len(rb)' "$tmp/body" "$tmp/overlap.json"
+expect_error "overlap_s not a number" 400 bad_overlap POST "$A?fs=250&overlap_s=two" "${CSV[@]}" --data-binary "@$fx/ucr.csv"
+expect_error "overlap_s negative" 400 bad_overlap POST "$A?fs=250&overlap_s=-1" "${CSV[@]}" --data-binary "@$fx/ucr.csv"
+expect_error "overlap_s as long as the recording" 400 bad_overlap POST "$A?fs=250&overlap_s=3600" "${CSV[@]}" --data-binary "@$fx/ucr.csv"
 expect_error "unknown include part" 400 bad_include POST "$A?fs=250&include=beats,colour" "${CSV[@]}" --data-binary "@$fx/ucr.csv"
 expect_error "unknown model" 404 model_not_found POST "$A?fs=250&model=nope" "${CSV[@]}" --data-binary "@$fx/ucr.csv"
 expect_error "lead index out of range" 404 lead_not_found POST "$A?fs=360&lead=7" "${CSV[@]}" --data-binary "@$fx/mit.csv"

@@ -164,6 +164,55 @@ static void test_analyze_record(void **state)
     ecg_engine_destroy(engine);
 }
 
+/*
+ * A strip that starts with the end of the one before it (ecg_result_drop_overlap): the beats of
+ * the overlap are dropped from every per-beat array together, the rest are the analysis's own
+ * (the same values in the same order), the first one keeps its RR interval across the overlap,
+ * and the rhythm statistics are taken again over the beats left. An overlap that leaves no
+ * sample, or is not a number >= 0, is refused and leaves the result as it was.
+ */
+static void test_drop_overlap(void **state)
+{
+    (void)state;
+    struct ecg_signal sig = {0};
+    struct ecg_result *whole = NULL, *res = NULL;
+    struct ecg_error err = {0};
+    struct ecg_engine *engine = cpu_engine(1);
+    read_record("208", "all", &sig);
+    assert_int_equal(sig.n_extra, 1);
+    sig.n = 360 * 40; /* 40 s, as a monitor's strip with 10 s of the one before */
+    assert_int_equal(ecg_engine_analyze(engine, &sig, &whole, &err), ECG_OK);
+    assert_int_equal(ecg_engine_analyze(engine, &sig, &res, &err), ECG_OK);
+    const size_t n = whole->n_beats;
+    assert_int_equal(ecg_result_drop_overlap(res, NAN, NULL, 0, &err), ECG_ERR_ARG);
+    assert_string_equal(err.code, "bad_overlap");
+    assert_int_equal(ecg_result_drop_overlap(res, 40.0, NULL, 0, &err), ECG_ERR_ARG);
+    assert_string_equal(err.code, "bad_overlap");
+    assert_int_equal(res->n_beats, n);
+    assert_int_equal(ecg_result_drop_overlap(res, 10.0, NULL, 0, &err), ECG_OK);
+    assert_int_equal(res->overlap, 3600);
+    size_t first = 0;
+    while (whole->r_peak[first] < 3600)
+        first++;
+    assert_true(first >= 5 && res->n_beats == n - first);
+    assert_memory_equal(res->r_peak, whole->r_peak + first, res->n_beats * sizeof *res->r_peak);
+    assert_memory_equal(res->onset, whole->onset + first, res->n_beats * sizeof *res->onset);
+    assert_memory_equal(res->end, whole->end + first, res->n_beats * sizeof *res->end);
+    assert_memory_equal(res->rr_ms, whole->rr_ms + first, res->n_beats * sizeof *res->rr_ms);
+    assert_memory_equal(res->kept, whole->kept + first, res->n_beats);
+    assert_memory_equal(res->readable, whole->readable + first, res->n_beats);
+    assert_memory_equal(res->likeness, whole->likeness + first, res->n_beats * sizeof(float));
+    assert_memory_equal(res->crest, whole->crest + first, res->n_beats * sizeof(float));
+    assert_false(isnan(res->rr_ms[0])); /* measured from the overlap's last beat */
+    assert_int_equal(res->hrv.n_intervals, res->n_beats - 1);
+    assert_true(res->hrv.hr_mean_bpm > 30 && res->hrv.hr_mean_bpm < 200);
+    assert_int_equal(res->quality.n_segments, whole->quality.n_segments);
+    ecg_result_free(res);
+    ecg_result_free(whole);
+    ecg_signal_free(&sig);
+    ecg_engine_destroy(engine);
+}
+
 static void test_analyze_errors(void **state)
 {
     struct ecg_engine *engine = cpu_engine(1);
@@ -537,6 +586,7 @@ int main(void)
         cmocka_unit_test(test_wfdb_reads_record),  cmocka_unit_test(test_wfdb_rejects),
         cmocka_unit_test(test_wfdb_lying_header),  cmocka_unit_test(test_annotations),
         cmocka_unit_test(test_analyze_record),     cmocka_unit_test(test_analyze_errors),
+        cmocka_unit_test(test_drop_overlap),
         cmocka_unit_test(test_json_schema),        cmocka_unit_test(test_json_numbers),
         cmocka_unit_test(test_json_fixed_numbers),
         cmocka_unit_test(test_include_parse),      cmocka_unit_test(test_concurrent),
