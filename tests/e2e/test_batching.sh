@@ -133,6 +133,20 @@ check "a 10-s JSON body ($(wc -c <"$tmp/small.json") bytes) is read by the HTTP 
     [ "$small_code" = 200 ] && [ "$after_small" = $((before + 1)) ]
 check "a 40-s JSON body ($(wc -c <"$tmp/large.json") bytes, over 32 KiB) by a worker" \
     [ "$large_code" = 200 ] && [ "$after_large" = "$after_small" ]
+# overlap_s through the batch: the HTTP thread reads the strip, the batch analyses it, the
+# overlap's beats are left out as on a worker's path
+curl -s -o "$tmp/whole.json" -H 'Content-Type: application/json' --data-binary @"$tmp/small.json" \
+    "http://127.0.0.1:$batch/v1/analyze"
+before=$(inline_now)
+overlap_code=$(curl -s -o "$tmp/overlap.json" -w '%{http_code}' -H 'Content-Type: application/json' \
+               --data-binary @"$tmp/small.json" "http://127.0.0.1:$batch/v1/analyze?overlap_s=2")
+check "overlap_s=2 on a batched 10-s strip: read by the HTTP thread, the beats from sample 720 on" \
+    [ "$overlap_code" = 200 ] && [ "$(inline_now)" = $((before + 1)) ] && python3 -c "
+import json
+a, b = json.load(open('$tmp/whole.json')), json.load(open('$tmp/overlap.json'))
+ra, rb = a['beats']['r_peak'], b['beats']['r_peak']
+assert b['signal']['overlap_samples'] == 720 and rb == [r for r in ra if r >= 720] and len(rb) < len(ra)
+assert b['beats']['score'] == a['beats']['score'][len(ra) - len(rb):]"
 PORT=$plain
 req GET /metrics >/dev/null
 check "/metrics of the unbatched server: no batched analysis" \
