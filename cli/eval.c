@@ -196,18 +196,21 @@ static enum ecg_status analyze_strips(struct ecg_engine *engine, const struct ec
             }
         }
         scored = scored || res->score;
-        size_t first = 0; /* the first beat of the strip's own samples */
-        while (first < res->n_beats && res->r_peak[first] < (int64_t)before)
-            first++;
-        for (size_t i = first; i < res->n_beats; i++) {
-            const size_t j = merged->n_beats + i - first;
+        /* the overlap's beats left out as the service leaves them (overlap_s) */
+        if (before > 0 && ecg_result_drop_overlap(res, (double)before / sig->fs_hz, NULL, 0,
+                                                  err) != ECG_OK) {
+            ecg_result_free(res);
+            return err->status;
+        }
+        for (size_t i = 0; i < res->n_beats; i++) {
+            const size_t j = merged->n_beats + i;
             merged->r_peak[j] = res->r_peak[i] - (int64_t)before + (int64_t)at;
             merged->kept[j] = res->kept[i];
             merged->readable[j] = res->readable ? res->readable[i] : 1;
             merged->score[j] = res->score ? res->score[i] : NAN;
             merged->outlier[j] = res->outlier ? res->outlier[i] : 0;
         }
-        merged->n_beats = need - first;
+        merged->n_beats += res->n_beats;
         ecg_result_free(res);
         *n_used = at + len;
     }

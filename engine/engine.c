@@ -348,7 +348,7 @@ struct ecg_result *ecg_result_new(size_t k, uint32_t latent_dim, bool with_model
     r->kept = (uint8_t *)p, p += u8;
     r->beat_quality = (float *)p, p += f32;
     r->likeness = (float *)p, p += f32;
-    r->crest = (float *)p, p += f32;
+    r->crest = (float *)p, p += f32; /* (a per-beat array more: ecg_result_drop_overlap too) */
     for (size_t i = 0; i < k; i++)
         r->likeness[i] = r->crest[i] = NAN; /* until the backend's fetch fills them */
     r->readable = (uint8_t *)p, p += u8;
