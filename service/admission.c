@@ -51,14 +51,21 @@ bool svc_request_has_body(const struct svc_request *req)
 }
 
 /*
- * A refusal decided from the headers alone (the answer is set): with a body still to come, the
- * answer goes out at once with Connection: close (libmicrohttpd then reads no more of the body);
- * without one it goes out at the request's final call, which keeps the connection alive.
+ * A refusal decided from the headers alone (the answer is set). Without a body it goes out at
+ * the request's final call, which keeps the connection alive. With a declared body of at most
+ * SVC_REFUSED_READ_BYTES that the client sends without waiting for 100 Continue, the body is
+ * read and dropped (svc_request_body) and the answer goes out when it ends, the connection kept
+ * alive: answering at once and closing with the client's bytes unread would make the kernel
+ * reset the connection, and the reset can reach the client before the answer does (RFC 9112
+ * section 9.6). Otherwise (the client waits for 100 Continue, the body is chunked or larger) the
+ * answer goes out at once with Connection: close and libmicrohttpd reads no more of the body.
  * Returns false (refused), for svc_admission_decide.
  */
 static bool refuse(struct svc_request *req)
 {
-    if (svc_request_has_body(req))
+    bool read_and_drop = req->has_length && req->declared_bytes <= SVC_REFUSED_READ_BYTES &&
+                         !svc_head_header(&req->head, "Expect");
+    if (svc_request_has_body(req) && !read_and_drop)
         req->close_connection = true;
     else
         req->answer_pending = true;
@@ -67,9 +74,12 @@ static bool refuse(struct svc_request *req)
 
 #define REFUSE(req, ...) (svc_answer_error((req), __VA_ARGS__), refuse(req))
 
-/* Sends a refusal decided after svc_admission_decide() (the answer is set), as refuse() says. */
+/* Sends a refusal decided after svc_admission_decide() (the answer is set), as refuse() says;
+ * nothing stays reserved while a refused body is read. */
 static enum MHD_Result refuse_now(struct svc_request *req)
 {
+    svc_memory_release(&req->srv->memory, req->reserved_bytes);
+    req->reserved_bytes = 0;
     refuse(req);
     return req->answer_pending ? MHD_YES : svc_answer_send(req);
 }

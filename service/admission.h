@@ -19,6 +19,10 @@
 
 struct svc_request;
 
+/* A request refused from its headers whose declared body is at most this long, sent without
+ * Expect: 100-continue, has its body read and dropped before the answer (admission.c refuse). */
+#define SVC_REFUSED_READ_BYTES (16u << 20)
+
 /* Remembers what is wrong with the request target as the client sent it (before
  * libmicrohttpd decodes it): control characters, raw or percent-encoded (%00 ends a C string,
  * so "/healthz%00.json" would read as "/healthz"), bad escapes, no leading '/'. */
@@ -31,14 +35,16 @@ void svc_admission_check_uri(struct svc_request *req, const char *raw_uri);
  * limit, readiness, and the route's own checks of Content-Type and query (svc_*_prepare).
  * True when the request may go on (req->opts and friends set; nothing reserved yet). False with
  * the answer set in req and either req->close_connection (send it now and close: the framing is
- * not trusted, or a body is announced) or req->answer_pending (send it at the final call).
+ * not trusted, or a body is announced that is not read: chunked, longer than
+ * SVC_REFUSED_READ_BYTES, or awaited with Expect) or req->answer_pending (send it at the final
+ * call, once a small declared body has been read and dropped).
  * Reserves nothing and sends nothing: a harness calls it as the server does.
  */
 bool svc_admission_decide(struct svc_request *req);
 
 /* The headers are in: svc_admission_decide(), then for an admitted POST the memory reservation
- * and body buffer of a declared length. A refusal is answered (at once with Connection: close
- * when a body is announced, else at the final call). */
+ * and body buffer of a declared length. A refusal is answered as svc_admission_decide says: at
+ * once with Connection: close, or at the final call. */
 enum MHD_Result svc_admission_headers(struct svc_request *req);
 
 /* The body is complete (or there is none): answers GET routes and body errors, or admits the

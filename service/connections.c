@@ -361,8 +361,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         head_from_connection(connection, url, method, version, &head);
         svc_request_headers(req, &head);
         enum MHD_Result result = svc_admission_headers(req);
-        bool receiving = req->phase == SVC_PHASE_RECEIVING && !req->answer_pending &&
-                         svc_request_has_body(req);
+        /* a body comes: admitted, or refused and read to its end (admission.c refuse) */
+        bool receiving = req->phase == SVC_PHASE_RECEIVING && svc_request_has_body(req);
         svc_conn_set_phase(req->tracked, receiving ? SVC_CONN_BODY : SVC_CONN_BUSY);
         return result;
     }

@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "admission.h"
 #include "connections.h"
 #include "server.h"
 
@@ -201,6 +202,11 @@ enum MHD_Result svc_request_body(struct svc_request *req, const char *data, size
     if (atomic_load(&req->srv->closing))
         return svc_request_refuse_stream(req, 503, "shutting_down",
                                          "the server is shutting down; retry on another instance");
+    if (req->answer_pending) {
+        /* refused from its headers: a small declared body, read and dropped (admission.c) */
+        req->discarded += size;
+        return MHD_YES;
+    }
     if (req->body_too_large || req->body_no_memory) {
         req->discarded += size;
         /* Past twice the limit (and at least 16 MiB) the stream is refused on the spot. */

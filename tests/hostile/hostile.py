@@ -153,6 +153,29 @@ def token(ecgd, backend, base):
            request("GET", "/v1/nothing", p, headers={"Authorization": "Bearer s3cret"}), 404,
            "not_found")
     expect("token: probes need none", request("GET", "/healthz", p), 200)
+    # A refused upload sent without waiting for 100 Continue (curl's way below 1 MiB): its body
+    # is read and dropped, the 401 follows it and the connection stays open. Closing with the
+    # body unread would let a TCP reset overtake the 401 (RFC 9112 section 9.6).
+    body = b"1\n" * 300000
+    post = (b"POST /v1/analyze?fs=360 HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body))
+    then = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    responses, how, got = raw(p, post + body + then)
+    check("token: a refused 600 KB upload sent whole: 401 after its body, the connection kept "
+          "(the next request on it answered)",
+          len(responses) == 2 and responses[0][0] == 401 and
+          error_code(responses[0][2]) == "unauthorized" and
+          responses[0][1].get("www-authenticate", "").startswith("Bearer") and
+          responses[1][0] == 200 and how == "eof", (got[:300], how))
+    # The same upload awaiting 100 Continue: answered at once, no 100, and closed unread.
+    s = connect(p)
+    s.sendall(post.replace(b"\r\n\r\n", b"\r\nExpect: 100-continue\r\n\r\n"))
+    got, how = read_all(s, 5)
+    s.close()
+    responses = parse_responses(got)
+    check("token: the same upload awaiting 100 Continue: 401 at once, no 100, closed",
+          len(responses) == 1 and responses[0][0] == 401 and
+          responses[0][1].get("connection") == "close" and how == "eof", (got[:300], how))
     srv.stop()
 
 

@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,7 +166,34 @@ static void test_query(void **state)
                                authorized, 4, repeated, 2);
     assert_int_equal(d.status, 400);
     assert_string_equal(d.code, "repeated_parameter");
-    assert_true(d.close_connection); /* a body is announced: answered now, not read */
+    /* a small declared body sent at once: read and dropped, answered at its end, kept alive */
+    assert_false(d.close_connection);
+    assert_true(d.answer_pending);
+
+    /* the client waits for 100 Continue: answered now and closed, the body never sent */
+    struct svc_field expecting[] = {{"Host", "x"}, {"Authorization", "Bearer " TOKEN},
+                                    {"Content-Length", "12"}, {"Expect", "100-continue"}};
+    d = decide(srv, "POST", "/v1/analyze?fs=360&fs=250", "/v1/analyze", expecting, 4,
+               repeated, 2);
+    assert_string_equal(d.code, "repeated_parameter");
+    assert_true(d.close_connection);
+    assert_false(d.answer_pending);
+    /* a chunked body, or one longer than SVC_REFUSED_READ_BYTES: not read either */
+    struct svc_field chunked[] = {{"Host", "x"}, {"Authorization", "Bearer " TOKEN},
+                                  {"Transfer-Encoding", "chunked"}};
+    d = decide(srv, "POST", "/v1/analyze?fs=360&fs=250", "/v1/analyze", chunked, 3, repeated,
+               2);
+    assert_true(d.close_connection);
+    char length[32];
+    snprintf(length, sizeof length, "%u", SVC_REFUSED_READ_BYTES + 1u);
+    struct svc_field large[] = {{"Host", "x"}, {"Content-Length", length}};
+    d = decide(srv, "POST", "/v1/analyze", "/v1/analyze", large, 2, NULL, 0);
+    assert_int_equal(d.status, 401);
+    assert_true(d.close_connection);
+    snprintf(length, sizeof length, "%u", SVC_REFUSED_READ_BYTES);
+    d = decide(srv, "POST", "/v1/analyze", "/v1/analyze", large, 2, NULL, 0);
+    assert_int_equal(d.status, 401);
+    assert_true(d.answer_pending);
 
     struct svc_field hex[] = {{"fs", "0x168"}};
     d = decide(srv, "POST", "/v1/analyze?fs=0x168", "/v1/analyze", authorized, 4, hex, 1);
