@@ -19,9 +19,21 @@
  *     q = S / N measures that, whatever the lead's amplitude.
  *  3. The lead's weight w = (q - FUSE_CREST_FLOOR)^2 where q exceeds the floor (a crest that
  *     low is noise or no ECG at all), 0 otherwise, times its agreement factor (step 3a); its
- *     gain g = w / (S * sum of the weights): each lead is scaled to a beat level of 1 and the
- *     gains sum to 1 / S_l-weighted one, so the fused envelope keeps a beat level near 1
- *     wherever any lead is readable.
+ *     gain g = w / (L * max(sum of the weights, FUSE_WEIGHT_MIN)): each lead is scaled to a
+ *     beat level of 1 and the gains sum to 1 / L_l-weighted one, so the fused envelope keeps a
+ *     beat level near 1 wherever any lead is readable. L is the lead's scale: the median peak
+ *     of the FUSE_SCALE_SPAN windows centred on j that have a bump in them (peak over
+ *     FUSE_LIVE_CREST times their mean; fuse_live_median_span). Both guards are for a dead
+ *     stretch (electrodes off, every lead held still): there the filters leave a flat residual
+ *     a few thousandths of the beats' height, its windows' peak equals their mean, and their
+ *     crest factors hover near 1. Before, where such windows made half of the span, L was the
+ *     residual and scaled it up to the beats' level, and a sum of tiny weights still scaled
+ *     each lead fully: two false beats in every 20-s stretch and one at most reconnections
+ *     (tests/unit/test_robust.c test_lead_off). A sum of weights under 1 means every lead's
+ *     crest is under 2, no beat structure; the gains then fade with it instead. Both bounds
+ *     sit on plateaus: FUSE_WEIGHT_MIN from 0.25 to 4 and FUSE_LIVE_CREST from 1.05 to 1.3
+ *     gave the same beats on the lead-off stretches and on every standard set (a live ECG or
+ *     noise window's peak is 2 to 20 times its mean); docs/ACCURACY.md has the figures.
  * 3a. Agreement, measured from two leads on, weighing from three. The crest factor cannot tell a lead of pure noise (a
  *     loose electrode's motion, muscle: q near 3) from a clean lead with small QRS complexes
  *     (V1: q 2.5-3.5), so a lead with no ECG on it kept a tenth to a fifth of the weight and
@@ -85,6 +97,12 @@
 #endif
 #ifndef FUSE_AGREE_HI
 #define FUSE_AGREE_HI 0.4     /* agreement from this on: the lead keeps its weight */
+#endif
+#ifndef FUSE_LIVE_CREST
+#define FUSE_LIVE_CREST 1.2    /* a window whose peak is at most this x its mean has no bump */
+#endif
+#ifndef FUSE_WEIGHT_MIN
+#define FUSE_WEIGHT_MIN 1.0    /* sums of weights under this scale the gains down with them */
 #endif
 #define FUSE_MAX_LEADS 16
 
@@ -161,15 +179,20 @@ FUSE_FN double fuse_window_agreement(const int64_t *at, const int64_t *ref, size
     return FUSE_DDIV((double)count, (double)(hi - lo));
 }
 
-/* Median of the span values of v centred on j (clipped to [0, n)), span odd and at most 31. */
-FUSE_FN double fuse_median_span(const double *v, size_t n, size_t j, size_t span)
+/* Median of the span values of v centred on j (clipped to [0, n)), span odd and at most 31,
+ * over the windows i where mean is NULL or v[i] > FUSE_LIVE_CREST x mean[i] (a bump in the
+ * window); their count to *kept, and 0.0 when there is none. */
+FUSE_FN double fuse_median_kept(const double *v, const double *mean, size_t n, size_t j,
+                                size_t span, size_t *kept)
 {
     double w[31];
     const size_t half = span / 2;
     const size_t lo = j > half ? j - half : 0, hi = j + half + 1 < n ? j + half + 1 : n;
     size_t m = 0;
-    for (size_t i = lo; i < hi; i++) { /* insertion sort: at most 15 values */
+    for (size_t i = lo; i < hi; i++) { /* insertion sort: at most 31 values */
         double x = v[i];
+        if (mean && !(x > FUSE_DMUL(FUSE_LIVE_CREST, mean[i])))
+            continue;
         size_t t = m++;
         while (t > 0 && w[t - 1] > x) {
             w[t] = w[t - 1];
@@ -177,11 +200,30 @@ FUSE_FN double fuse_median_span(const double *v, size_t n, size_t j, size_t span
         }
         w[t] = x;
     }
-    if (m == 0) /* j past the end: no values */
+    *kept = m;
+    if (m == 0) /* j past the end, or no window kept */
         return 0.0;
     if (m % 2 == 1)
         return w[m / 2];
     return FUSE_DMUL(0.5, FUSE_DADD(w[m / 2 - 1], w[m / 2]));
+}
+
+/* Median of the span values of v centred on j (clipped to [0, n)), span odd and at most 31. */
+FUSE_FN double fuse_median_span(const double *v, size_t n, size_t j, size_t span)
+{
+    size_t kept;
+    return fuse_median_kept(v, NULL, n, j, span, &kept);
+}
+
+/* Step 3's scale: the median of the window peaks over the span windows centred on j that have
+ * a bump in them (fuse_median_kept), or of all of them where none has: a dead stretch's flat
+ * residual never sets a lead's scale while live windows are in reach. */
+FUSE_FN double fuse_live_median_span(const double *peak, const double *mean, size_t n, size_t j,
+                                     size_t span)
+{
+    size_t kept;
+    const double live = fuse_median_kept(peak, mean, n, j, span, &kept);
+    return kept ? live : fuse_median_span(peak, n, j, span);
 }
 
 /* Step 2 and the weight of step 3, for window j of one lead: its beat level and weight. peak
@@ -191,7 +233,7 @@ FUSE_FN void fuse_window_weight(const double *peak, const double *mean, size_t n
 {
     const double s = fuse_median_span(peak, n_win, j, FUSE_LEVEL_SPAN);
     const double a = fuse_median_span(mean, n_win, j, FUSE_NOISE_SPAN);
-    *level = fuse_median_span(peak, n_win, j, FUSE_SCALE_SPAN);
+    *level = fuse_live_median_span(peak, mean, n_win, j, FUSE_SCALE_SPAN);
     *weight = 0.0;
     if (s > 0.0 && a > 0.0) {
         const double over = FUSE_DSUB(FUSE_DDIV(s, a), FUSE_CREST_FLOOR);
@@ -249,7 +291,9 @@ FUSE_FN void fuse_window_gains(const double *level, const double *weight, const 
         const double w = wf[l], s = level[l * n_win + j];
         double g = 0.0;
         if (total > 0.0)
-            g = w > 0.0 ? FUSE_DDIV(w, FUSE_DMUL(s, total)) : 0.0;
+            g = w > 0.0 ? FUSE_DDIV(w, FUSE_DMUL(s, total > FUSE_WEIGHT_MIN ? total
+                                                                         : FUSE_WEIGHT_MIN))
+                        : 0.0;
         else if (l == 0)
             g = 1.0; /* no lead readable: the first lead as it is */
         gain[l * n_win + j] = (float)g;
