@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "ecg.h"
+#include "../lead_off.h"
 
 static const char *const records[] = {"101", "106", "108", "109", "112", "114", "115", "116",
                                       "118", "119", "122", "124", "201", "203", "205", "207",
@@ -172,11 +173,13 @@ static void test_records_and_mixtures(void **state)
         double snr_db;
         const char *third; /* a third lead of this noise record alone */
         bool third_first;  /* ... put first: the peaks go to the next lead (lead_passed_over) */
-    } sets[] = {{"all", NULL, 0, NULL, false},   {"all", "em_a", 6, NULL, false},
-                {"all", "em_a", 0, NULL, false}, {"all", "ma", 6, NULL, false},
-                {"0", "em_a", 6, NULL, false},   {"0", "ma", 0, NULL, false},
-                {"1", "bw", 0, NULL, false},     {"all", NULL, 0, "em_a", false},
-                {"all", "em_a", 6, "ma", false}, {"all", NULL, 0, "ma", true}};
+        bool lead_off;     /* every lead held still over the stretches of lead_off.h */
+    } sets[] = {{"all", NULL, 0, NULL, false, false},   {"all", "em_a", 6, NULL, false, false},
+                {"all", "em_a", 0, NULL, false, false}, {"all", "ma", 6, NULL, false, false},
+                {"0", "em_a", 6, NULL, false, false},   {"0", "ma", 0, NULL, false, false},
+                {"1", "bw", 0, NULL, false, false},     {"all", NULL, 0, "em_a", false, false},
+                {"all", "em_a", 6, "ma", false, false}, {"all", NULL, 0, "ma", true, false},
+                {"all", NULL, 0, NULL, false, true},    {"all", "em_a", 6, NULL, false, true}};
     size_t beats = 0, differ = 0;
     for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
         size_t set_beats = 0, set_differ = 0;
@@ -199,20 +202,25 @@ static void test_records_and_mixtures(void **state)
             }
             if (sets[s].noise)
                 mix(&sig, &ann, sets[s].noise, sets[s].snr_db);
+            if (sets[s].lead_off)
+                lead_off_stretches(&sig);
             char what[96];
-            snprintf(what, sizeof what, "%s lead %s%s%s %s %g dB", records[r], sets[s].lead,
+            snprintf(what, sizeof what, "%s lead %s%s%s %s %g dB%s", records[r], sets[s].lead,
                      sets[s].third ? (sets[s].third_first ? " after " : " + ") : "",
                      sets[s].third ? sets[s].third : "",
-                     sets[s].noise ? sets[s].noise : "clean", sets[s].snr_db);
+                     sets[s].noise ? sets[s].noise : "clean", sets[s].snr_db,
+                     sets[s].lead_off ? ", leads off" : "");
             set_differ += compare(e, &sig, what, &set_beats);
             ecg_annotations_free(&ann);
             ecg_signal_free(&sig);
         }
-        printf("# lead %s%s%s, %s %g dB: %zu beats, %zu differ\n", sets[s].lead,
+        printf("# lead %s%s%s, %s %g dB%s: %zu beats, %zu differ\n", sets[s].lead,
                sets[s].third ? (sets[s].third_first ? " after a lead of " : " + a lead of ")
                              : "",
                sets[s].third ? sets[s].third : "",
-               sets[s].noise ? sets[s].noise : "clean", sets[s].snr_db, set_beats, set_differ);
+               sets[s].noise ? sets[s].noise : "clean", sets[s].snr_db,
+               sets[s].lead_off ? ", 20.5-s stretches with every lead held still" : "",
+               set_beats, set_differ);
         beats += set_beats;
         differ += set_differ;
     }

@@ -25,6 +25,7 @@
 #include "cpu/cpu.h"
 #include "cpu/detect_params.h"
 #include "cpu/noise_core.h"
+#include "../lead_off.h"
 
 #define MITDB ECG_SHARED_DATA "/mitdb"
 #define NOISE ECG_SHARED_DATA "/noise"
@@ -1133,33 +1134,6 @@ static void test_noisy_strips(void **state)
 
 /* ------------------------------------------------------------------ a lead off */
 
-#define OFF_START_S 100.37 /* the stretches start here and every OFF_EVERY_S */
-#define OFF_EVERY_S 300.0
-#define OFF_LEN_S 20.5
-
-/* Holds every lead of sig at its value at the stretch's start, over each lead-off stretch. */
-static void lead_off_stretches(struct ecg_signal *sig)
-{
-    for (double t = OFF_START_S; (t + OFF_LEN_S) * sig->fs_hz < (double)sig->n; t += OFF_EVERY_S) {
-        size_t a = (size_t)(t * sig->fs_hz), b = (size_t)((t + OFF_LEN_S) * sig->fs_hz);
-        for (size_t l = 0; l <= sig->n_extra; l++) {
-            float *x = l ? sig->extra[l - 1] : sig->samples;
-            for (size_t i = a + 1; i < b; i++)
-                x[i] = x[a];
-        }
-    }
-}
-
-/* How far sample i lies inside a lead-off stretch (s), or a negative value outside them. */
-static double inside_off(int64_t i, double fs_hz)
-{
-    double t = (double)i / fs_hz - OFF_START_S;
-    if (t < 0)
-        return -1.0;
-    double into = fmod(t, OFF_EVERY_S);
-    return into < OFF_LEN_S ? fmin(into, OFF_LEN_S - into) : -1.0;
-}
-
 /*
  * Both electrodes off for 20.5 s every 5 minutes (every lead held still, as a monitor holds
  * its last value), on two-lead records: no beat inside a stretch, each stretch in the quality
@@ -1187,22 +1161,24 @@ static void test_lead_off(void **state)
             /* the reference beats a stretch hides are not scored */
             size_t kept = 0;
             for (size_t k = 0; k < ann.n; k++)
-                if (!off || inside_off(ann.sample[k], sig.fs_hz) < 0)
+                if (!off || lead_off_depth(ann.sample[k], sig.fs_hz) < 0)
                     ann.sample[kept++] = ann.sample[k];
             struct ecg_match_stats st;
             ecg_match_beats(res->r_peak, res->n_beats, ann.sample, kept, sig.fs_hz, 0.150, &st,
                             NULL);
             *(off ? &fp_off : &fp_intact) += st.fp;
             for (size_t b = 0; off && b < res->n_beats; b++)
-                inside += inside_off(res->r_peak[b], sig.fs_hz) > 0.3;
-            for (double t = OFF_START_S; off && (t + OFF_LEN_S) * sig.fs_hz < (double)sig.n;
-                 t += OFF_EVERY_S) {
-                int64_t a = (int64_t)((t + 1.0) * sig.fs_hz), b = (int64_t)((t + OFF_LEN_S - 1.0) * sig.fs_hz);
+                inside += lead_off_depth(res->r_peak[b], sig.fs_hz) > 0.3;
+            for (double t = LEAD_OFF_START_S;
+                 off && (t + LEAD_OFF_LEN_S) * sig.fs_hz < (double)sig.n; t += LEAD_OFF_EVERY_S) {
+                int64_t a = (int64_t)((t + 1.0) * sig.fs_hz);
+                int64_t b = (int64_t)((t + LEAD_OFF_LEN_S - 1.0) * sig.fs_hz);
                 bool covered = false;
                 for (size_t g = 0; g < res->quality.n_segments; g++) {
                     const struct ecg_quality_segment *seg = &res->quality.segments[g];
                     covered |= seg->start <= a && seg->end >= b &&
-                               (seg->reason == ECG_QUALITY_FLAT || seg->reason == ECG_QUALITY_LEAD_OFF);
+                               (seg->reason == ECG_QUALITY_FLAT ||
+                                seg->reason == ECG_QUALITY_LEAD_OFF);
                 }
                 stretches++;
                 unflagged += !covered;
@@ -1214,7 +1190,7 @@ static void test_lead_off(void **state)
     }
     print_message("lead off (%zu stretches of %.1f s): %zu beats inside them, %zu not in the "
                   "verdict; false beats %zu (intact records %zu)\n",
-                  stretches, OFF_LEN_S, inside, unflagged, fp_off, fp_intact);
+                  stretches, LEAD_OFF_LEN_S, inside, unflagged, fp_off, fp_intact);
     assert_true(stretches >= 25);
     assert_int_equal(inside, 0);
     assert_int_equal(unflagged, 0);
