@@ -29,12 +29,38 @@ extern "C" {
 
 /* The window grid and difference lags for a recording of n samples at fs_hz (input grid).
  * Window j covers [j * len, min(n, (j + 1) * len)). */
+#define ECG_QUALITY_MAINS 2 /* mains frequencies looked for: 50 and 60 Hz */
+#define ECG_QUALITY_LANE_STEP 8 /* samples between a lane's samples (quality_core.h's lanes) */
+
+/* cos and sin of a phase step. */
+struct ecg_quality_turn {
+    double c, s;
+};
+
 struct ecg_quality_geometry {
     size_t len;      /* samples per window */
     size_t n_win;    /* ceil(n / len) */
     size_t lag_qrs;  /* QRS-band difference lag */
     size_t lag_hf;   /* HF second-difference lag */
+    /* The mains line's phase steps at 50 and 60 Hz (quality_core.h, the line taken out): over
+     * one sample, ECG_QUALITY_LANE_STEP samples, lag_qrs and lag_hf samples. Taken here, on the
+     * host, once: every backend then turns the same doubles. */
+    struct ecg_quality_turn mains_one[ECG_QUALITY_MAINS], mains_lane[ECG_QUALITY_MAINS],
+        mains_qrs[ECG_QUALITY_MAINS], mains_hf[ECG_QUALITY_MAINS];
 };
+
+/* The mains frequencies, Hz. */
+static inline double ecg_quality_mains_hz(size_t f)
+{
+    return f == 0 ? 50.0 : 60.0;
+}
+
+static inline struct ecg_quality_turn ecg_quality_turn_of(double hz, double fs_hz, size_t steps)
+{
+    const double phase = 6.283185307179586 * hz * (double)steps / fs_hz;
+    struct ecg_quality_turn t = {cos(phase), sin(phase)};
+    return t;
+}
 
 static inline size_t ecg_quality_round_lag(double samples)
 {
@@ -49,6 +75,13 @@ static inline struct ecg_quality_geometry ecg_quality_geometry_of(size_t n, doub
     g.n_win = (n + g.len - 1) / g.len;
     g.lag_qrs = ecg_quality_round_lag(fs_hz * ECG_QUALITY_QRS_LAG_S);
     g.lag_hf = ecg_quality_round_lag(fs_hz / ECG_QUALITY_HF_RATE_HZ);
+    for (size_t f = 0; f < ECG_QUALITY_MAINS; f++) {
+        const double hz = ecg_quality_mains_hz(f);
+        g.mains_one[f] = ecg_quality_turn_of(hz, fs_hz, 1);
+        g.mains_lane[f] = ecg_quality_turn_of(hz, fs_hz, ECG_QUALITY_LANE_STEP);
+        g.mains_qrs[f] = ecg_quality_turn_of(hz, fs_hz, g.lag_qrs);
+        g.mains_hf[f] = ecg_quality_turn_of(hz, fs_hz, g.lag_hf);
+    }
     return g;
 }
 

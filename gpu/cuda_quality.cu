@@ -7,7 +7,7 @@
  * each lane is a thread: QUALITY_LANES adjacent threads of a warp share a window, walk it with
  * a stride of QUALITY_LANES samples (the group's loads are contiguous), and combine their lanes
  * with butterfly shuffles in the tree's order. A 15-hour Holter at 360 Hz has ~55k windows:
- * ~440k threads, each walking ~45 samples twice.
+ * ~440k threads, each walking ~45 samples twice (three times in a window with mains hum).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +36,10 @@ static __device__ void exchange(struct quality_lane *p, unsigned step, unsigned 
         other.s3 = __shfl_xor_sync(LANE_MASK, p->s3, step, QUALITY_LANES);
         other.s4 = __shfl_xor_sync(LANE_MASK, p->s4, step, QUALITY_LANES);
         other.h2 = __shfl_xor_sync(LANE_MASK, p->h2, step, QUALITY_LANES);
+        for (size_t f = 0; f < ECG_QUALITY_MAINS; f++) {
+            other.mc[f] = __shfl_xor_sync(LANE_MASK, p->mc[f], step, QUALITY_LANES);
+            other.ms[f] = __shfl_xor_sync(LANE_MASK, p->ms[f], step, QUALITY_LANES);
+        }
     } else {
         other.lo = __shfl_xor_sync(LANE_MASK, p->lo, step, QUALITY_LANES);
         other.hi = __shfl_xor_sync(LANE_MASK, p->hi, step, QUALITY_LANES);
@@ -69,10 +73,39 @@ static __device__ void quality_body(const float *__restrict__ x, size_t n,
     float lo = p.lo, hi = p.hi;
     uint32_t repeat = p.repeat;
     p = quality_lane_start(active ? x[a] : 0.0f);
-    for (size_t i = a + lane; i < b; i += QUALITY_LANES)
+    struct ecg_quality_turn ph[ECG_QUALITY_MAINS];
+    for (size_t f = 0; f < ECG_QUALITY_MAINS; f++)
+        ph[f] = quality_lane_phase(&g, f, lane);
+    for (size_t i = a + lane; i < b; i += QUALITY_LANES) {
         quality_lane_second(&p, x, n, &g, a, b, i, lo, hi);
+        quality_mains_term(&p, ph, x, a, i, &g);
+    }
     for (unsigned step = 1; step < QUALITY_LANES; step *= 2)
         exchange(&p, step, lane, true);
+    /* hum: the moments and second difference again, the mains line taken out (quality_core.h);
+     * every lane of a window takes the same decision from the same combined sums */
+    struct quality_line line;
+    line.f = -1;
+    line.a = line.b = 0.0;
+    if (active)
+        line = quality_mains_line(&p, a, b, &g);
+    if (__any_sync(LANE_MASK, line.f >= 0)) { /* the whole warp shuffles, or none of it */
+        struct quality_lane q = quality_lane_start(0.0f);
+        if (line.f >= 0) {
+            struct ecg_quality_turn t = quality_lane_phase(&g, (size_t)line.f, lane);
+            for (size_t i = a + lane; i < b; i += QUALITY_LANES)
+                quality_lineless_term(&q, &t, x, a, b, i, &g, &line);
+        }
+        for (unsigned step = 1; step < QUALITY_LANES; step *= 2)
+            exchange(&q, step, lane, true);
+        if (line.f >= 0) {
+            p.s1 = q.s1;
+            p.s2 = q.s2;
+            p.s3 = q.s3;
+            p.s4 = q.s4;
+            p.h2 = q.h2;
+        }
+    }
     if (active && lane == 0) {
         p.lo = lo;
         p.hi = hi;

@@ -26,7 +26,7 @@
 
 #include "quality.h"
 
-#define QUALITY_LANES 8 /* a power of two: the combining tree is a butterfly */
+#define QUALITY_LANES ECG_QUALITY_LANE_STEP /* 8, a power of two: the tree is a butterfly */
 
 #if defined(__CUDACC__)
 #define QUALITY_FN static inline __host__ __device__
@@ -49,6 +49,7 @@ struct quality_lane {
     float lo, hi;
     uint32_t repeat, at_max, at_min, qrs_n, hf_n;
     double s1, s2, s3, s4, h2;
+    double mc[ECG_QUALITY_MAINS], ms[ECG_QUALITY_MAINS]; /* the mains line's fit sums */
 };
 
 /* A lane before its first sample. Every lane starts its extremes at the window's first sample
@@ -60,6 +61,8 @@ QUALITY_FN struct quality_lane quality_lane_start(float first)
     p.lo = p.hi = first;
     p.repeat = p.at_max = p.at_min = p.qrs_n = p.hf_n = 0;
     p.s1 = p.s2 = p.s3 = p.s4 = p.h2 = 0.0;
+    for (size_t f = 0; f < ECG_QUALITY_MAINS; f++)
+        p.mc[f] = p.ms[f] = 0.0;
     return p;
 }
 
@@ -79,11 +82,9 @@ QUALITY_FN bool quality_plateau(const float *x, size_t n, size_t i)
     return (i > 0 && x[i - 1] == x[i]) || (i + 1 < n && x[i + 1] == x[i]);
 }
 
-/* The QRS-band difference d = x[i] - x[i - lag] added to the moment sums (d, d^2, d^3, d^4). */
-QUALITY_FN void quality_qrs_term(const float *x, size_t i, size_t lag, double *s1, double *s2,
-                                 double *s3, double *s4)
+/* A QRS-band difference d added to the moment sums (d, d^2, d^3, d^4). */
+QUALITY_FN void quality_qrs_add(double d, double *s1, double *s2, double *s3, double *s4)
 {
-    double d = QUALITY_DSUB((double)x[i], (double)x[i - lag]);
     double d2 = QUALITY_DMUL(d, d);
     *s1 = QUALITY_DADD(*s1, d);
     *s2 = QUALITY_DADD(*s2, d2);
@@ -91,12 +92,162 @@ QUALITY_FN void quality_qrs_term(const float *x, size_t i, size_t lag, double *s
     *s4 = QUALITY_DADD(*s4, QUALITY_DMUL(d2, d2));
 }
 
+/* The QRS-band difference d = x[i] - x[i - lag] added to the moment sums. */
+QUALITY_FN void quality_qrs_term(const float *x, size_t i, size_t lag, double *s1, double *s2,
+                                 double *s3, double *s4)
+{
+    quality_qrs_add(QUALITY_DSUB((double)x[i], (double)x[i - lag]), s1, s2, s3, s4);
+}
+
+/* The HF second difference of the values before (m), at (c) and after (p) a sample, as h^2. */
+QUALITY_FN void quality_hf_add(double m, double c, double p, double *h2)
+{
+    double h = QUALITY_DSUB(QUALITY_DSUB(p, c), QUALITY_DSUB(c, m));
+    *h2 = QUALITY_DADD(*h2, QUALITY_DMUL(h, h));
+}
+
 /* The HF second difference h = (x[i + L] - x[i]) - (x[i] - x[i - L]) added as h^2. */
 QUALITY_FN void quality_hf_term(const float *x, size_t i, size_t lag, double *h2)
 {
-    double h = QUALITY_DSUB(QUALITY_DSUB((double)x[i + lag], (double)x[i]),
-                            QUALITY_DSUB((double)x[i], (double)x[i - lag]));
-    *h2 = QUALITY_DADD(*h2, QUALITY_DMUL(h, h));
+    quality_hf_add((double)x[i - lag], (double)x[i], (double)x[i + lag], h2);
+}
+
+/*
+ * The mains line. Hum (50 or 60 Hz picked up from the mains) lowers the QRS-band kurtosis and
+ * fills the second difference, so that the verdict would read it as noise, although the beats
+ * under it are found right (docs/ACCURACY.md: 0.2 mV of it flagged 13-20 % of clean beats).
+ * So each window fits a sine at each mains frequency to its samples (less its first: the sums
+ * of (x[i] - x[a]) cos and sin of the phase at i - a, amplitude 2 / len of them, exact over
+ * the whole cycles of a 1-s window) and, where the best fit's share of the window's
+ * second-difference energy is at least QUALITY_MAINS_SHARE, takes it out of the samples before
+ * the QRS-band moments and the second difference are summed (a second walk; the extremes,
+ * plateaus and repeats stay the raw samples'). ECG, muscle noise and electrode motion spread
+ * that energy over the whole band, so a single line never holds half of it: clean windows keep
+ * their bits. The phases turn by the geometry's steps (quality.h: cos and sin taken once on the
+ * host), every lane from its own first sample, in the lanes' sample order.
+ */
+#ifndef QUALITY_MAINS_SHARE
+#define QUALITY_MAINS_SHARE 0.5
+#endif
+
+/* The phase (cos, sin) t turned by `by`. */
+QUALITY_FN struct ecg_quality_turn quality_turn(struct ecg_quality_turn t,
+                                                struct ecg_quality_turn by)
+{
+    struct ecg_quality_turn r;
+    r.c = QUALITY_DSUB(QUALITY_DMUL(t.c, by.c), QUALITY_DMUL(t.s, by.s));
+    r.s = QUALITY_DADD(QUALITY_DMUL(t.s, by.c), QUALITY_DMUL(t.c, by.s));
+    return r;
+}
+
+/* The phase t turned back by `by`. */
+QUALITY_FN struct ecg_quality_turn quality_turn_back(struct ecg_quality_turn t,
+                                                     struct ecg_quality_turn by)
+{
+    struct ecg_quality_turn r;
+    r.c = QUALITY_DADD(QUALITY_DMUL(t.c, by.c), QUALITY_DMUL(t.s, by.s));
+    r.s = QUALITY_DSUB(QUALITY_DMUL(t.s, by.c), QUALITY_DMUL(t.c, by.s));
+    return r;
+}
+
+/* The phase of lane `lane`'s first sample, a + lane, at mains frequency f: lane turns of one
+ * sample from 0. */
+QUALITY_FN struct ecg_quality_turn quality_lane_phase(const struct ecg_quality_geometry *g,
+                                                      size_t f, size_t lane)
+{
+    struct ecg_quality_turn t;
+    t.c = 1.0;
+    t.s = 0.0;
+    for (size_t k = 0; k < lane; k++)
+        t = quality_turn(t, g->mains_one[f]);
+    return t;
+}
+
+/* Sample i of window [a, b) into its lane's mains fit sums; ph (the lane's phases at i) turns
+ * on to the lane's next sample. */
+QUALITY_FN void quality_mains_term(struct quality_lane *p, struct ecg_quality_turn *ph,
+                                   const float *x, size_t a, size_t i,
+                                   const struct ecg_quality_geometry *g)
+{
+    const double v = QUALITY_DSUB((double)x[i], (double)x[a]);
+    for (size_t f = 0; f < ECG_QUALITY_MAINS; f++) {
+        p->mc[f] = QUALITY_DADD(p->mc[f], QUALITY_DMUL(v, ph[f].c));
+        p->ms[f] = QUALITY_DADD(p->ms[f], QUALITY_DMUL(v, ph[f].s));
+        ph[f] = quality_turn(ph[f], g->mains_lane[f]);
+    }
+}
+
+/* A mains line to take out of a window: its frequency (index into the geometry's, -1: none)
+ * and the amplitudes of its cos and sin. */
+struct quality_line {
+    int f;
+    double a, b;
+};
+
+/* The line to take out of window [a, b), from its combined lanes (the fit sums, h2 and hf_n),
+ * or none (f = -1). */
+QUALITY_FN struct quality_line quality_mains_line(const struct quality_lane *p, size_t a,
+                                                  size_t b,
+                                                  const struct ecg_quality_geometry *g)
+{
+    struct quality_line line;
+    line.f = -1;
+    line.a = line.b = 0.0;
+    double best = 0.0;
+    const double scale = 2.0 / (double)(b - a);
+    for (size_t f = 0; f < ECG_QUALITY_MAINS; f++) {
+        const double ca = QUALITY_DMUL(scale, p->mc[f]), cb = QUALITY_DMUL(scale, p->ms[f]);
+        const double amp2 = QUALITY_DADD(QUALITY_DMUL(ca, ca), QUALITY_DMUL(cb, cb));
+        if (amp2 > best) {
+            best = amp2;
+            line.f = (int)f;
+            line.a = ca;
+            line.b = cb;
+        }
+    }
+    if (line.f < 0 || !(p->h2 > 0.0) || p->hf_n == 0) {
+        line.f = -1;
+        return line;
+    }
+    /* a sine of amplitude A leaves a second difference of A (2 cos(w L) - 2): its energy */
+    const double k = QUALITY_DSUB(2.0, QUALITY_DMUL(2.0, g->mains_hf[line.f].c));
+    const double energy =
+        QUALITY_DMUL(QUALITY_DMUL((double)p->hf_n, QUALITY_DMUL(0.5, best)), QUALITY_DMUL(k, k));
+    if (!(energy >= QUALITY_DMUL(QUALITY_MAINS_SHARE, p->h2)))
+        line.f = -1;
+    return line;
+}
+
+/* The line's value at phase t. */
+QUALITY_FN double quality_line_at(const struct quality_line *line, struct ecg_quality_turn t)
+{
+    return QUALITY_DADD(QUALITY_DMUL(line->a, t.c), QUALITY_DMUL(line->b, t.s));
+}
+
+/* Sample i of window [a, b) into its lane's QRS-band moments and second difference with the
+ * line taken out; ph (the lane's phase at i, at the line's frequency) turns on to the lane's
+ * next sample. The same terms and conditions as quality_lane_second's. */
+QUALITY_FN void quality_lineless_term(struct quality_lane *p, struct ecg_quality_turn *ph,
+                                      const float *x, size_t a, size_t b, size_t i,
+                                      const struct ecg_quality_geometry *g,
+                                      const struct quality_line *line)
+{
+    const struct ecg_quality_turn t = *ph;
+    const double xi = QUALITY_DSUB((double)x[i], quality_line_at(line, t));
+    if (i >= a + g->lag_qrs) {
+        const struct ecg_quality_turn tq = quality_turn_back(t, g->mains_qrs[line->f]);
+        const double xq = QUALITY_DSUB((double)x[i - g->lag_qrs], quality_line_at(line, tq));
+        quality_qrs_add(QUALITY_DSUB(xi, xq), &p->s1, &p->s2, &p->s3, &p->s4);
+    }
+    if (i >= a + g->lag_hf && i + g->lag_hf < b) {
+        const struct ecg_quality_turn by = g->mains_hf[line->f];
+        const double xm = QUALITY_DSUB((double)x[i - g->lag_hf],
+                                       quality_line_at(line, quality_turn_back(t, by)));
+        const double xp = QUALITY_DSUB((double)x[i + g->lag_hf],
+                                       quality_line_at(line, quality_turn(t, by)));
+        quality_hf_add(xm, xi, xp, &p->h2);
+    }
+    *ph = quality_turn(t, g->mains_lane[line->f]);
 }
 
 /* Second walk, sample i of window [a, b), once the window's extremes lo and hi are known:
@@ -141,6 +292,10 @@ QUALITY_FN void quality_merge_sums(struct quality_lane *low, const struct qualit
     low->s3 = QUALITY_DADD(low->s3, up->s3);
     low->s4 = QUALITY_DADD(low->s4, up->s4);
     low->h2 = QUALITY_DADD(low->h2, up->h2);
+    for (size_t f = 0; f < ECG_QUALITY_MAINS; f++) {
+        low->mc[f] = QUALITY_DADD(low->mc[f], up->mc[f]);
+        low->ms[f] = QUALITY_DADD(low->ms[f], up->ms[f]);
+    }
 }
 
 /* The window's features from its combined lanes. */

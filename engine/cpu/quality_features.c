@@ -113,14 +113,37 @@ static inline __attribute__((always_inline)) void window_features(const float *x
         qrs_moments(x, a, a + g->lag_qrs, b, g->lag_qrs, p);
     if (a + g->lag_hf + g->lag_hf < b)
         hf_energy(x, a, a + g->lag_hf, b - g->lag_hf, g->lag_hf, p);
+    struct ecg_quality_turn ph[QUALITY_LANES][ECG_QUALITY_MAINS];
+    for (size_t l = 0; l < QUALITY_LANES; l++)
+        for (size_t f = 0; f < ECG_QUALITY_MAINS; f++)
+            ph[l][f] = quality_lane_phase(g, f, l);
+    for (i = a; i < b; i++)
+        quality_mains_term(&p[LANE(i, a)], ph[LANE(i, a)], x, a, i, g);
     merge_tree(p, true);
+    p[0].hf_n = (uint32_t)(a + 2 * g->lag_hf < b ? b - a - 2 * g->lag_hf : 0);
+    struct quality_line line = quality_mains_line(&p[0], a, b, g);
+    if (line.f >= 0) { /* hum: the moments and second difference again, the line taken out */
+        struct quality_lane q[QUALITY_LANES];
+        struct ecg_quality_turn t[QUALITY_LANES];
+        for (size_t l = 0; l < QUALITY_LANES; l++) {
+            q[l] = quality_lane_start(x[a]);
+            t[l] = quality_lane_phase(g, (size_t)line.f, l);
+        }
+        for (i = a; i < b; i++)
+            quality_lineless_term(&q[LANE(i, a)], &t[LANE(i, a)], x, a, b, i, g, &line);
+        merge_tree(q, true);
+        p[0].s1 = q[0].s1;
+        p[0].s2 = q[0].s2;
+        p[0].s3 = q[0].s3;
+        p[0].s4 = q[0].s4;
+        p[0].h2 = q[0].h2;
+    }
     p[0].lo = w_lo;
     p[0].hi = w_hi;
     p[0].repeat = repeat;
     p[0].at_max = at_max;
     p[0].at_min = at_min;
     p[0].qrs_n = (uint32_t)(a + g->lag_qrs < b ? b - a - g->lag_qrs : 0);
-    p[0].hf_n = (uint32_t)(a + 2 * g->lag_hf < b ? b - a - 2 * g->lag_hf : 0);
     quality_window_of(&p[0], a, b, w);
 }
 
