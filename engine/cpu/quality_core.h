@@ -163,6 +163,18 @@ QUALITY_FN struct ecg_quality_turn quality_lane_phase(const struct ecg_quality_g
     return t;
 }
 
+/* A sample's value v (x[i] - x[a]) into a lane's fit sums mc, ms at its phase (c, s), which
+ * then turns by (lc, ls) to the lane's next sample (quality_turn's arithmetic). */
+QUALITY_FN void quality_mains_step(double v, double *mc, double *ms, double *c, double *s,
+                                   double lc, double ls)
+{
+    *mc = QUALITY_DADD(*mc, QUALITY_DMUL(v, *c));
+    *ms = QUALITY_DADD(*ms, QUALITY_DMUL(v, *s));
+    const double turned = QUALITY_DSUB(QUALITY_DMUL(*c, lc), QUALITY_DMUL(*s, ls));
+    *s = QUALITY_DADD(QUALITY_DMUL(*s, lc), QUALITY_DMUL(*c, ls));
+    *c = turned;
+}
+
 /* Sample i of window [a, b) into its lane's mains fit sums; ph (the lane's phases at i) turns
  * on to the lane's next sample. */
 QUALITY_FN void quality_mains_term(struct quality_lane *p, struct ecg_quality_turn *ph,
@@ -170,11 +182,9 @@ QUALITY_FN void quality_mains_term(struct quality_lane *p, struct ecg_quality_tu
                                    const struct ecg_quality_geometry *g)
 {
     const double v = QUALITY_DSUB((double)x[i], (double)x[a]);
-    for (size_t f = 0; f < ECG_QUALITY_MAINS; f++) {
-        p->mc[f] = QUALITY_DADD(p->mc[f], QUALITY_DMUL(v, ph[f].c));
-        p->ms[f] = QUALITY_DADD(p->ms[f], QUALITY_DMUL(v, ph[f].s));
-        ph[f] = quality_turn(ph[f], g->mains_lane[f]);
-    }
+    for (size_t f = 0; f < ECG_QUALITY_MAINS; f++)
+        quality_mains_step(v, &p->mc[f], &p->ms[f], &ph[f].c, &ph[f].s, g->mains_lane[f].c,
+                           g->mains_lane[f].s);
 }
 
 /* A mains line to take out of a window: its frequency (index into the geometry's, -1: none)

@@ -10,6 +10,8 @@
  * overlaps (a single running double sum is latency-bound); each lane still takes its own
  * samples in increasing order, which is all the definition asks.
  */
+#include <string.h>
+
 #include "cpu.h"
 #include "quality_core.h"
 
@@ -69,9 +71,103 @@ static inline __attribute__((always_inline)) void hf_energy(const float *x, size
         p[l].h2 = h2[l];
 }
 
+/*
+ * The phases of a window's samples at each mains frequency, phase[f][k] for k = i - a in
+ * [0, len), as the lanes turn them: lane k mod QUALITY_LANES from its first sample by
+ * quality_mains_step's turns (the very doubles the CUDA twin turns on the fly). Taken once per
+ * recording, so that each window's fit sums are plain products (no chain of turns per window).
+ */
+/* Four lanes side by side (GCC and clang vector extensions: each element the scalar code's
+ * product and sum, rounded the same way; no contraction into an FMA under ISO C). */
+typedef float v4f __attribute__((vector_size(16)));
+typedef double v4d __attribute__((vector_size(32)));
+
+#define MAINS_PHASES_MAX 2048 /* samples a window holds at ECG_FS_MAX_HZ, and some */
+
+struct mains_phases {
+    double c[ECG_QUALITY_MAINS][MAINS_PHASES_MAX], s[ECG_QUALITY_MAINS][MAINS_PHASES_MAX];
+};
+
+/* Fills ph for windows of g->len samples; false when they are longer than it holds. */
+static bool mains_phases_make(const struct ecg_quality_geometry *g, struct mains_phases *ph)
+{
+    if (g->len > MAINS_PHASES_MAX)
+        return false;
+    for (size_t f = 0; f < ECG_QUALITY_MAINS; f++)
+        for (size_t l = 0; l < QUALITY_LANES && l < g->len; l++) {
+            struct ecg_quality_turn t = quality_lane_phase(g, f, l);
+            double sink_c = 0.0, sink_s = 0.0;
+            for (size_t k = l; k < g->len; k += QUALITY_LANES) {
+                ph->c[f][k] = t.c;
+                ph->s[f][k] = t.s;
+                quality_mains_step(0.0, &sink_c, &sink_s, &t.c, &t.s, g->mains_lane[f].c,
+                                   g->mains_lane[f].s);
+            }
+        }
+    return true;
+}
+
+/* The mains line's fit sums of window [a, b), into the lanes: quality_mains_term's products and
+ * sums with the lanes side by side (independent chains the compiler vectorises), each lane's
+ * samples in increasing order. */
+static inline __attribute__((always_inline)) void mains_sums(const float *x, size_t a, size_t b,
+                                                             const struct ecg_quality_geometry *g,
+                                                             const struct mains_phases *ph,
+                                                             struct quality_lane *p)
+{
+    if (!ph) { /* windows longer than the phases hold: the lanes turn as they go */
+        struct ecg_quality_turn t[QUALITY_LANES][ECG_QUALITY_MAINS];
+        for (size_t l = 0; l < QUALITY_LANES; l++)
+            for (size_t f = 0; f < ECG_QUALITY_MAINS; f++)
+                t[l][f] = quality_lane_phase(g, f, l);
+        for (size_t i = a; i < b; i++)
+            quality_mains_term(&p[LANE(i, a)], t[LANE(i, a)], x, a, i, g);
+        return;
+    }
+    const double first = (double)x[a];
+    const float *xa = x + a;
+    const size_t len = b - a;
+    const v4d base = {first, first, first, first};
+    for (size_t f = 0; f < ECG_QUALITY_MAINS; f++) {
+        const double *pc = ph->c[f], *ps = ph->s[f];
+        v4d mc_lo = {0}, mc_hi = {0}, ms_lo = {0}, ms_hi = {0}; /* lanes 0-3 and 4-7 */
+        size_t k = 0;
+        for (; k + QUALITY_LANES <= len; k += QUALITY_LANES) {
+            v4f x_lo, x_hi;
+            v4d c_lo, c_hi, s_lo, s_hi;
+            memcpy(&x_lo, xa + k, sizeof x_lo);
+            memcpy(&x_hi, xa + k + 4, sizeof x_hi);
+            memcpy(&c_lo, pc + k, sizeof c_lo);
+            memcpy(&c_hi, pc + k + 4, sizeof c_hi);
+            memcpy(&s_lo, ps + k, sizeof s_lo);
+            memcpy(&s_hi, ps + k + 4, sizeof s_hi);
+            const v4d v_lo = __builtin_convertvector(x_lo, v4d) - base;
+            const v4d v_hi = __builtin_convertvector(x_hi, v4d) - base;
+            mc_lo += v_lo * c_lo;
+            mc_hi += v_hi * c_hi;
+            ms_lo += v_lo * s_lo;
+            ms_hi += v_hi * s_hi;
+        }
+        double mc[QUALITY_LANES], ms[QUALITY_LANES];
+        memcpy(mc, &mc_lo, sizeof mc_lo);
+        memcpy(mc + 4, &mc_hi, sizeof mc_hi);
+        memcpy(ms, &ms_lo, sizeof ms_lo);
+        memcpy(ms + 4, &ms_hi, sizeof ms_hi);
+        for (; k < len; k++) { /* the last, partial row */
+            const double v = (double)xa[k] - first;
+            mc[k & (QUALITY_LANES - 1)] += v * pc[k];
+            ms[k & (QUALITY_LANES - 1)] += v * ps[k];
+        }
+        for (size_t l = 0; l < QUALITY_LANES; l++) {
+            p[l].mc[f] = mc[l];
+            p[l].ms[f] = ms[l];
+        }
+    }
+}
+
 /* Features of window j (quality.h: struct ecg_quality_window). */
 static inline __attribute__((always_inline)) void window_features(const float *x, size_t n, const struct ecg_quality_geometry *g,
-                            size_t j, struct ecg_quality_window *w)
+                            const struct mains_phases *ph, size_t j, struct ecg_quality_window *w)
 {
     size_t a = j * g->len, b = a + g->len < n ? a + g->len : n;
     struct quality_lane p[QUALITY_LANES];
@@ -113,12 +209,7 @@ static inline __attribute__((always_inline)) void window_features(const float *x
         qrs_moments(x, a, a + g->lag_qrs, b, g->lag_qrs, p);
     if (a + g->lag_hf + g->lag_hf < b)
         hf_energy(x, a, a + g->lag_hf, b - g->lag_hf, g->lag_hf, p);
-    struct ecg_quality_turn ph[QUALITY_LANES][ECG_QUALITY_MAINS];
-    for (size_t l = 0; l < QUALITY_LANES; l++)
-        for (size_t f = 0; f < ECG_QUALITY_MAINS; f++)
-            ph[l][f] = quality_lane_phase(g, f, l);
-    for (i = a; i < b; i++)
-        quality_mains_term(&p[LANE(i, a)], ph[LANE(i, a)], x, a, i, g);
+    mains_sums(x, a, b, g, ph, p);
     merge_tree(p, true);
     p[0].hf_n = (uint32_t)(a + 2 * g->lag_hf < b ? b - a - 2 * g->lag_hf : 0);
     struct quality_line line = quality_mains_line(&p[0], a, b, g);
@@ -155,18 +246,18 @@ static inline __attribute__((always_inline)) void window_features(const float *x
  */
 static inline __attribute__((always_inline)) void all_windows(
     const float *x, size_t n, const struct ecg_quality_geometry *g,
-    struct ecg_quality_window *windows)
+    const struct mains_phases *ph, struct ecg_quality_window *windows)
 {
     for (size_t j = 0; j < g->n_win; j++)
-        window_features(x, n, g, j, &windows[j]);
+        window_features(x, n, g, ph, j, &windows[j]);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx2"))) static void all_windows_avx2(
     const float *x, size_t n, const struct ecg_quality_geometry *g,
-    struct ecg_quality_window *windows)
+    const struct mains_phases *ph, struct ecg_quality_window *windows)
 {
-    all_windows(x, n, g, windows);
+    all_windows(x, n, g, ph, windows);
 }
 #endif
 
@@ -174,11 +265,13 @@ void cpu_quality_features(const float *x, size_t n, double fs_hz,
                           struct ecg_quality_window *windows)
 {
     struct ecg_quality_geometry g = ecg_quality_geometry_of(n, fs_hz);
+    struct mains_phases phases; /* 64 KiB */
+    const struct mains_phases *ph = mains_phases_make(&g, &phases) ? &phases : NULL;
 #if defined(__x86_64__) && defined(__GNUC__)
     if (__builtin_cpu_supports("avx2")) {
-        all_windows_avx2(x, n, &g, windows);
+        all_windows_avx2(x, n, &g, ph, windows);
         return;
     }
 #endif
-    all_windows(x, n, &g, windows);
+    all_windows(x, n, &g, ph, windows);
 }
