@@ -71,12 +71,6 @@ static inline __attribute__((always_inline)) void hf_energy(const float *x, size
         p[l].h2 = h2[l];
 }
 
-/*
- * The phases of a window's samples at each mains frequency, phase[f][k] for k = i - a in
- * [0, len), as the lanes turn them: lane k mod QUALITY_LANES from its first sample by
- * quality_mains_step's turns (the very doubles the CUDA twin turns on the fly). Taken once per
- * recording, so that each window's fit sums are plain products (no chain of turns per window).
- */
 /* Four lanes side by side (GCC and clang vector extensions: each element the scalar code's
  * product and sum, rounded the same way; no contraction into an FMA under ISO C). */
 typedef float v4f __attribute__((vector_size(16)));
@@ -84,6 +78,12 @@ typedef double v4d __attribute__((vector_size(32)));
 
 #define MAINS_PHASES_MAX 2048 /* samples a window holds at ECG_FS_MAX_HZ, and some */
 
+/*
+ * The phases of a window's samples at each mains frequency, c[f][k] and s[f][k] for k = i - a
+ * in [0, len), as the lanes turn them: lane k mod QUALITY_LANES from its first sample by
+ * quality_mains_step's turns (the very doubles the CUDA twin turns on the fly). Taken once per
+ * recording, so that each window's fit sums are plain products (no chain of turns per window).
+ */
 struct mains_phases {
     double c[ECG_QUALITY_MAINS][MAINS_PHASES_MAX], s[ECG_QUALITY_MAINS][MAINS_PHASES_MAX];
 };
@@ -108,14 +108,14 @@ static bool mains_phases_make(const struct ecg_quality_geometry *g, struct mains
 }
 
 /* The mains line's fit sums of window [a, b), into the lanes: quality_mains_term's products and
- * sums with the lanes side by side (independent chains the compiler vectorises), each lane's
- * samples in increasing order. */
+ * sums, four lanes to a vector, each lane's samples in increasing order; ph NULL (windows
+ * longer than the table): quality_mains_term itself, turning as it goes. */
 static inline __attribute__((always_inline)) void mains_sums(const float *x, size_t a, size_t b,
                                                              const struct ecg_quality_geometry *g,
                                                              const struct mains_phases *ph,
                                                              struct quality_lane *p)
 {
-    if (!ph) { /* windows longer than the phases hold: the lanes turn as they go */
+    if (!ph) {
         struct ecg_quality_turn t[QUALITY_LANES][ECG_QUALITY_MAINS];
         for (size_t l = 0; l < QUALITY_LANES; l++)
             for (size_t f = 0; f < ECG_QUALITY_MAINS; f++)
