@@ -242,8 +242,12 @@ static double f1_pct(const struct f1 *s)
 }
 
 /* Adds nst-style noise (channel of the same index) at snr_db to every lead of sig. */
-static void add_em_noise(struct ecg_signal *sig, const struct ecg_annotations *ann, long first,
-                         double snr_db)
+/* Electrode-motion noise at snr_db, the NSTDB way (lead l gets channel first + l), measured
+ * against the record as it is; then, before the noise goes in, hum_mv of a hum_hz sine on every
+ * lead (0: none), so that the hum does not raise the noise's level with the QRS amplitude it
+ * adds to. */
+static void add_em_noise_hum(struct ecg_signal *sig, const struct ecg_annotations *ann,
+                             long first, double snr_db, double hum_mv, double hum_hz)
 {
     for (size_t l = 0; l <= sig->n_extra; l++) {
         char channel[8];
@@ -258,10 +262,62 @@ static void add_em_noise(struct ecg_signal *sig, const struct ecg_annotations *a
         assert_int_equal(ecg_nst_amplitudes(x, sig->n, noise.samples, noise.n, sig->fs_hz, ann,
                                             &pp, &rms, &err),
                          ECG_OK);
+        for (size_t i = 0; hum_mv > 0 && i < sig->n; i++)
+            x[i] += (float)(hum_mv * sin(2 * M_PI * hum_hz * (double)i / sig->fs_hz + 0.3));
         ecg_nst_mix(x, sig->n, noise.samples, noise.n, sig->fs_hz,
                     ecg_nst_gain(snr_db, pp, rms), ECG_NST_START_S, ECG_NST_PERIOD_S);
         ecg_signal_free(&noise);
     }
+}
+
+static void add_em_noise(struct ecg_signal *sig, const struct ecg_annotations *ann, long first,
+                         double snr_db)
+{
+    add_em_noise_hum(sig, ann, first, snr_db, 0.0, 0.0);
+}
+
+/*
+ * Mains hum under electrode motion at 6 dB (both leads, the 22 records): 0.2 mV of 60 Hz moves
+ * detection's F1 by under 0.1 point (record by record it moves both ways: 101 gains false beats,
+ * 207's flutter loses some), and the quality verdict, which takes the line out of each second
+ * where it holds half of the second difference's energy, flags about as many beats as without
+ * the hum (before: 18.0 % of the beats against 2.3 %; now 2.8 %).
+ */
+static void test_hum_under_noise(void **state)
+{
+    (void)state;
+    const char *records[] = {"101", "106", "108", "109", "112", "114", "115", "116",
+                             "118", "119", "122", "124", "201", "203", "205", "207",
+                             "208", "209", "215", "220", "223", "230"};
+    struct ecg_engine *engine = cpu_engine();
+    struct f1 score[2] = {{0}};
+    size_t flagged[2] = {0}, beats[2] = {0};
+    for (size_t r = 0; r < sizeof records / sizeof records[0]; r++)
+        for (int hum = 0; hum < 2; hum++) {
+            struct ecg_signal sig = {0};
+            struct ecg_annotations ann = {0};
+            read_record(records[r], "all", &sig, &ann);
+            add_em_noise_hum(&sig, &ann, 0, 6.0, hum ? 0.2 : 0.0, 60.0);
+            struct ecg_result *res = analyze(engine, &sig);
+            struct ecg_match_stats st;
+            ecg_match_beats(res->r_peak, res->n_beats, ann.sample, ann.n, sig.fs_hz, 0.150, &st,
+                            NULL);
+            score[hum].tp += st.tp;
+            score[hum].fn += st.fn;
+            score[hum].fp += st.fp;
+            for (size_t b = 0; b < res->n_beats; b++)
+                flagged[hum] += !res->readable[b];
+            beats[hum] += res->n_beats;
+            ecg_result_free(res);
+            ecg_annotations_free(&ann);
+            ecg_signal_free(&sig);
+        }
+    print_message("em_a 6 dB without / with 0.2 mV of 60 Hz: F1 %.3f / %.3f %%, beats flagged "
+                  "%zu of %zu / %zu of %zu\n", f1_pct(&score[0]), f1_pct(&score[1]), flagged[0],
+                  beats[0], flagged[1], beats[1]);
+    assert_true(fabs(f1_pct(&score[1]) - f1_pct(&score[0])) < 0.1);
+    assert_true(flagged[1] <= flagged[0] + beats[1] / 100);
+    ecg_engine_destroy(engine);
 }
 
 /*
@@ -1211,7 +1267,7 @@ int main(void)
         cmocka_unit_test(test_sign_and_scale),     cmocka_unit_test(test_noise_lead_first),
         cmocka_unit_test(test_noise_lead_first_two),
         cmocka_unit_test(test_short_strips),       cmocka_unit_test(test_noisy_strips),
-        cmocka_unit_test(test_lead_off),
+        cmocka_unit_test(test_lead_off),          cmocka_unit_test(test_hum_under_noise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
