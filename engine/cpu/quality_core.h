@@ -140,14 +140,12 @@ QUALITY_FN struct ecg_quality_turn quality_turn(struct ecg_quality_turn t,
     return r;
 }
 
-/* The phase t turned back by `by`. */
+/* The phase t turned back by `by`: turned by its conjugate (the negation is exact). */
 QUALITY_FN struct ecg_quality_turn quality_turn_back(struct ecg_quality_turn t,
                                                      struct ecg_quality_turn by)
 {
-    struct ecg_quality_turn r;
-    r.c = QUALITY_DADD(QUALITY_DMUL(t.c, by.c), QUALITY_DMUL(t.s, by.s));
-    r.s = QUALITY_DSUB(QUALITY_DMUL(t.s, by.c), QUALITY_DMUL(t.c, by.s));
-    return r;
+    by.s = -by.s;
+    return quality_turn(t, by);
 }
 
 /* The phase of lane `lane`'s first sample, a + lane, at mains frequency f: lane turns of one
@@ -170,9 +168,14 @@ QUALITY_FN void quality_mains_step(double v, double *mc, double *ms, double *c, 
 {
     *mc = QUALITY_DADD(*mc, QUALITY_DMUL(v, *c));
     *ms = QUALITY_DADD(*ms, QUALITY_DMUL(v, *s));
-    const double turned = QUALITY_DSUB(QUALITY_DMUL(*c, lc), QUALITY_DMUL(*s, ls));
-    *s = QUALITY_DADD(QUALITY_DMUL(*s, lc), QUALITY_DMUL(*c, ls));
-    *c = turned;
+    struct ecg_quality_turn t, by;
+    t.c = *c;
+    t.s = *s;
+    by.c = lc;
+    by.s = ls;
+    t = quality_turn(t, by);
+    *c = t.c;
+    *s = t.s;
 }
 
 /* Sample i of window [a, b) into its lane's mains fit sums; ph (the lane's phases at i) turns

@@ -236,6 +236,17 @@ struct f1 {
     size_t tp, fn, fp;
 };
 
+/* Adds res's beats, matched to ann within 150 ms, to s. */
+static void add_score(struct f1 *s, const struct ecg_result *res,
+                      const struct ecg_annotations *ann, double fs_hz)
+{
+    struct ecg_match_stats st;
+    ecg_match_beats(res->r_peak, res->n_beats, ann->sample, ann->n, fs_hz, 0.150, &st, NULL);
+    s->tp += st.tp;
+    s->fn += st.fn;
+    s->fp += st.fp;
+}
+
 static double f1_pct(const struct f1 *s)
 {
     return 200.0 * (double)s->tp / (double)(2 * s->tp + s->fn + s->fp);
@@ -299,12 +310,7 @@ static void test_hum_under_noise(void **state)
             read_record(records[r], "all", &sig, &ann);
             add_em_noise_hum(&sig, &ann, 0, 6.0, hum ? 0.2 : 0.0, 60.0);
             struct ecg_result *res = analyze(engine, &sig);
-            struct ecg_match_stats st;
-            ecg_match_beats(res->r_peak, res->n_beats, ann.sample, ann.n, sig.fs_hz, 0.150, &st,
-                            NULL);
-            score[hum].tp += st.tp;
-            score[hum].fn += st.fn;
-            score[hum].fp += st.fp;
+            add_score(&score[hum], res, &ann, sig.fs_hz);
             for (size_t b = 0; b < res->n_beats; b++)
                 flagged[hum] += !res->readable[b];
             beats[hum] += res->n_beats;
@@ -338,12 +344,7 @@ static void test_two_leads_beat_one(void **state)
             read_record(records[r], leads[w], &sig, &ann);
             add_em_noise(&sig, &ann, w == 1 ? 1 : 0, 6.0);
             struct ecg_result *res = analyze(engine, &sig);
-            struct ecg_match_stats st;
-            ecg_match_beats(res->r_peak, res->n_beats, ann.sample, ann.n, sig.fs_hz, 0.150, &st,
-                            NULL);
-            score[w].tp += st.tp;
-            score[w].fn += st.fn;
-            score[w].fp += st.fp;
+            add_score(&score[w], res, &ann, sig.fs_hz);
             ecg_result_free(res);
             ecg_annotations_free(&ann);
             ecg_signal_free(&sig);
