@@ -69,6 +69,13 @@ static const struct opt_def opts[] = {
     {"--min-upload-kib-s", "ECGD_MIN_UPLOAD_KIB_S", OPT_UINT, FIELD(min_upload_kib_s), 0,
      1u << 20, "KIB", "bodies arriving slower than this on average are cut with 408, after "
      "--header-timeout-s of grace (0 = no minimum; default 4)"},
+    {"--min-download-kib-s", "ECGD_MIN_DOWNLOAD_KIB_S", OPT_UINT, FIELD(min_download_kib_s), 0,
+     1u << 20, "KIB", "answers the client reads slower than this on average are cut, after "
+     "--header-timeout-s of grace (0 = no minimum; default 4)"},
+    {"--send-buffer-kib", "ECGD_SEND_BUFFER_KIB", OPT_UINT, FIELD(send_buffer_kib), 0, 1u << 20,
+     "KIB", "kernel send buffer of each connection on the main port, which bounds the socket "
+     "memory a client that does not read can hold (0 = the kernel's autotuning, up to "
+     "net.ipv4.tcp_wmem; default 0)"},
     {"--max-conns-per-ip", "ECGD_MAX_CONNS_PER_IP", OPT_UINT, FIELD(max_conns_per_ip), 0,
      1u << 20, "N", "connections one client address may hold (0 = no limit; default 64)"},
     {"--memory-budget-mb", "ECGD_MEMORY_BUDGET_MB", OPT_MB, FIELD(memory_budget_bytes), 0,
@@ -125,6 +132,7 @@ static void config_defaults(struct svc_config *cfg)
     cfg->admin_port = -1;
     cfg->header_timeout_s = SVC_DEFAULT_HEADER_TIMEOUT_S;
     cfg->min_upload_kib_s = SVC_DEFAULT_MIN_UPLOAD_KIB_S;
+    cfg->min_download_kib_s = SVC_DEFAULT_MIN_DOWNLOAD_KIB_S;
     cfg->max_conns_per_ip = SVC_DEFAULT_MAX_CONNS_PER_IP;
     cfg->store_bytes = (size_t)SVC_DEFAULT_STORE_MB << 20;
     cfg->store_ttl_s = SVC_DEFAULT_STORE_TTL_S;
@@ -354,13 +362,15 @@ void svc_config_write_json(const struct svc_config *cfg, struct ecg_buf *out)
     ecg_buf_printf(out,
                    ",\"workers\":%u,\"io_threads\":%u,\"max_body_bytes\":%zu,\"timeout_s\":%u,"
                    "\"queue_depth\":%u,\"drain_s\":%u,\"token\":%s,\"admin_port\":%d,"
-                   "\"header_timeout_s\":%u,\"min_upload_kib_s\":%u,\"max_conns_per_ip\":%u,"
+                   "\"header_timeout_s\":%u,\"min_upload_kib_s\":%u,\"min_download_kib_s\":%u,"
+                   "\"send_buffer_kib\":%u,\"max_conns_per_ip\":%u,"
                    "\"memory_budget_bytes\":%zu,\"store_bytes\":%zu,\"store_ttl_s\":%u,"
                    "\"async_min_bytes\":%zu,\"cpus\":",
                    cfg->workers, cfg->io_threads, cfg->max_body_bytes, cfg->timeout_s,
                    cfg->queue_depth, cfg->drain_s, cfg->token[0] ? "\"(set)\"" : "null",
                    cfg->admin_port, cfg->header_timeout_s, cfg->min_upload_kib_s,
-                   cfg->max_conns_per_ip, cfg->memory_budget_bytes, cfg->store_bytes,
+                   cfg->min_download_kib_s, cfg->send_buffer_kib, cfg->max_conns_per_ip,
+                   cfg->memory_budget_bytes, cfg->store_bytes,
                    cfg->store_ttl_s, cfg->async_min_bytes);
     put_string(out, cfg->cpus_note);
     ecg_buf_puts(out, ",\"cors_origin\":");

@@ -25,6 +25,7 @@
 #define SVC_MAX_WORKERS 256u
 #define SVC_DEFAULT_HEADER_TIMEOUT_S 10u
 #define SVC_DEFAULT_MIN_UPLOAD_KIB_S 4u
+#define SVC_DEFAULT_MIN_DOWNLOAD_KIB_S 4u
 #define SVC_DEFAULT_MAX_CONNS_PER_IP 64u
 #define SVC_DEFAULT_STORE_MB 1024u
 #define SVC_DEFAULT_STORE_TTL_S 3600u
@@ -54,6 +55,8 @@ struct svc_config {
     int admin_port;                /* probes and metrics listener; -1 = none, 0 = any free port */
     unsigned header_timeout_s;     /* request line and headers must arrive within this */
     unsigned min_upload_kib_s;     /* slower bodies are cut (after header_timeout_s of grace) */
+    unsigned min_download_kib_s;   /* answers read slower are cut (after the same grace) */
+    unsigned send_buffer_kib;      /* SO_SNDBUF of the main port's connections; 0 = the kernel's */
     unsigned max_conns_per_ip;     /* connections one client address may hold; 0 = no limit */
     size_t memory_budget_bytes;    /* 0 = from the cgroup limit, else from physical memory */
     size_t store_bytes;            /* memory cap of the analyses kept for browsing */

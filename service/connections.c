@@ -4,8 +4,10 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +56,9 @@ struct svc_conn {
     /* the reaper's own */
     uint64_t closed_bytes;
     unsigned closed_looks;
+    uint64_t sending_mark;        /* phase_mark of the answer whose reading is timed; 0 = none */
+    uint64_t sending_acked;       /* the socket's bytes acknowledged when timing began */
+    double sending_start_s;
 };
 
 /* ------------------------------------------------------------------ socket answers */
@@ -162,6 +167,50 @@ static uint64_t phase_mark(struct svc_conn *conn)
     return mark;
 }
 
+/* Bytes of this connection the client has acknowledged (TCP_INFO); false where the kernel does
+ * not say (not TCP, or older than Linux 4.1). */
+static bool bytes_acked(int fd, uint64_t *acked)
+{
+    struct tcp_info info;
+    socklen_t len = sizeof info;
+    memset(&info, 0, sizeof info);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof info.tcpi_bytes_acked)
+        return false;
+    *acked = info.tcpi_bytes_acked;
+    return true;
+}
+
+/*
+ * An answer being sent: its buffer stays in memory (and in the budget, http.c) until the client
+ * has read it, so a client reading a byte now and then would hold it forever; libmicrohttpd's
+ * idle timeout sees such a trickle as activity. Timed from the reaper's first look at it, by the
+ * bytes the client acknowledged; after --header-timeout-s of grace an average under
+ * --min-download-kib-s cuts the connection (no answer can follow half an answer). An answer that
+ * fits the socket's buffers ends its request at once and is never timed.
+ */
+static void sending_look(struct svc_conns *conns, struct svc_conn *conn, double now)
+{
+    uint64_t mark = phase_mark(conn), acked;
+    if (conns->min_download_bytes_s <= 0 || !bytes_acked(conn->fd, &acked))
+        return;
+    if (conn->sending_mark != mark) {
+        conn->sending_mark = mark;
+        conn->sending_acked = acked;
+        conn->sending_start_s = now;
+        return;
+    }
+    double elapsed = now - conn->sending_start_s;
+    if (elapsed > conns->header_timeout_s &&
+        (double)(acked - conn->sending_acked) < conns->min_download_bytes_s * elapsed) {
+        /* Closed with a reset: what the kernel still holds of the answer is dropped at once,
+         * rather than trickled out ahead of a FIN at the client's pace. */
+        struct linger reset = {.l_onoff = 1, .l_linger = 0};
+        (void)setsockopt(conn->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+        conn_cut(conns->srv, conn, 0, NULL, NULL, SVC_CONN_EVENT_SLOW_DOWNLOAD);
+    }
+}
+
 static void reaper_look(struct svc_conns *conns, struct svc_conn *conn, double now)
 {
     struct svc_server *srv = conns->srv;
@@ -188,6 +237,10 @@ static void reaper_look(struct svc_conns *conns, struct svc_conn *conn, double n
             peer_closed_look(srv, conn, phase_mark(conn));
         else
             conn->closed_looks = 0;
+        return;
+    }
+    if (phase == SVC_CONN_SENDING) {
+        sending_look(conns, conn, now);
         return;
     }
     if (phase != SVC_CONN_BODY)
@@ -241,6 +294,11 @@ static void on_connection(void *cls, struct MHD_Connection *connection, void **s
         if (!conn)
             return; /* untracked: libmicrohttpd's idle timeout still applies */
         conn->fd = info->connect_fd;
+        unsigned send_kib = listener->srv->cfg.send_buffer_kib;
+        if (send_kib && !listener->admin) {
+            int bytes = (int)(send_kib << 10);
+            (void)setsockopt(conn->fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+        }
         atomic_init(&conn->phase, SVC_CONN_HEADERS);
         atomic_init(&conn->phase_start_s, svc_now_s());
         atomic_init(&conn->body_bytes, 0);
@@ -363,7 +421,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         enum MHD_Result result = svc_admission_headers(req);
         /* a body comes: admitted, or refused and read to its end (admission.c refuse) */
         bool receiving = req->phase == SVC_PHASE_RECEIVING && svc_request_has_body(req);
-        svc_conn_set_phase(req->tracked, receiving ? SVC_CONN_BODY : SVC_CONN_BUSY);
+        if (req->phase != SVC_PHASE_ANSWERED) /* answered: svc_answer_send set SENDING */
+            svc_conn_set_phase(req->tracked, receiving ? SVC_CONN_BODY : SVC_CONN_BUSY);
         return result;
     }
     if (req->phase == SVC_PHASE_ANSWERED) {
@@ -566,6 +625,7 @@ enum ecg_status svc_listeners_start(struct svc_server *srv, struct ecg_error *er
     conns->srv = srv;
     conns->header_timeout_s = srv->cfg.header_timeout_s;
     conns->min_upload_bytes_s = (double)srv->cfg.min_upload_kib_s * 1024.0;
+    conns->min_download_bytes_s = (double)srv->cfg.min_download_kib_s * 1024.0;
     srv->main.srv = srv;
     srv->main.admin = false;
     srv->admin.srv = srv;

@@ -42,7 +42,8 @@ struct svc_conn;
 enum svc_conn_phase {
     SVC_CONN_HEADERS = 0, /* waiting for a request line and headers */
     SVC_CONN_BODY,        /* receiving a request body */
-    SVC_CONN_BUSY,        /* working or answering: never cut */
+    SVC_CONN_BUSY,        /* working: never cut */
+    SVC_CONN_SENDING,     /* an answer queued: cut when the client reads it too slowly */
 };
 
 struct svc_conns {
@@ -55,6 +56,7 @@ struct svc_conns {
     atomic_bool closing;        /* drain over: bodies still arriving get 503 */
     double header_timeout_s;
     double min_upload_bytes_s;  /* 0 = no minimum */
+    double min_download_bytes_s; /* 0 = no minimum */
     struct svc_server *srv;
 };
 

@@ -105,6 +105,36 @@ void svc_answer_body(struct svc_request *req, unsigned http_status, struct ecg_b
     memset(body, 0, sizeof *body);
 }
 
+/*
+ * An answer stays in memory until the client has read it, however slowly it reads, so one
+ * larger than SVC_ANSWER_UNCOUNTED_BYTES is held in the memory budget until the request ends
+ * (svc_request_free releases req->reserved_bytes): an analysis's answer within the reservation
+ * it already holds, any other answer (a signal window, a kept analysis again, a decoded grid:
+ * tiny requests, large answers) by a reservation of its own. Where that does not fit, a request
+ * that is safe to repeat (GET, HEAD, a decode) is answered 503 memory_busy instead and its
+ * answer freed; an analysis's answer is never thrown away: it is counted all the same, and the
+ * requests after it find the budget full. Smaller answers are bounded by the connection limit
+ * and covered by the budget's headroom, like libmicrohttpd's own buffers.
+ */
+static void answer_reserve(struct svc_request *req, size_t len)
+{
+    struct svc_server *srv = req->srv;
+    if (len <= SVC_ANSWER_UNCOUNTED_BYTES || len <= req->reserved_bytes)
+        return;
+    if (svc_memory_reserve_up_to(&srv->memory, &req->reserved_bytes, len))
+        return;
+    bool repeatable = !strcmp(req->method, "GET") || !strcmp(req->method, "HEAD") ||
+                      req->route == SVC_ROUTE_DECODE;
+    if (!repeatable) {
+        svc_memory_count(&srv->memory, &req->reserved_bytes, len);
+        return;
+    }
+    svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "memory_busy",
+                     "the answer (%zu bytes) does not fit the memory budget now, which answers "
+                     "not yet read by their clients hold; retry later", len);
+    req->retry_after_s = 1;
+}
+
 enum MHD_Result svc_answer_send(struct svc_request *req)
 {
     if (req->answer.failed) {
@@ -112,6 +142,7 @@ enum MHD_Result svc_answer_send(struct svc_request *req)
         svc_answer_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out_of_memory",
                          "the answer could not be built: out of memory");
     }
+    answer_reserve(req, req->answer.data ? req->answer.len : 0);
     size_t len = req->answer.data ? req->answer.len : 0;
     struct MHD_Response *response;
     if (len) {
@@ -146,6 +177,8 @@ enum MHD_Result svc_answer_send(struct svc_request *req)
     if (req->close_connection || atomic_load(&req->srv->draining))
         MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
     req->bytes_out = len;
+    /* Before queueing: once queued, the request may end (and its connection move on) at once. */
+    svc_conn_set_phase(req->tracked, SVC_CONN_SENDING);
     enum MHD_Result queued = MHD_queue_response(req->conn, req->status, response);
     MHD_destroy_response(response);
     req->phase = SVC_PHASE_ANSWERED;

@@ -120,6 +120,14 @@ bool svc_memory_reserve_up_to(struct svc_memory *memory, size_t *held, size_t wa
     return true;
 }
 
+void svc_memory_count(struct svc_memory *memory, size_t *held, size_t want)
+{
+    if (want <= *held)
+        return;
+    atomic_fetch_add(&memory->reserved_bytes, want - *held);
+    *held = want;
+}
+
 void svc_memory_release(struct svc_memory *memory, size_t bytes)
 {
     if (bytes)

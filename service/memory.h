@@ -53,6 +53,13 @@ size_t svc_memory_max_samples(const struct svc_memory *memory);
 bool svc_memory_reserve_up_to(struct svc_memory *memory, size_t *held, size_t want)
     __attribute__((warn_unused_result));
 
+/*
+ * Counts bytes already in use in the budget whether they fit or not (an analysis's computed
+ * answer, which is never thrown away): *held rises to want. Requests after it find the budget
+ * fuller, and are refused until it is given back.
+ */
+void svc_memory_count(struct svc_memory *memory, size_t *held, size_t want);
+
 /* Gives back a reservation (0 is a no-op). */
 void svc_memory_release(struct svc_memory *memory, size_t bytes);
 

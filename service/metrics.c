@@ -17,7 +17,7 @@ static const unsigned status_slots[SVC_N_STATUS_SLOTS - 1] = {
 };
 
 static const char *const conn_event_names[SVC_CONN_EVENT_COUNT] = {
-    "header_timeout", "slow_upload", "client_gone", "shutdown", "incomplete_headers",
+    "header_timeout", "slow_upload", "slow_download", "client_gone", "shutdown", "incomplete_headers",
     "libmicrohttpd",
 };
 

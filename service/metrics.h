@@ -40,6 +40,7 @@ enum svc_stage {
 enum svc_conn_event {
     SVC_CONN_EVENT_HEADER_TIMEOUT = 0,   /* headers not complete by --header-timeout-s: 408 */
     SVC_CONN_EVENT_SLOW_UPLOAD,          /* body slower than --min-upload-kib-s: 408 */
+    SVC_CONN_EVENT_SLOW_DOWNLOAD,        /* answer read slower than --min-download-kib-s: cut */
     SVC_CONN_EVENT_CLIENT_GONE,          /* client closed mid-body: closed at once */
     SVC_CONN_EVENT_SHUTDOWN,             /* cut when the drain ended */
     SVC_CONN_EVENT_INCOMPLETE_HEADERS,   /* a request line, then the connection ended */

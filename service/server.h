@@ -239,8 +239,12 @@ void svc_answer_ecg_error(struct svc_request *req, const struct ecg_error *err);
 void svc_answer_body(struct svc_request *req, unsigned http_status, struct ecg_buf *body,
                      const char *content_type);
 
-/* Queues req's answer with libmicrohttpd (on the HTTP thread). MHD_NO only when even that
- * failed, which closes the connection. */
+/* Answers up to this size are not counted in the memory budget (http.c answer_reserve). */
+#define SVC_ANSWER_UNCOUNTED_BYTES (64u << 10)
+
+/* Queues req's answer with libmicrohttpd (on the HTTP thread); an answer over
+ * SVC_ANSWER_UNCOUNTED_BYTES is held in the memory budget until the request ends. MHD_NO only
+ * when even that failed, which closes the connection. */
 enum MHD_Result svc_answer_send(struct svc_request *req);
 
 /* True when no token is configured or the request carries it (constant-time comparison). */

@@ -14,7 +14,7 @@ request (repeated options, %00 and control characters, non-decimal numbers, trai
 duplicate keys in JSON bodies), body limits on GET routes, the token before 404/405, signals,
 slowloris and trickling uploads from one address while another is served (main and admin
 port), slow uploads cut, FIN and RST mid-upload noticed at once, the memory budget (503 or 413
-before the body is read), peak memory of a big JSON body, log flooding, and shutdown with
+before the body is read), answers not read held in the budget and slow readers cut, peak memory of a big JSON body, log flooding, and shutdown with
 uploads in flight (every client gets an answer or a 503, none a silent close).
 """
 import argparse
@@ -23,6 +23,7 @@ import os
 import resource
 import signal
 import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -332,6 +333,134 @@ def memory_budget(ecgd, backend, base, values):
     time.sleep(0.5)
     expect("room comes back when the first goes",
            request("POST", "/v1/analyze?fs=250", srv.port, csv_body(values, 3000), hdr), 200)
+    srv.stop()
+
+
+def rss_kb(srv):
+    with open("/proc/%d/status" % srv.proc.pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def reader(port, source, path, rcvbuf=4096):
+    """A connection that asks for path and reads nothing until told (by default a tiny receive
+    buffer, so that the kernel cannot take the answer off the server's hands)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.bind((source, 0))
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
+    return s
+
+
+def keep_window(srv, data):
+    """Keeps 10 minutes of record 101 for browsing; the path of its 200,000-point signal window
+    (~2 MB of JSON), or None."""
+    samples = mit_digital(data, 216000)  # 10 minutes at 360 Hz
+    got = request("POST", "/v1/analyses?fs=360&include=summary", srv.port,
+                  struct.pack("<%df" % len(samples), *samples),
+                  {"Content-Type": "application/octet-stream"})
+    if not expect("10 minutes of record 101 kept for browsing", got, 201):
+        return None
+    return got[1].get("location") + "/signal?points=200000"
+
+
+def unread_answers(ecgd, backend, base, data):
+    """Answers waiting for clients that do not read them are held in the memory budget, and an
+    answer read too slowly is cut: tiny requests for large answers (a signal window of a kept
+    analysis) cannot run the server out of memory. The send buffers are capped at 64 KiB so
+    that the kernel cannot take a 2 MB answer off the server's hands."""
+    budget_mb = 32
+    # No minimum download rate here: the answers stay held for as long as the check takes.
+    srv = Server(ecgd, backend, base + ["--memory-budget-mb", str(budget_mb),
+                                        "--max-conns-per-ip", "0", "--send-buffer-kib", "64",
+                                        "--min-download-kib-s", "0"])
+    window = keep_window(srv, data)
+    if not window:
+        srv.stop()
+        return
+    size = len(request("GET", window, srv.port)[2])
+    n = 60
+    rss0 = rss_kb(srv)
+    socks = [reader(srv.port, "127.0.%d.%d" % (1 + i // 200, 2 + i % 200), window)
+             for i in range(n)]
+    # Wait until every one has its answer's head queued (or 30 s): peek without reading.
+    heads = [b""] * n
+    deadline = time.time() + 30
+    while time.time() < deadline and not all(heads):
+        for i, s in enumerate(socks):
+            if not heads[i]:
+                try:
+                    heads[i] = s.recv(12, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    pass
+        time.sleep(0.1)
+    grown_mb = (rss_kb(srv) - rss0) / 1024.0
+    reserved = srv.metric("ecgd_memory_reserved_bytes")
+    ok200 = sum(h.startswith(b"HTTP/1.1 200") for h in heads)
+    busy = sum(h.startswith(b"HTTP/1.1 503") for h in heads)
+    check("%d clients that do not read a %.1f MB answer hold at most the memory budget (the "
+          "server grew %.0f MB; budget %d MB)" % (n, size / 1e6, grown_mb, budget_mb),
+          grown_mb < budget_mb + 16)
+    check("... the answers beyond it are refused 503 (%d) and the others sent (%d)" % (busy, ok200),
+          busy > 0 and ok200 > 0 and busy + ok200 == n)
+    check("... and counted: ecgd_memory_reserved_bytes %.1f MB for %d answers held"
+          % (reserved / 2**20, ok200), ok200 * size <= reserved <= budget_mb << 20)
+    for s in socks:
+        s.close()
+    deadline = time.time() + 10
+    while time.time() < deadline and srv.metric("ecgd_memory_reserved_bytes"):
+        time.sleep(0.1)
+    check("... all given back when those clients go",
+          srv.metric("ecgd_memory_reserved_bytes") == 0)
+    got = request("GET", window, srv.port)
+    check("... and the window is answered whole again (%d bytes)" % len(got[2]),
+          got[0] == 200 and len(got[2]) == size)
+    srv.stop()
+
+    # A trickle: 1 KiB every half second, under the default minimum of 4 KiB/s.
+    srv = Server(ecgd, backend, base + ["--header-timeout-s", "2", "--send-buffer-kib", "64"])
+    window = keep_window(srv, data)
+    if not window:
+        srv.stop()
+        return
+    s = reader(srv.port, "127.0.0.1", window)
+    t0, read, cut = time.time(), 0, False
+    while time.time() - t0 < 20:
+        try:
+            chunk = s.recv(1024)
+        except (ConnectionResetError, socket.timeout):
+            chunk = b""
+        if not chunk:
+            cut = True
+            break
+        read += len(chunk)
+        time.sleep(0.5)
+    s.close()
+    took = time.time() - t0
+    check("an answer read at 2 KiB/s is cut after the grace (%.1f s, %d of %d bytes read)"
+          % (took, read, size), cut and read < size and took < 10)
+    check("... counted: ecgd_connection_events_total{event=\"slow_download\"}",
+          srv.metric('ecgd_connection_events_total{event="slow_download"}') == 1)
+    # Read at a steady pace well above the minimum: the whole answer.
+    s = reader(srv.port, "127.0.0.1", window, 65536)
+    t0, data = time.time(), b""
+    while time.time() - t0 < 30:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        if rest and len(rest) >= size:
+            break
+        time.sleep(0.02)
+    s.close()
+    check("an answer read at a steady pace is read whole (%d bytes in %.1f s)"
+          % (len(data), time.time() - t0), data.startswith(b"HTTP/1.1 200") and
+          len(data.partition(b"\r\n\r\n")[2]) == size)
     srv.stop()
 
 
@@ -678,6 +807,7 @@ def main():
     srv.stop()
     token(args.ecgd, args.backend, base)
     memory_budget(args.ecgd, args.backend, base, values)
+    unread_answers(args.ecgd, args.backend, base, args.data)
     json_memory(args.ecgd, args.backend, base, args.data, 50)
     out_of_memory(args.ecgd, args.backend, base, args.data, json_body(args.data, 100))
     if args.soak:
