@@ -94,7 +94,8 @@ static __device__ void quality_body(const float *__restrict__ x, size_t n,
         if (line.f >= 0) {
             struct ecg_quality_turn t = quality_lane_phase(&g, (size_t)line.f, lane);
             for (size_t i = a + lane; i < b; i += QUALITY_LANES)
-                quality_lineless_term(&q, &t, x, a, b, i, &g, &line);
+                quality_lineless_term(&q, &t, x, a, b, i, &g, &line,
+                                      quality_spike_cap(lo, hi));
         }
         for (unsigned step = 1; step < QUALITY_LANES; step *= 2)
             exchange(&q, step, lane, true);
@@ -104,6 +105,7 @@ static __device__ void quality_body(const float *__restrict__ x, size_t n,
             p.s3 = q.s3;
             p.s4 = q.s4;
             p.h2 = q.h2;
+            p.hf_n = q.hf_n;
         }
     }
     if (active && lane == 0) {

@@ -54,21 +54,26 @@ static inline __attribute__((always_inline)) void qrs_moments(const float *x, si
     }
 }
 
-/* The HF second-difference energy of samples [from, to), into the lanes. */
-static inline __attribute__((always_inline)) void hf_energy(const float *x, size_t a, size_t from, size_t to, size_t lag,
-                      struct quality_lane *p)
+/* The HF second-difference energy of samples [from, to) without the spikes over cap, and the
+ * count of the terms kept, into the lanes. */
+static inline __attribute__((always_inline)) void hf_energy(const float *x, size_t a,
+                                                            size_t from, size_t to, size_t lag,
+                                                            double cap, struct quality_lane *p)
 {
     double h2[QUALITY_LANES] = {0};
+    uint32_t kept[QUALITY_LANES] = {0};
     size_t i = from;
     for (; i < to && LANE(i, a); i++)
-        quality_hf_term(x, i, lag, &h2[LANE(i, a)]);
+        quality_hf_term(x, i, lag, cap, &h2[LANE(i, a)], &kept[LANE(i, a)]);
     for (; i + QUALITY_LANES <= to; i += QUALITY_LANES)
         for (size_t l = 0; l < QUALITY_LANES; l++)
-            quality_hf_term(x, i + l, lag, &h2[l]);
+            quality_hf_term(x, i + l, lag, cap, &h2[l], &kept[l]);
     for (; i < to; i++)
-        quality_hf_term(x, i, lag, &h2[LANE(i, a)]);
-    for (size_t l = 0; l < QUALITY_LANES; l++)
+        quality_hf_term(x, i, lag, cap, &h2[LANE(i, a)], &kept[LANE(i, a)]);
+    for (size_t l = 0; l < QUALITY_LANES; l++) {
         p[l].h2 = h2[l];
+        p[l].hf_n = kept[l];
+    }
 }
 
 /* Four lanes side by side (GCC and clang vector extensions: each element the scalar code's
@@ -208,10 +213,10 @@ static inline __attribute__((always_inline)) void window_features(const float *x
     if (a + g->lag_qrs < b)
         qrs_moments(x, a, a + g->lag_qrs, b, g->lag_qrs, p);
     if (a + g->lag_hf + g->lag_hf < b)
-        hf_energy(x, a, a + g->lag_hf, b - g->lag_hf, g->lag_hf, p);
+        hf_energy(x, a, a + g->lag_hf, b - g->lag_hf, g->lag_hf, quality_spike_cap(w_lo, w_hi),
+                  p);
     mains_sums(x, a, b, g, ph, p);
     merge_tree(p, true);
-    p[0].hf_n = (uint32_t)(a + 2 * g->lag_hf < b ? b - a - 2 * g->lag_hf : 0);
     struct quality_line line = quality_mains_line(&p[0], a, b, g);
     if (line.f >= 0) { /* hum: the moments and second difference again, the line taken out */
         struct quality_lane q[QUALITY_LANES];
@@ -221,13 +226,15 @@ static inline __attribute__((always_inline)) void window_features(const float *x
             t[l] = quality_lane_phase(g, (size_t)line.f, l);
         }
         for (i = a; i < b; i++)
-            quality_lineless_term(&q[LANE(i, a)], &t[LANE(i, a)], x, a, b, i, g, &line);
+            quality_lineless_term(&q[LANE(i, a)], &t[LANE(i, a)], x, a, b, i, g, &line,
+                                  quality_spike_cap(w_lo, w_hi));
         merge_tree(q, true);
         p[0].s1 = q[0].s1;
         p[0].s2 = q[0].s2;
         p[0].s3 = q[0].s3;
         p[0].s4 = q[0].s4;
         p[0].h2 = q[0].h2;
+        p[0].hf_n = q[0].hf_n;
     }
     p[0].lo = w_lo;
     p[0].hi = w_hi;
