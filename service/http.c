@@ -116,9 +116,33 @@ void svc_answer_body(struct svc_request *req, unsigned http_status, struct ecg_b
  * requests after it find the budget full. Smaller answers are bounded by the connection limit
  * and covered by the budget's headroom, like libmicrohttpd's own buffers.
  */
+#define ANSWER_BUSY_MESSAGE                                                                   \
+    "the answer (%zu bytes) does not fit the memory budget now, which answers not yet read by " \
+    "their clients hold; retry later"
+
+bool svc_answer_room(struct svc_request *req, size_t estimate_bytes)
+{
+    if (estimate_bytes <= SVC_ANSWER_UNCOUNTED_BYTES ||
+        svc_memory_reserve_up_to(&req->srv->memory, &req->reserved_bytes, estimate_bytes)) {
+        req->answer_reserved = req->reserved_bytes > 0;
+        return true;
+    }
+    svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "memory_busy", ANSWER_BUSY_MESSAGE,
+                     estimate_bytes);
+    req->retry_after_s = 1;
+    return false;
+}
+
 static void answer_reserve(struct svc_request *req, size_t len)
 {
     struct svc_server *srv = req->srv;
+    if (req->answer_reserved && len < req->reserved_bytes) {
+        /* an estimate held while the answer was built: down to what it came to */
+        size_t keep = len > SVC_ANSWER_UNCOUNTED_BYTES ? len : 0;
+        svc_memory_release(&srv->memory, req->reserved_bytes - keep);
+        req->reserved_bytes = keep;
+        return;
+    }
     if (len <= SVC_ANSWER_UNCOUNTED_BYTES || len <= req->reserved_bytes)
         return;
     if (svc_memory_reserve_up_to(&srv->memory, &req->reserved_bytes, len))
@@ -129,9 +153,7 @@ static void answer_reserve(struct svc_request *req, size_t len)
         svc_memory_count(&srv->memory, &req->reserved_bytes, len);
         return;
     }
-    svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "memory_busy",
-                     "the answer (%zu bytes) does not fit the memory budget now, which answers "
-                     "not yet read by their clients hold; retry later", len);
+    svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "memory_busy", ANSWER_BUSY_MESSAGE, len);
     req->retry_after_s = 1;
 }
 

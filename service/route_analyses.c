@@ -379,6 +379,10 @@ static void get_signal(struct svc_request *req, const struct svc_analysis *entry
     }
     size_t n_points = (size_t)points, len = end - start, n_out = 0;
     bool decimated = len > n_points;
+    /* each point: its index (the digits of end, a comma) and its value (%.9g, a comma) */
+    size_t index_digits = (size_t)snprintf(NULL, 0, "%zu", end);
+    if (!svc_answer_room(req, (decimated ? n_points : len) * (index_digits + 18) + 512))
+        return;
     ecg_buf_printf(&body,
                    "{\"id\":\"%s\",\"lead\":\"%s\",\"fs_hz\":%.17g,\"n_samples\":%zu,"
                    "\"start\":%zu,\"end\":%zu,\"decimated\":%s",
@@ -523,6 +527,14 @@ static bool include_option(struct svc_request *req, unsigned *include)
     return true;
 }
 
+/* An upper bound of analysis_json's size: the beat table's rows, the quality segments, and the
+ * rest (a 30-min record with every part: ~95 bytes a beat). */
+static size_t analysis_json_estimate(const struct svc_analysis *entry)
+{
+    const struct ecg_result *r = entry->result;
+    return r->n_beats * 400 + r->quality.n_segments * 200 + (64u << 10);
+}
+
 /* DELETE: 204; with include=, 200 and the analysis as it was (taken and dropped at once). */
 static void delete_analysis(struct svc_request *req)
 {
@@ -538,6 +550,9 @@ static void delete_analysis(struct svc_request *req)
         answer_missing(req, false);
     } else if (entry && svc_analysis_state(&srv->store, entry) == SVC_ANALYSIS_DONE) {
         struct ecg_buf body = {0};
+        /* the analysis is gone: its answer is counted whether it fits or not */
+        svc_memory_count(&srv->memory, &req->reserved_bytes, analysis_json_estimate(entry));
+        req->answer_reserved = true;
         analysis_json(entry, include, &body);
         answer_json(req, MHD_HTTP_OK, &body);
         ecg_buf_fini(&body);
@@ -586,7 +601,8 @@ void svc_analyses_get(struct svc_request *req)
             get_beat(req, entry);
         } else {
             unsigned include = 0;
-            if (!include_option(req, &include))
+            if (!include_option(req, &include) ||
+                !svc_answer_room(req, analysis_json_estimate(entry)))
                 break;
             analysis_json(entry, include, &body);
             answer_json(req, MHD_HTTP_OK, &body);

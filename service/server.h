@@ -111,6 +111,7 @@ struct svc_request {
     const char *uri_problem;  /* why the raw request target is refused; NULL = fine */
     struct svc_conn *tracked; /* its connection (connections.c); NULL when untracked */
     size_t reserved_bytes;    /* held in the memory budget */
+    bool answer_reserved;     /* reserved_bytes is an answer's estimate (svc_answer_room) */
     double t_start;
     uint64_t bytes_in;
     uint64_t bytes_out;
@@ -241,6 +242,12 @@ void svc_answer_body(struct svc_request *req, unsigned http_status, struct ecg_b
 
 /* Answers up to this size are not counted in the memory budget (http.c answer_reserve). */
 #define SVC_ANSWER_UNCOUNTED_BYTES (64u << 10)
+
+/* Before building a large answer to a request that reserved nothing (a GET, a decode): holds
+ * up to estimate_bytes (at least the answer's size) in the memory budget, so that answers being
+ * built count too, not only those being sent. False, with req answered 503 memory_busy, when it
+ * does not fit now. The reservation comes down to the answer's real size when it is sent. */
+bool svc_answer_room(struct svc_request *req, size_t estimate_bytes);
 
 /* Queues req's answer with libmicrohttpd (on the HTTP thread); an answer over
  * SVC_ANSWER_UNCOUNTED_BYTES is held in the memory budget until the request ends. MHD_NO only
