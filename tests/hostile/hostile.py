@@ -336,14 +336,6 @@ def memory_budget(ecgd, backend, base, values):
     srv.stop()
 
 
-def rss_kb(srv):
-    with open("/proc/%d/status" % srv.proc.pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def reader(port, source, path, rcvbuf=4096):
     """A connection that asks for path and reads nothing until told (by default a tiny receive
     buffer, so that the kernel cannot take the answer off the server's hands)."""
@@ -388,7 +380,7 @@ def unread_answers(ecgd, backend, base, data):
         return
     size = len(request("GET", window, srv.port)[2])
     n = 150  # 300 MB of answers: without the budget the server grows by about that
-    rss0 = rss_kb(srv)
+    rss0 = srv.status_kb("VmRSS")
     socks = [reader(srv.port, "127.0.%d.%d" % (1 + i // 200, 2 + i % 200), window)
              for i in range(n)]
     # Wait until every one has its answer's head queued (or 30 s): peek without reading.
@@ -402,7 +394,7 @@ def unread_answers(ecgd, backend, base, data):
                 except BlockingIOError:
                     pass
         time.sleep(0.1)
-    grown_mb = (rss_kb(srv) - rss0) / 1024.0
+    grown_mb = (srv.status_kb("VmRSS") - rss0) / 1024.0
     reserved = srv.metric("ecgd_memory_reserved_bytes")
     ok200 = sum(h.startswith(b"HTTP/1.1 200") for h in heads)
     busy = sum(h.startswith(b"HTTP/1.1 503") for h in heads)

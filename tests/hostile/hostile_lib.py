@@ -85,12 +85,16 @@ class Server:
     def alive(self):
         return self.proc.poll() is None
 
-    def hwm_kb(self):
+    def status_kb(self, field):
+        """A memory figure of /proc/PID/status (VmHWM, VmRSS...) in kB."""
         with open("/proc/%d/status" % self.proc.pid) as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
         return 0
+
+    def hwm_kb(self):
+        return self.status_kb("VmHWM")
 
     def metric(self, name, port=None):
         status, _, body = request("GET", "/metrics", port=port or self.admin_port)

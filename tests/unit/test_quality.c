@@ -198,6 +198,21 @@ static void test_white_noise(void **state)
     ecg_engine_destroy(engine);
 }
 
+/* res, the analysis of a perturbed copy of the recording clean came from, is as readable:
+ * the same verdict, the usable fraction within 1 %; adds both sides' flagged beats and res's
+ * beats to the counts. */
+static void assert_as_readable(const struct ecg_result *clean, const struct ecg_result *res,
+                               size_t *flagged_clean, size_t *flagged, size_t *beats)
+{
+    assert_int_equal(res->quality.verdict, clean->quality.verdict);
+    assert_true(res->quality.usable_fraction >= clean->quality.usable_fraction - 0.01);
+    for (size_t b = 0; b < clean->n_beats; b++)
+        *flagged_clean += !clean->readable[b];
+    for (size_t b = 0; b < res->n_beats; b++)
+        *flagged += !res->readable[b];
+    *beats += res->n_beats;
+}
+
 /*
  * Mains hum on clean records (quality_core.h takes the line out): 0.5 mV of 50 or 60 Hz on the
  * first 5 minutes of four records leaves the verdict and the beats' readable flags as without
@@ -220,13 +235,7 @@ static void test_mains_hum(void **state)
                 hum.samples[i] = sig.samples[i] +
                                  (float)(0.5 * sin(2 * M_PI * hz[k] * (double)i / sig.fs_hz + 1.0));
             struct ecg_result *res = analyze(engine, &hum);
-            assert_int_equal(res->quality.verdict, clean->quality.verdict);
-            assert_true(res->quality.usable_fraction >= clean->quality.usable_fraction - 0.01);
-            for (size_t b = 0; b < clean->n_beats; b++)
-                flagged_clean += !clean->readable[b];
-            for (size_t b = 0; b < res->n_beats; b++)
-                flagged_hum += !res->readable[b];
-            beats += res->n_beats;
+            assert_as_readable(clean, res, &flagged_clean, &flagged_hum, &beats);
             ecg_result_free(res);
             ecg_signal_free(&hum);
         }
@@ -284,13 +293,7 @@ static void test_pacemaker_spikes(void **state)
                             paced.samples[at + d] += (float)(amp_mv[k % 2] * shape[d + 2]);
                 }
             struct ecg_result *res = analyze(engine, &paced);
-            assert_int_equal(res->quality.verdict, clean->quality.verdict);
-            assert_true(res->quality.usable_fraction >= clean->quality.usable_fraction - 0.01);
-            for (size_t b = 0; b < clean->n_beats; b++)
-                flagged_clean += !clean->readable[b];
-            for (size_t b = 0; b < res->n_beats; b++)
-                flagged_paced += !res->readable[b];
-            beats += res->n_beats;
+            assert_as_readable(clean, res, &flagged_clean, &flagged_paced, &beats);
             ecg_result_free(res);
             ecg_signal_free(&paced);
         }
