@@ -122,9 +122,12 @@ void svc_answer_body(struct svc_request *req, unsigned http_status, struct ecg_b
 
 bool svc_answer_room(struct svc_request *req, size_t estimate_bytes)
 {
-    if (estimate_bytes <= SVC_ANSWER_UNCOUNTED_BYTES ||
-        svc_memory_reserve_up_to(&req->srv->memory, &req->reserved_bytes, estimate_bytes)) {
-        req->answer_reserved = req->reserved_bytes > 0;
+    const size_t before = req->reserved_bytes;
+    if (estimate_bytes <= SVC_ANSWER_UNCOUNTED_BYTES)
+        return true;
+    if (svc_memory_reserve_up_to(&req->srv->memory, &req->reserved_bytes, estimate_bytes)) {
+        req->answer_reserved = true;
+        req->answer_floor = before;
         return true;
     }
     svc_answer_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "memory_busy", ANSWER_BUSY_MESSAGE,
@@ -137,10 +140,14 @@ static void answer_reserve(struct svc_request *req, size_t len)
 {
     struct svc_server *srv = req->srv;
     if (req->answer_reserved && len < req->reserved_bytes) {
-        /* an estimate held while the answer was built: down to what it came to */
+        /* an estimate held while the answer was built: down to what it came to (not below
+         * what the request held before it) */
         size_t keep = len > SVC_ANSWER_UNCOUNTED_BYTES ? len : 0;
-        svc_memory_release(&srv->memory, req->reserved_bytes - keep);
-        req->reserved_bytes = keep;
+        keep = keep > req->answer_floor ? keep : req->answer_floor;
+        if (keep < req->reserved_bytes) {
+            svc_memory_release(&srv->memory, req->reserved_bytes - keep);
+            req->reserved_bytes = keep;
+        }
         return;
     }
     if (len <= SVC_ANSWER_UNCOUNTED_BYTES || len <= req->reserved_bytes)

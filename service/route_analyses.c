@@ -551,6 +551,7 @@ static void delete_analysis(struct svc_request *req)
     } else if (entry && svc_analysis_state(&srv->store, entry) == SVC_ANALYSIS_DONE) {
         struct ecg_buf body = {0};
         /* the analysis is gone: its answer is counted whether it fits or not */
+        req->answer_floor = req->reserved_bytes;
         svc_memory_count(&srv->memory, &req->reserved_bytes, analysis_json_estimate(entry));
         req->answer_reserved = true;
         analysis_json(entry, include, &body);

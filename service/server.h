@@ -111,7 +111,8 @@ struct svc_request {
     const char *uri_problem;  /* why the raw request target is refused; NULL = fine */
     struct svc_conn *tracked; /* its connection (connections.c); NULL when untracked */
     size_t reserved_bytes;    /* held in the memory budget */
-    bool answer_reserved;     /* reserved_bytes is an answer's estimate (svc_answer_room) */
+    bool answer_reserved;     /* reserved_bytes holds an answer's estimate (svc_answer_room) */
+    size_t answer_floor;      /* ... over this much, held before it (a request body's) */
     double t_start;
     uint64_t bytes_in;
     uint64_t bytes_out;
