@@ -57,6 +57,7 @@ struct record_stats {
     struct ecg_match_stats whole; /* nothing left out: VF episodes counted too */
     /* of m's true and false detections, those the answer flags readable = false */
     size_t tp_unreadable, fp_unreadable;
+    size_t pauses, inside_pauses; /* --pauses: the pauses made, the detections inside them */
 };
 
 /* A noise stress test: noise record path and SNR; path NULL for none. */
@@ -64,7 +65,96 @@ struct stress {
     const char *path;
     double snr_db;
     double offset_s; /* where in the noise record the mixing starts (it wraps to its start) */
+    bool pauses;     /* --pauses: sinus pauses made by taking beats out (take_beats_out) */
 };
+
+/* ------------------------------------------------------------------ --pauses */
+
+#define PAUSES_MAX 128
+#define PAUSE_MIN_S 2.0     /* a pause lasts 2 to 6 s, from one kept beat to the next */
+#define PAUSE_MAX_S 6.0
+#define PAUSE_EVERY_MIN 40  /* beats kept between pauses: 40 to 79 */
+#define PAUSE_EVERY_SPAN 40
+
+/* Deterministic uniform numbers in [0, 1) (xorshift64*), seeded per record. */
+static double pause_uniform(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return (double)((*s * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0;
+}
+
+/*
+ * --pauses: sinus pauses made from the record by taking beats out, the way a sinus arrest
+ * does. After every 40 to 79 beats, the beats within a drawn 2-6 s after one are taken out of
+ * the annotations and their samples, from 0.45 s after that beat to 0.25 s before the next one
+ * kept, replaced on every lead by a level going from the one end to the other with the record's
+ * own high-frequency noise (that of the 0.1 s after the next beat's T wave) and a slow 0.05-mV
+ * swell; every other sample and beat keeps its time. No pause is made over a ventricular
+ * flutter episode. pauses gets each pause's [start, end) (input samples), *n_pauses their count.
+ */
+static enum ecg_status take_beats_out(struct ecg_signal *sig, struct ecg_annotations *ann,
+                                      const char *record, int64_t (*pauses)[2],
+                                      size_t *n_pauses, struct ecg_error *err)
+{
+    const double fs = sig->fs_hz;
+    const int64_t n = (int64_t)sig->n;
+    uint64_t seed = 0x9E3779B97F4A7C15ULL;
+    for (const char *c = record; *c; c++)
+        seed = (seed ^ (uint64_t)(unsigned char)*c) * 0x100000001B3ULL;
+    bool *gone = calloc(ann->n ? ann->n : 1, sizeof *gone);
+    if (!gone)
+        return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "pauses");
+    *n_pauses = 0;
+    size_t k = 10;
+    while (k + 20 < ann->n && *n_pauses < PAUSES_MAX) {
+        const double gap = (PAUSE_MIN_S + (PAUSE_MAX_S - PAUSE_MIN_S) * pause_uniform(&seed)) * fs;
+        size_t j = k + 1;
+        while (j + 1 < ann->n && (double)(ann->sample[j + 1] - ann->sample[k]) < gap)
+            j++;
+        const int64_t a = ann->sample[k] + (int64_t)(0.45 * fs);
+        const int64_t b = ann->sample[j] - (int64_t)(0.25 * fs);
+        const int64_t q = ann->sample[j] + (int64_t)(0.45 * fs);
+        bool flutter = false;
+        for (size_t v = 0; v < ann->n_vf; v++)
+            flutter |= ann->vf_start[v] < b && ann->vf_end[v] >= a;
+        if (j >= k + 2 && b > a && a > 0 && q + (int64_t)(0.1 * fs) + 1 < n && !flutter) {
+            for (size_t m = k + 1; m < j; m++)
+                gone[m] = true;
+            for (size_t l = 0; l <= sig->n_extra; l++) {
+                float *x = l ? sig->extra[l - 1] : sig->samples;
+                double ss = 0.0;
+                const int64_t hf_n = (int64_t)(0.1 * fs);
+                for (int64_t i = q; i < q + hf_n; i++)
+                    ss += ((double)x[i + 1] - x[i]) * ((double)x[i + 1] - x[i]);
+                const double hf = sqrt(ss / (double)hf_n / 2.0);
+                const double from = x[a - 1], to = x[b], len = (double)(b - a);
+                for (int64_t i = a; i < b; i++) {
+                    /* a standard normal number (Box-Muller) */
+                    const double u1 = pause_uniform(&seed), u2 = pause_uniform(&seed);
+                    const double z = sqrt(-2.0 * log(u1 > 0.0 ? u1 : 1e-300)) * cos(2 * M_PI * u2);
+                    const double t = (double)(i - a) / len;
+                    x[i] = (float)(from + (to - from) * t + hf * z + 0.05 * sin(M_PI * t));
+                }
+            }
+            pauses[*n_pauses][0] = a;
+            pauses[*n_pauses][1] = b;
+            (*n_pauses)++;
+        }
+        k = j + PAUSE_EVERY_MIN + (size_t)(PAUSE_EVERY_SPAN * pause_uniform(&seed));
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < ann->n; i++)
+        if (!gone[i]) {
+            ann->sample[kept] = ann->sample[i];
+            ann->symbol[kept] = ann->symbol[i];
+            kept++;
+        }
+    ann->n = kept;
+    free(gone);
+    return ECG_OK;
+}
 
 /* The channel of the noise record that nst adds to the k-th selected lead: the lead's own
  * index in the record (nst pairs ECG signal i with noise signal i modulo the noise's count),
@@ -256,6 +346,13 @@ static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, c
     status = ecg_annotations_read(path, &ann, err);
     if (status != ECG_OK)
         goto out;
+    int64_t pauses[PAUSES_MAX][2];
+    size_t n_pauses = 0;
+    if (st->pauses) {
+        status = take_beats_out(&sig, &ann, record, pauses, &n_pauses, err);
+        if (status != ECG_OK)
+            goto out;
+    }
     if (st->path) {
         status = add_noise(st, lead, &ann, &sig, err);
         if (status != ECG_OK)
@@ -308,6 +405,12 @@ static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, c
         }
     }
     rs->n_ref = n_ref;
+    rs->pauses = n_pauses;
+    for (size_t i = 0; i < res->n_beats; i++) /* test_robust's margins: 0.2 s and the window */
+        for (size_t p = 0; p < n_pauses; p++)
+            rs->inside_pauses += res->r_peak[i] > pauses[p][0] + (int64_t)(0.2 * sig.fs_hz) &&
+                                 res->r_peak[i] < pauses[p][1] -
+                                                      (int64_t)(MATCH_WINDOW_S * sig.fs_hz);
     ecg_match_beats(det, n_det, ref, n_ref, sig.fs_hz, MATCH_WINDOW_S, &rs->m, match);
     if (res->readable) {
         /* how the quality verdict's flags split the true and the false detections */
@@ -436,7 +539,7 @@ static void eval_usage(FILE *out)
 {
     fprintf(out, "usage: ecgd eval [--json] [--lead N|NAME] [--model PATH|none] "
                  "[--backend auto|cpu|cuda] [--noise NAME|PATH --snr DB [--noise-offset S]] "
-                 "[--strips S [--strip-overlap O]] DIR [RECORD...]\n"
+                 "[--strips S [--strip-overlap O]] [--pauses] DIR [RECORD...]\n"
                  "Detection uses every lead of the records (--lead all) unless --lead names one "
                  "or a list.\n"
                  "Without RECORD names, reads DIR/RECORDS. The model defaults to %s when it "
@@ -453,6 +556,8 @@ static void eval_usage(FILE *out)
                  "all strips against the part of the record they cover.\n"
                  "--strip-overlap O posts each strip after the first with the O seconds before "
                  "it, whose beats it does not report\n(a monitor's strips overlapping by O s).\n"
+                 "--pauses makes sinus pauses of 2-6 s by taking beats out (every 40-79 beats; "
+                 "before any noise is added)\nand counts the detections inside them.\n"
                  "--test FILE.atr DIR RECORD scores the beats of a WFDB annotation file (ecgd "
                  "analyze --annotations, or any detector's) against the record's reference "
                  "instead of running the detector. Options take their value as --lead 1 or "
@@ -490,6 +595,8 @@ int cli_eval(int argc, char **argv)
             return 0;
         } else if (strcmp(a, "--json") == 0) {
             json = true;
+        } else if (strcmp(a, "--pauses") == 0) {
+            stress.pauses = true;
         } else if ((strcmp(a, "--lead") == 0 || strcmp(a, "--model") == 0 ||
                     strcmp(a, "--backend") == 0 || strcmp(a, "--noise") == 0 ||
                     strcmp(a, "--snr") == 0 || strcmp(a, "--test") == 0 ||
@@ -657,6 +764,8 @@ int cli_eval(int argc, char **argv)
         total.m.fn += rs->m.fn;
         total.m.fp += rs->m.fp;
         total.tp_unreadable += rs->tp_unreadable;
+        total.pauses += rs->pauses;
+        total.inside_pauses += rs->inside_pauses;
         total.fp_unreadable += rs->fp_unreadable;
         total.n_ref_noisy += rs->n_ref_noisy;
         total.whole.tp += rs->whole.tp;
@@ -688,6 +797,9 @@ int cli_eval(int argc, char **argv)
                    "\"ppv_pct\":%.3f,\"f1_pct\":%.3f}}",
                    stress.path, stress.snr_db, stress.offset_s, total.n_ref_noisy, nm->tp, nm->fn, nm->fp, n_se,
                    n_ppv, 2.0 * n_se * n_ppv / (n_se + n_ppv));
+        if (stress.pauses)
+            printf(",\"pauses\":{\"count\":%zu,\"detections_inside\":%zu}", total.pauses,
+                   total.inside_pauses);
         printf(",\"flagged_unreadable\":{\"tp\":%zu,\"fp\":%zu,\"tp_pct\":%.3f,"
                "\"fp_pct\":%.3f}", total.tp_unreadable, total.fp_unreadable,
                pct(total.tp_unreadable, total.m.tp), pct(total.fp_unreadable, total.m.fp));
@@ -706,6 +818,9 @@ int cli_eval(int argc, char **argv)
                    "%zu, FN %zu, FP %zu, Se %.3f %%, +P %.3f %%, F1 %.3f %%\n",
                    stress.path, stress.snr_db, stress.offset_s, total.n_ref_noisy, nm->tp, nm->fn, nm->fp, n_se,
                    n_ppv, 2.0 * n_se * n_ppv / (n_se + n_ppv));
+        if (stress.pauses)
+            printf("pauses of 2-6 s made by taking beats out: %zu; detections inside them: %zu\n",
+                   total.pauses, total.inside_pauses);
         printf("flagged unreadable by the quality verdict (beats.readable = false): %zu of %zu "
                "true beats (%.2f %%), %zu of %zu false beats (%.2f %%)\n", total.tp_unreadable,
                total.m.tp, pct(total.tp_unreadable, total.m.tp), total.fp_unreadable,

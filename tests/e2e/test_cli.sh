@@ -108,6 +108,16 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 assert b["strip_overlap_s"] == 1 and a["strip_overlap_s"] == 0
 ta, tb = a["total"], b["total"]
 sys.exit(not (ta["beats"] == tb["beats"] and 3 * tb["fp"] < 2 * ta["fp"] and tb["fn"] <= ta["fn"]))' "$tmp/strips2.json" "$tmp/overlap.json"
+    # --pauses: sinus pauses made by taking beats out; clean, no beat may be found inside one
+    "$ECGD" eval --json --model none --pauses $mitdb 101 208 >"$tmp/pauses.json"
+    "$ECGD" eval --json --model none $mitdb 101 208 >"$tmp/nopauses.json"
+    check "eval --pauses: 2-6 s pauses made in 101 and 208, their beats out of the reference, no detection inside" $PY -c '
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+p, t = a["pauses"], a["total"]
+assert "pauses" not in b and p["count"] >= 40 and p["detections_inside"] == 0
+assert t["beats"] < b["total"]["beats"] - 2 * p["count"]
+sys.exit(not (t["se_pct"] > 99.5 and t["ppv_pct"] > 99.0))' "$tmp/pauses.json" "$tmp/nopauses.json"
     expect_fail "--strip-overlap without --strips" "needs --strips" eval --strip-overlap 1 $mitdb 101
     expect_fail "--strips with --test" "give one" eval --strips 10 --test "$tmp/none.atr" $mitdb 101
     expect_fail "--noise-offset without --noise" "name one" eval --noise-offset 120 $mitdb 101
