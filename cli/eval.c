@@ -684,6 +684,11 @@ int cli_eval(int argc, char **argv)
                         "give one\n");
         return 2;
     }
+    if (test_path && stress.pauses) {
+        fprintf(stderr, "ecgd eval: --test scores a file's beats, found on the record as it is; "
+                        "--pauses changes the record: give one\n");
+        return 2;
+    }
     if (test_path)
         model_path = NULL; /* the file's beats are scored, not the engine's */
     if (n_names == 0) {

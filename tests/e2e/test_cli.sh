@@ -118,6 +118,7 @@ p, t = a["pauses"], a["total"]
 assert "pauses" not in b and p["count"] >= 40 and p["detections_inside"] == 0
 assert t["beats"] < b["total"]["beats"] - 2 * p["count"]
 sys.exit(not (t["se_pct"] > 99.5 and t["ppv_pct"] > 99.0))' "$tmp/pauses.json" "$tmp/nopauses.json"
+    expect_fail "--pauses with --test" "changes the record" eval --pauses --test "$tmp/none.atr" $mitdb 101
     expect_fail "--strip-overlap without --strips" "needs --strips" eval --strip-overlap 1 $mitdb 101
     expect_fail "--strips with --test" "give one" eval --strips 10 --test "$tmp/none.atr" $mitdb 101
     expect_fail "--noise-offset without --noise" "name one" eval --noise-offset 120 $mitdb 101
