@@ -97,7 +97,7 @@ static inline struct ecg_quality_geometry ecg_quality_geometry_of(size_t n, doub
  *   qrs_n      number of QRS-band differences d = x[i] - x[i - lag_qrs] taken (i >= a + lag)
  *   qrs_s1..s4 sums of d, d^2, d^3 (= d^2 * d) and d^4 (= d^2 * d^2), in lane order
  *   hf_s2      sum of h^2, h = (x[i + L] - x[i]) - (x[i] - x[i - L]), L = lag_hf, over
- *              i in [a + L, b - L) where h^2 <= 0.5 (x_max - x_min)^2 (a larger one is a
+ *              i in [a + L, b - L) where h^2 <= 0.25 (x_max - x_min)^2 (a larger one is a
  *              spike, a pacemaker's: cpu/quality_core.h); hf_n of them
  * All differences are taken in double from the float samples.
  */

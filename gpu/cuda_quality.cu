@@ -71,13 +71,14 @@ static __device__ void quality_body(const float *__restrict__ x, size_t n,
     for (unsigned step = 1; step < QUALITY_LANES; step *= 2)
         exchange(&p, step, lane, false);
     float lo = p.lo, hi = p.hi;
+    const double cap = quality_spike_cap(lo, hi);
     uint32_t repeat = p.repeat;
     p = quality_lane_start(active ? x[a] : 0.0f);
     struct ecg_quality_turn ph[ECG_QUALITY_MAINS];
     for (size_t f = 0; f < ECG_QUALITY_MAINS; f++)
         ph[f] = quality_lane_phase(&g, f, lane);
     for (size_t i = a + lane; i < b; i += QUALITY_LANES) {
-        quality_lane_second(&p, x, n, &g, a, b, i, lo, hi);
+        quality_lane_second(&p, x, n, &g, a, b, i, lo, hi, cap);
         quality_mains_term(&p, ph, x, a, i, &g);
     }
     for (unsigned step = 1; step < QUALITY_LANES; step *= 2)
@@ -94,8 +95,7 @@ static __device__ void quality_body(const float *__restrict__ x, size_t n,
         if (line.f >= 0) {
             struct ecg_quality_turn t = quality_lane_phase(&g, (size_t)line.f, lane);
             for (size_t i = a + lane; i < b; i += QUALITY_LANES)
-                quality_lineless_term(&q, &t, x, a, b, i, &g, &line,
-                                      quality_spike_cap(lo, hi));
+                quality_lineless_term(&q, &t, x, a, b, i, &g, &line, cap);
         }
         for (unsigned step = 1; step < QUALITY_LANES; step *= 2)
             exchange(&q, step, lane, true);

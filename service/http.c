@@ -120,12 +120,15 @@ void svc_answer_body(struct svc_request *req, unsigned http_status, struct ecg_b
     "the answer (%zu bytes) does not fit the memory budget now, which answers not yet read by " \
     "their clients hold; retry later"
 
-bool svc_answer_room(struct svc_request *req, size_t estimate_bytes)
+bool svc_answer_room(struct svc_request *req, size_t estimate_bytes, bool keep)
 {
     const size_t before = req->reserved_bytes;
     if (estimate_bytes <= SVC_ANSWER_UNCOUNTED_BYTES)
         return true;
-    if (svc_memory_reserve_up_to(&req->srv->memory, &req->reserved_bytes, estimate_bytes)) {
+    if (keep)
+        svc_memory_count(&req->srv->memory, &req->reserved_bytes, estimate_bytes);
+    if (keep ||
+        svc_memory_reserve_up_to(&req->srv->memory, &req->reserved_bytes, estimate_bytes)) {
         req->answer_reserved = true;
         req->answer_floor = before;
         return true;

@@ -381,7 +381,7 @@ static void get_signal(struct svc_request *req, const struct svc_analysis *entry
     bool decimated = len > n_points;
     /* each point: its index (the digits of end, a comma) and its value (%.9g, a comma) */
     size_t index_digits = (size_t)snprintf(NULL, 0, "%zu", end);
-    if (!svc_answer_room(req, (decimated ? n_points : len) * (index_digits + 18) + 512))
+    if (!svc_answer_room(req, (decimated ? n_points : len) * (index_digits + 18) + 512, false))
         return;
     ecg_buf_printf(&body,
                    "{\"id\":\"%s\",\"lead\":\"%s\",\"fs_hz\":%.17g,\"n_samples\":%zu,"
@@ -551,9 +551,7 @@ static void delete_analysis(struct svc_request *req)
     } else if (entry && svc_analysis_state(&srv->store, entry) == SVC_ANALYSIS_DONE) {
         struct ecg_buf body = {0};
         /* the analysis is gone: its answer is counted whether it fits or not */
-        req->answer_floor = req->reserved_bytes;
-        svc_memory_count(&srv->memory, &req->reserved_bytes, analysis_json_estimate(entry));
-        req->answer_reserved = true;
+        (void)svc_answer_room(req, analysis_json_estimate(entry), true);
         analysis_json(entry, include, &body);
         answer_json(req, MHD_HTTP_OK, &body);
         ecg_buf_fini(&body);
@@ -603,7 +601,7 @@ void svc_analyses_get(struct svc_request *req)
         } else {
             unsigned include = 0;
             if (!include_option(req, &include) ||
-                !svc_answer_room(req, analysis_json_estimate(entry)))
+                !svc_answer_room(req, analysis_json_estimate(entry), false))
                 break;
             analysis_json(entry, include, &body);
             answer_json(req, MHD_HTTP_OK, &body);

@@ -241,7 +241,7 @@ void svc_decode_run(struct svc_request *req)
     if (!decode_points(req, root, info.latent_dim, &points, &n))
         goto out;
     /* each beat: beat_len values (%.9g and a comma), its point and the brackets */
-    if (!svc_answer_room(req, n * ((size_t)info.beat_len * 17 + 64) + 1024))
+    if (!svc_answer_room(req, n * ((size_t)info.beat_len * 17 + 64) + 1024, false))
         goto out;
     beats = malloc(n * info.beat_len * sizeof *beats);
     if (!beats) {

@@ -247,8 +247,10 @@ void svc_answer_body(struct svc_request *req, unsigned http_status, struct ecg_b
 /* Before building a large answer to a request that reserved nothing (a GET, a decode): holds
  * up to estimate_bytes (at least the answer's size) in the memory budget, so that answers being
  * built count too, not only those being sent. False, with req answered 503 memory_busy, when it
- * does not fit now. The reservation comes down to the answer's real size when it is sent. */
-bool svc_answer_room(struct svc_request *req, size_t estimate_bytes);
+ * does not fit now; with keep (an answer that cannot be asked for again: DELETE ...?include=)
+ * it is counted whether it fits or not. The reservation comes down to the answer's real size,
+ * not below what the request held before, when it is sent. */
+bool svc_answer_room(struct svc_request *req, size_t estimate_bytes, bool keep);
 
 /* Queues req's answer with libmicrohttpd (on the HTTP thread); an answer over
  * SVC_ANSWER_UNCOUNTED_BYTES is held in the memory budget until the request ends. MHD_NO only

@@ -302,10 +302,11 @@ QUALITY_FN void quality_lineless_term(struct quality_lane *p, struct ecg_quality
 
 /* Second walk, sample i of window [a, b), once the window's extremes lo and hi are known:
  * plateaus at the extremes, the QRS-band difference moments (i >= a + lag_qrs) and the HF
- * second difference (a + lag_hf <= i < b - lag_hf; spikes left out, quality_spike_cap). */
+ * second difference (a + lag_hf <= i < b - lag_hf; spikes over cap, quality_spike_cap(lo, hi)
+ * taken once per window, left out). */
 QUALITY_FN void quality_lane_second(struct quality_lane *p, const float *x, size_t n,
                                     const struct ecg_quality_geometry *g, size_t a, size_t b,
-                                    size_t i, float lo, float hi)
+                                    size_t i, float lo, float hi, double cap)
 {
     if ((x[i] == hi || x[i] == lo) && quality_plateau(x, n, i)) {
         p->at_max += x[i] == hi;
@@ -316,7 +317,7 @@ QUALITY_FN void quality_lane_second(struct quality_lane *p, const float *x, size
         p->qrs_n++;
     }
     if (i >= a + g->lag_hf && i + g->lag_hf < b)
-        quality_hf_term(x, i, g->lag_hf, quality_spike_cap(lo, hi), &p->h2, &p->hf_n);
+        quality_hf_term(x, i, g->lag_hf, cap, &p->h2, &p->hf_n);
 }
 
 /* Combines the extremes of two subtrees, low holding the lower lanes: on a tie, low's value. */

@@ -201,6 +201,7 @@ static inline __attribute__((always_inline)) void window_features(const float *x
     }
     merge_tree(p, false);
     float w_lo = p[0].lo, w_hi = p[0].hi;
+    const double cap = quality_spike_cap(w_lo, w_hi);
     /* second walk: plateaus at the extremes, then the sums lane by lane */
     uint32_t at_max = 0, at_min = 0;
     for (i = a; i < b; i++)
@@ -213,8 +214,7 @@ static inline __attribute__((always_inline)) void window_features(const float *x
     if (a + g->lag_qrs < b)
         qrs_moments(x, a, a + g->lag_qrs, b, g->lag_qrs, p);
     if (a + g->lag_hf + g->lag_hf < b)
-        hf_energy(x, a, a + g->lag_hf, b - g->lag_hf, g->lag_hf, quality_spike_cap(w_lo, w_hi),
-                  p);
+        hf_energy(x, a, a + g->lag_hf, b - g->lag_hf, g->lag_hf, cap, p);
     mains_sums(x, a, b, g, ph, p);
     merge_tree(p, true);
     struct quality_line line = quality_mains_line(&p[0], a, b, g);
@@ -226,8 +226,7 @@ static inline __attribute__((always_inline)) void window_features(const float *x
             t[l] = quality_lane_phase(g, (size_t)line.f, l);
         }
         for (i = a; i < b; i++)
-            quality_lineless_term(&q[LANE(i, a)], &t[LANE(i, a)], x, a, b, i, g, &line,
-                                  quality_spike_cap(w_lo, w_hi));
+            quality_lineless_term(&q[LANE(i, a)], &t[LANE(i, a)], x, a, b, i, g, &line, cap);
         merge_tree(q, true);
         p[0].s1 = q[0].s1;
         p[0].s2 = q[0].s2;
