@@ -66,6 +66,7 @@ struct stress {
     double snr_db;
     double offset_s; /* where in the noise record the mixing starts (it wraps to its start) */
     bool pauses;     /* --pauses: sinus pauses made by taking beats out (take_beats_out) */
+    bool blocked;    /* --blocked-pauses: ... that keep the P waves of the beats taken out */
 };
 
 /* ------------------------------------------------------------------ --pauses */
@@ -75,6 +76,8 @@ struct stress {
 #define PAUSE_MAX_S 6.0
 #define PAUSE_EVERY_MIN 40  /* beats kept between pauses: 40 to 79 */
 #define PAUSE_EVERY_SPAN 40
+#define PAUSE_P_FROM_S 0.26 /* --blocked-pauses: a beat's P wave, this long before its R peak */
+#define PAUSE_P_TO_S 0.06   /* ... to this long before it */
 
 /* Deterministic uniform numbers in [0, 1) (xorshift64*), seeded per record. */
 static double pause_uniform(uint64_t *s)
@@ -93,9 +96,13 @@ static double pause_uniform(uint64_t *s)
  * own high-frequency noise (that of the 0.1 s after the next beat's T wave) and a slow 0.05-mV
  * swell; every other sample and beat keeps its time. No pause is made over a ventricular
  * flutter episode. pauses gets each pause's [start, end) (input samples), *n_pauses their count.
+ * With blocked (--blocked-pauses), each beat taken out leaves its P wave in the pause (the
+ * record's samples from PAUSE_P_FROM_S to PAUSE_P_TO_S before its R peak, less the straight line
+ * between their ends, added to the level): the non-conducted P waves of a second-degree AV
+ * block, where the atria keep their rhythm and the ventricles pause.
  */
 static enum ecg_status take_beats_out(struct ecg_signal *sig, struct ecg_annotations *ann,
-                                      const char *record, int64_t (*pauses)[2],
+                                      const char *record, bool blocked, int64_t (*pauses)[2],
                                       size_t *n_pauses, struct ecg_error *err)
 {
     const double fs = sig->fs_hz;
@@ -104,8 +111,13 @@ static enum ecg_status take_beats_out(struct ecg_signal *sig, struct ecg_annotat
     for (const char *c = record; *c; c++)
         seed = (seed ^ (uint64_t)(unsigned char)*c) * 0x100000001B3ULL;
     bool *gone = calloc(ann->n ? ann->n : 1, sizeof *gone);
-    if (!gone)
+    /* a pause's samples as they were, for the P waves (the longest pause and its margins) */
+    float *was = blocked ? malloc((size_t)((PAUSE_MAX_S + 1.0) * fs) * sizeof *was) : NULL;
+    if (!gone || (blocked && !was)) {
+        free(gone);
+        free(was);
         return ecg_fail(err, ECG_ERR_NOMEM, "out_of_memory", "pauses");
+    }
     *n_pauses = 0;
     size_t k = 10;
     while (k + 20 < ann->n && *n_pauses < PAUSES_MAX) {
@@ -129,6 +141,8 @@ static enum ecg_status take_beats_out(struct ecg_signal *sig, struct ecg_annotat
                 for (int64_t i = q; i < q + hf_n; i++)
                     ss += ((double)x[i + 1] - x[i]) * ((double)x[i + 1] - x[i]);
                 const double hf = sqrt(ss / (double)hf_n / 2.0);
+                if (blocked)
+                    memcpy(was, x + a, (size_t)(b - a) * sizeof *was);
                 const double from = x[a - 1], to = x[b], len = (double)(b - a);
                 for (int64_t i = a; i < b; i++) {
                     /* a standard normal number (Box-Muller) */
@@ -136,6 +150,17 @@ static enum ecg_status take_beats_out(struct ecg_signal *sig, struct ecg_annotat
                     const double z = sqrt(-2.0 * log(u1 > 0.0 ? u1 : 1e-300)) * cos(2 * M_PI * u2);
                     const double t = (double)(i - a) / len;
                     x[i] = (float)(from + (to - from) * t + hf * z + 0.05 * sin(M_PI * t));
+                }
+                for (size_t m = k + 1; blocked && m < j; m++) {
+                    const int64_t lo = ann->sample[m] - (int64_t)(PAUSE_P_FROM_S * fs);
+                    const int64_t hi = ann->sample[m] - (int64_t)(PAUSE_P_TO_S * fs);
+                    if (lo < a || hi >= b)
+                        continue;
+                    const double e0 = was[lo - a], e1 = was[hi - a];
+                    for (int64_t i = lo; i <= hi; i++) {
+                        const double t = (double)(i - lo) / (double)(hi - lo);
+                        x[i] += (float)(was[i - a] - (e0 + (e1 - e0) * t));
+                    }
                 }
             }
             pauses[*n_pauses][0] = a;
@@ -153,6 +178,7 @@ static enum ecg_status take_beats_out(struct ecg_signal *sig, struct ecg_annotat
         }
     ann->n = kept;
     free(gone);
+    free(was);
     return ECG_OK;
 }
 
@@ -349,7 +375,7 @@ static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, c
     int64_t pauses[PAUSES_MAX][2];
     size_t n_pauses = 0;
     if (st->pauses) {
-        status = take_beats_out(&sig, &ann, record, pauses, &n_pauses, err);
+        status = take_beats_out(&sig, &ann, record, st->blocked, pauses, &n_pauses, err);
         if (status != ECG_OK)
             goto out;
     }
@@ -539,7 +565,7 @@ static void eval_usage(FILE *out)
 {
     fprintf(out, "usage: ecgd eval [--json] [--lead N|NAME] [--model PATH|none] "
                  "[--backend auto|cpu|cuda] [--noise NAME|PATH --snr DB [--noise-offset S]] "
-                 "[--strips S [--strip-overlap O]] [--pauses] DIR [RECORD...]\n"
+                 "[--strips S [--strip-overlap O]] [--pauses|--blocked-pauses] DIR [RECORD...]\n"
                  "Detection uses every lead of the records (--lead all) unless --lead names one "
                  "or a list.\n"
                  "Without RECORD names, reads DIR/RECORDS. The model defaults to %s when it "
@@ -558,6 +584,8 @@ static void eval_usage(FILE *out)
                  "it, whose beats it does not report\n(a monitor's strips overlapping by O s).\n"
                  "--pauses makes sinus pauses of 2-6 s by taking beats out (every 40-79 beats; "
                  "before any noise is added)\nand counts the detections inside them.\n"
+                 "--blocked-pauses does the same but leaves each beat's P wave in its pause (the "
+                 "non-conducted P waves\nof a second-degree AV block).\n"
                  "--test FILE.atr DIR RECORD scores the beats of a WFDB annotation file (ecgd "
                  "analyze --annotations, or any detector's) against the record's reference "
                  "instead of running the detector. Options take their value as --lead 1 or "
@@ -597,6 +625,8 @@ int cli_eval(int argc, char **argv)
             json = true;
         } else if (strcmp(a, "--pauses") == 0) {
             stress.pauses = true;
+        } else if (strcmp(a, "--blocked-pauses") == 0) {
+            stress.pauses = stress.blocked = true;
         } else if ((strcmp(a, "--lead") == 0 || strcmp(a, "--model") == 0 ||
                     strcmp(a, "--backend") == 0 || strcmp(a, "--noise") == 0 ||
                     strcmp(a, "--snr") == 0 || strcmp(a, "--test") == 0 ||
@@ -803,8 +833,8 @@ int cli_eval(int argc, char **argv)
                    stress.path, stress.snr_db, stress.offset_s, total.n_ref_noisy, nm->tp, nm->fn, nm->fp, n_se,
                    n_ppv, 2.0 * n_se * n_ppv / (n_se + n_ppv));
         if (stress.pauses)
-            printf(",\"pauses\":{\"count\":%zu,\"detections_inside\":%zu}", total.pauses,
-                   total.inside_pauses);
+            printf(",\"pauses\":{\"count\":%zu,\"p_waves\":%s,\"detections_inside\":%zu}",
+                   total.pauses, stress.blocked ? "true" : "false", total.inside_pauses);
         printf(",\"flagged_unreadable\":{\"tp\":%zu,\"fp\":%zu,\"tp_pct\":%.3f,"
                "\"fp_pct\":%.3f}", total.tp_unreadable, total.fp_unreadable,
                pct(total.tp_unreadable, total.m.tp), pct(total.fp_unreadable, total.m.fp));
@@ -824,8 +854,9 @@ int cli_eval(int argc, char **argv)
                    stress.path, stress.snr_db, stress.offset_s, total.n_ref_noisy, nm->tp, nm->fn, nm->fp, n_se,
                    n_ppv, 2.0 * n_se * n_ppv / (n_se + n_ppv));
         if (stress.pauses)
-            printf("pauses of 2-6 s made by taking beats out: %zu; detections inside them: %zu\n",
-                   total.pauses, total.inside_pauses);
+            printf("pauses of 2-6 s made by taking beats out%s: %zu; detections inside them: %zu\n",
+                   stress.blocked ? ", their P waves left" : "", total.pauses,
+                   total.inside_pauses);
         printf("flagged unreadable by the quality verdict (beats.readable = false): %zu of %zu "
                "true beats (%.2f %%), %zu of %zu false beats (%.2f %%)\n", total.tp_unreadable,
                total.m.tp, pct(total.tp_unreadable, total.m.tp), total.fp_unreadable,

@@ -126,6 +126,10 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
     double slope_level = 0.0, beat_level = 0.0; /* the beats' usual slope and height */
     int64_t last_decay = origin; /* when SPK was last halved (or the last beat) */
     size_t first_mark = SIZE_MAX, last_mark = SIZE_MAX;
+    /* PAUSE_LIMITS(): taken at each beat accepted (none before the first: no rule applies) */
+    static_assert(DETECT_RR_COUNT == 8, "the RR ring is r0 .. r7");
+    double pause_gap = 0.0, pause_height = 0.0;
+    bool regular = false;
 
     {
         /* detector_learn(): SPK half the median of the DETECT_LEARN_TOP largest candidates of
@@ -163,6 +167,26 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
 
 /* decide.c's twave_reference(): the last beat's slope, or the usual one when steeper */
 #define TWAVE_REFERENCE ((double)last_slope > slope_level ? (double)last_slope : slope_level)
+
+/* What changes only when a beat is accepted, taken then: decide.c's searchback_in_pause()
+ * asks of a search-back candidate whether it lies further than pause_gap after the last beat,
+ * is at most pause_height high and the rhythm regular; regular is detector_regular() (the
+ * range of the newest min(n_rr, 8) intervals, in registers), which detector_premature_weak()
+ * asks too */
+#define RR_SPAN(r, i)                                                                      \
+    if (n_rr > (i)) {                                                                      \
+        rs_lo = (r) < rs_lo ? (r) : rs_lo;                                                 \
+        rs_hi = (r) > rs_hi ? (r) : rs_hi;                                                 \
+    }
+#define PAUSE_LIMITS()                                                                     \
+    do {                                                                                   \
+        pause_gap = DMUL(DETECT_SEARCHBACK_FAR_RR, rr_mean);                               \
+        pause_height = DMUL(DETECT_SEARCHBACK_FAR_MIN, beat_level);                        \
+        double rs_lo = n_rr ? r0 : 0.0, rs_hi = rs_lo;                                     \
+        RR_SPAN(r1, 1) RR_SPAN(r2, 2) RR_SPAN(r3, 3) RR_SPAN(r4, 4) RR_SPAN(r5, 5)         \
+        RR_SPAN(r6, 6) RR_SPAN(r7, 7)                                                      \
+        regular = noise_regular_rhythm(n_rr, rr_mean, rs_lo, rs_hi);                       \
+    } while (0)
 
 /* detector_accept(): the beat is marked only inside the block */
 #define ACCEPT(kk, gain)                                                                   \
@@ -202,6 +226,7 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
             beat_level = DADD(DMUL(DETECT_LEVEL_GAIN, (double)src.h(acc_k)),               \
                               DMUL(1.0 - DETECT_LEVEL_GAIN, beat_level));                  \
         after_last = acc_k + 1;                                                            \
+        PAUSE_LIMITS();                                                                    \
     } while (0)
 
     /* decide.c's cpu_decide_window(): a window at the recording's start has no warm-up
@@ -250,6 +275,14 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
                         (double)src.sl(scanned) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))
                         continue; /* a T wave is no missed beat */
                     const float hs = src.h(scanned);
+                    if (last >= 0 && regular && (double)gap > pause_gap &&
+                        (double)hs <= pause_height) {
+                        /* in a pause and off the rhythm: no missed beat (searchback_in_pause) */
+                        const double intervals = __ddiv_rn((double)gap, rr_mean);
+                        if (fabs(DSUB(intervals, floor(DADD(intervals, 0.5)))) >
+                            DETECT_SEARCHBACK_BEAT_RR)
+                            continue;
+                    }
                     if (best == SIZE_MAX || hs > best_h) {
                         best = scanned;
                         best_h = hs;
@@ -286,18 +319,7 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
                 noise_premature_weak(t, DETECT_THRESHOLD, pos - last, h, beat_level, rr_mean)) {
                 /* ... and there, in a regular rhythm, an early beat must be as strong as the usual
                  * one (noise_core.h, step 3; decide.c's detector_premature_weak) */
-                static_assert(DETECT_RR_COUNT == 8, "the RR ring is r0 .. r7");
-                /* the range of the newest min(n_rr, 8) intervals, in registers */
-                double lo = n_rr ? r0 : 0.0, hi = lo;
-#define RR_SPAN(r, i)                                                                      \
-    if (n_rr > (i)) {                                                                      \
-        lo = (r) < lo ? (r) : lo;                                                          \
-        hi = (r) > hi ? (r) : hi;                                                          \
-    }
-                RR_SPAN(r1, 1) RR_SPAN(r2, 2) RR_SPAN(r3, 3) RR_SPAN(r4, 4) RR_SPAN(r5, 5)
-                RR_SPAN(r6, 6) RR_SPAN(r7, 7)
-#undef RR_SPAN
-                noise = noise_regular_rhythm(n_rr, rr_mean, lo, hi);
+                noise = regular;
             }
             if (noise) {
                 npk = DADD(DMUL(DETECT_LEVEL_GAIN, (double)h), DMUL(1.0 - DETECT_LEVEL_GAIN, npk));
@@ -309,6 +331,8 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
         }
     }
 #undef ACCEPT
+#undef PAUSE_LIMITS
+#undef RR_SPAN
 #undef TWAVE_REFERENCE
 done:
     struct block_end ends[2];

@@ -1,8 +1,8 @@
 /*
  * decide.c - stage 4 of the R-peak detector: the adaptive decision over the candidates
  * (Pan-Tompkins-style signal and noise levels, threshold, refractory period, T-wave rejection,
- * weak early candidates in noise, search-back (sooner in clean windows), level decay), run by
- * blocks and merged at the block boundaries.
+ * weak early candidates in noise, search-back (sooner in clean windows, not into a pause),
+ * level decay), run by blocks and merged at the block boundaries.
  *
  * detect.c produces the candidates (stages 1-3) and places the accepted beats (stage 5); the
  * CUDA twin of this file is the block and merge kernels of gpu/cuda_decide.cu, which must make
@@ -108,6 +108,37 @@ static bool searchback_due(const struct detector *d, int64_t gap, bool clean)
            (clean && (double)gap > DETECT_SEARCHBACK_RR_CLEAN * d->rr_mean);
 }
 
+/* Whether the rhythm is regular: noise_core.h's noise_regular_rhythm over the RR ring's filled
+ * part. */
+static bool detector_regular(const struct detector *d)
+{
+    const size_t m = d->n_rr < DETECT_RR_COUNT ? d->n_rr : DETECT_RR_COUNT;
+    double lo = m ? d->rr[0] : 0.0, hi = lo;
+    for (size_t q = 1; q < m; q++) {
+        lo = d->rr[q] < lo ? d->rr[q] : lo;
+        hi = d->rr[q] > hi ? d->rr[q] : hi;
+    }
+    return noise_regular_rhythm(d->n_rr, d->rr_mean, lo, hi);
+}
+
+/* Whether search-back passes candidate c over as lying in a pause: in a regular rhythm, further
+ * than DETECT_SEARCHBACK_FAR_RR mean intervals after the last beat, off the rhythm (further
+ * than DETECT_SEARCHBACK_BEAT_RR mean intervals from a whole number of them after the last
+ * beat) and under DETECT_SEARCHBACK_FAR_MIN of the beats' usual height. The rhythm's missed
+ * beats lie a whole number of intervals after the last beat found (one, or more where the
+ * complexes shrank: a run of small beats); what lies elsewhere in a long gap lies in a pause (a
+ * sinus arrest, an AV block's dropped beat), and a small wave there is a P wave or noise. An
+ * irregular rhythm (atrial fibrillation) has no expected place: its small beats are taken
+ * wherever they come. */
+static bool searchback_in_pause(const struct detector *d, const struct cpu_candidate *c)
+{
+    if (d->last < 0 || (double)(c->pos - d->last) <= DETECT_SEARCHBACK_FAR_RR * d->rr_mean ||
+        (double)c->height > DETECT_SEARCHBACK_FAR_MIN * d->beat_level || !detector_regular(d))
+        return false;
+    const double intervals = (double)(c->pos - d->last) / d->rr_mean;
+    return fabs(intervals - floor(intervals + 0.5)) > DETECT_SEARCHBACK_BEAT_RR;
+}
+
 /* The slope a candidate close behind the last beat must approach to be a beat rather than its
  * T wave: the last beat's, or the beats' usual slope when that is steeper (the second lobe of a
  * wide ventricular beat is as steep as the beat itself, but not as steep as the usual QRS). */
@@ -121,16 +152,9 @@ static double twave_reference(const struct detector *d)
 static bool detector_premature_weak(const struct detector *d, const struct cpu_candidate *c,
                                     double t)
 {
-    if (!noise_premature_weak(t, DETECT_THRESHOLD, c->pos - d->last, c->height, d->beat_level,
-                              d->rr_mean))
-        return false;
-    const size_t m = d->n_rr < DETECT_RR_COUNT ? d->n_rr : DETECT_RR_COUNT;
-    double lo = m ? d->rr[0] : 0.0, hi = lo;
-    for (size_t q = 1; q < m; q++) {
-        lo = d->rr[q] < lo ? d->rr[q] : lo;
-        hi = d->rr[q] > hi ? d->rr[q] : hi;
-    }
-    return noise_regular_rhythm(d->n_rr, d->rr_mean, lo, hi);
+    return noise_premature_weak(t, DETECT_THRESHOLD, c->pos - d->last, c->height, d->beat_level,
+                                d->rr_mean) &&
+           detector_regular(d);
 }
 
 static void detector_noise(struct detector *d, const struct cpu_candidate *c)
@@ -282,6 +306,8 @@ static void decide_pass(const struct ecg_plan *plan, const struct cpu_candidate 
                     continue;
                 if (d.last >= 0 && cand[j].pos - d.last < twave &&
                     cand[j].slope < DETECT_TWAVE_SLOPE * twave_reference(&d))
+                    continue;
+                if (searchback_in_pause(&d, &cand[j]))
                     continue;
                 if (d.best == SIZE_MAX || cand[j].height > cand[d.best].height)
                     d.best = j;

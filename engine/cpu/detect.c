@@ -49,7 +49,10 @@
  *    search-back as well (a T wave taken once for a missed beat shortens the RR mean, which
  *    calls search-back earlier, which takes the next T wave: the UCR recording's failure); and
  *    search-back takes nothing under DETECT_SEARCHBACK_MIN of the beats' usual height, however
- *    long the gap (a sinus pause is not a run of missed beats).
+ *    long the gap (a sinus pause is not a run of missed beats), nor, in a regular rhythm,
+ *    under DETECT_SEARCHBACK_FAR_MIN of it further than DETECT_SEARCHBACK_FAR_RR mean
+ *    intervals after the last beat (a missed beat of the rhythm lies about one interval after
+ *    the last; further lies a pause, and a small wave there is a P wave or noise).
  *    Then the rhythm check (insert.c, insert_core.h): a beat that splits one regular RR
  *    interval in two without the strength of its neighbours is an artefact and goes.
  *    The pass runs by blocks of CPU_DETECT_BLOCK_S (60 s), each from fresh state started

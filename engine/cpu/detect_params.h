@@ -27,6 +27,15 @@
 #ifndef DETECT_SEARCHBACK_MIN
 #define DETECT_SEARCHBACK_MIN 0.2    /* ... and above this fraction of the beats' usual height */
 #endif
+#ifndef DETECT_SEARCHBACK_FAR_RR
+#define DETECT_SEARCHBACK_FAR_RR 1.3 /* past this many mean RR after the last beat (a pause) ... */
+#endif
+#ifndef DETECT_SEARCHBACK_BEAT_RR
+#define DETECT_SEARCHBACK_BEAT_RR 0.1 /* ... further than this from a whole number of them ... */
+#endif
+#ifndef DETECT_SEARCHBACK_FAR_MIN
+#define DETECT_SEARCHBACK_FAR_MIN 0.4 /* ... search-back takes only this share of the usual height */
+#endif
 #define DETECT_RR_COUNT 8            /* RR intervals in the running mean */
 #define DETECT_DECAY_RR 3.0          /* fruitless search-back: halve SPK once per 3 mean RR */
 #define DETECT_TWAVE_S 0.36          /* a candidate closer than this may be a T wave */

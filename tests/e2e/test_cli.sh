@@ -118,7 +118,18 @@ p, t = a["pauses"], a["total"]
 assert "pauses" not in b and p["count"] >= 40 and p["detections_inside"] == 0
 assert t["beats"] < b["total"]["beats"] - 2 * p["count"]
 sys.exit(not (t["se_pct"] > 99.5 and t["ppv_pct"] > 99.0))' "$tmp/pauses.json" "$tmp/nopauses.json"
+    # --blocked-pauses: the same pauses with the P waves of the beats taken out left in them (an
+    # AV block's); P waves in a pause are the known limit (docs/ACCURACY.md): a bound, not zero
+    "$ECGD" eval --json --model none --blocked-pauses $mitdb 101 208 >"$tmp/blocked.json"
+    check "eval --blocked-pauses: the same pauses and beats, P waves left in them, few taken for beats" $PY -c '
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+p, q = a["pauses"], b["pauses"]
+assert p["p_waves"] is False and q["p_waves"] is True and q["count"] == p["count"]
+assert b["total"]["beats"] == a["total"]["beats"] and b["total"]["fp"] > a["total"]["fp"]
+sys.exit(not (q["detections_inside"] <= 20 and b["total"]["se_pct"] > 99.5))' "$tmp/pauses.json" "$tmp/blocked.json"
     expect_fail "--pauses with --test" "changes the record" eval --pauses --test "$tmp/none.atr" $mitdb 101
+    expect_fail "--blocked-pauses with --test" "changes the record" eval --blocked-pauses --test "$tmp/none.atr" $mitdb 101
     expect_fail "--strip-overlap without --strips" "needs --strips" eval --strip-overlap 1 $mitdb 101
     expect_fail "--strips with --test" "give one" eval --strips 10 --test "$tmp/none.atr" $mitdb 101
     expect_fail "--noise-offset without --noise" "name one" eval --noise-offset 120 $mitdb 101

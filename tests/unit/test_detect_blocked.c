@@ -7,7 +7,8 @@
  * the documented rule: on MIT-BIH records (30 blocks each), on random candidate streams, on
  * hand-made streams where the runs of two blocks disagree at the boundary (each merge rule once),
  * and on a synthetic 6-minute recording with its events across block boundaries. Never two beats
- * closer than the refractory period; one block is exactly the plain pass.
+ * closer than the refractory period; one block is exactly the plain pass. And search-back's
+ * pause rule on hand-made streams.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -395,6 +396,87 @@ static void test_blocked_long_synthetic(void **state)
     free(s.x);
 }
 
+/*
+ * Search-back and pauses (decide.c, searchback_in_pause), on hand-made streams at 250 Hz:
+ * beats of height 1 every 200 samples (0.8 s) with two noise peaks of 0.05 between each, then
+ * 5 s without a beat and the train again. A small deflection (0.25: over search-back's floors,
+ * under the threshold) 1.5 intervals after the last beat is a P wave or noise in a pause, and
+ * search-back passes it over, and 2.8 intervals after it too; the same deflection 1 or 2
+ * intervals after the last beat lies where the rhythm's missed beats lie and is taken; and in
+ * an irregular rhythm (intervals of 120 and 280 samples in turn) it is taken wherever it comes.
+ */
+static size_t pause_stream(struct cpu_candidate *c, bool irregular, int64_t small_after,
+                           int64_t *small_pos)
+{
+    size_t n = 0;
+    int64_t pos = 40, last = 0;
+    for (int b = 0; b < 30; b++) { /* 24 s of beats */
+        const int64_t rr = irregular ? (b % 2 ? 120 : 280) : 200;
+        put(c, &n, pos, 1.0f, 1.0f);
+        put(c, &n, pos + rr / 3, 0.05f, 0.2f);
+        put(c, &n, pos + 2 * rr / 3, 0.05f, 0.2f);
+        last = pos;
+        pos += rr;
+    }
+    /* the pause: noise peaks every 70 samples, the small deflection among them */
+    const int64_t resume = last + 1250;
+    *small_pos = last + small_after;
+    for (int64_t p = last + 70; p < resume - 30; p += 70) {
+        if (*small_pos > p - 70 && *small_pos <= p)
+            put(c, &n, *small_pos, 0.25f, 0.5f);
+        else
+            put(c, &n, p, 0.05f, 0.2f);
+    }
+    for (int b = 0; b < 10; b++)
+        put(c, &n, resume + 200 * b, 1.0f, 1.0f);
+    return n;
+}
+
+static void test_searchback_pause(void **state)
+{
+    (void)state;
+    struct ecg_params params = ecg_params_default();
+    struct ecg_plan plan;
+    struct ecg_error err = {0};
+    assert_int_equal(ecg_plan_init(&plan, &params, 250.0, &err), ECG_OK);
+    const size_t n_a = 250 * 45;
+    assert_int_equal(cpu_decide_blocks(&plan, n_a), 1);
+    struct cpu_candidate c[256];
+    uint8_t is_beat[256];
+    const struct {
+        bool irregular;
+        int64_t after;
+        bool taken;
+        const char *what;
+    } cases[] = {
+        {false, 300, false, "regular rhythm, 1.5 intervals into a pause"},
+        {false, 560, false, "regular rhythm, 2.8 intervals into a pause"},
+        {false, 200, true, "regular rhythm, one interval after the last beat"},
+        {false, 400, true, "regular rhythm, two intervals after the last beat"},
+        {true, 300, true, "irregular rhythm, 1.5 mean intervals into a pause"},
+    };
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        int64_t small_pos = -1;
+        const size_t n = pause_stream(c, cases[t].irregular, cases[t].after, &small_pos);
+        assert_true(n <= sizeof c / sizeof c[0]);
+        assert_int_equal(cpu_decide(&plan, c, n, n_a, is_beat, &err), ECG_OK);
+        size_t beats = 0, small = 0;
+        for (size_t k = 0; k < n; k++) {
+            beats += is_beat[k];
+            if (c[k].pos == small_pos)
+                small = is_beat[k];
+            if (c[k].height == 0.05f && is_beat[k])
+                fail_msg("%s: the noise peak at %lld taken", cases[t].what,
+                         (long long)c[k].pos);
+        }
+        print_message("%s: %zu beats, the small deflection %s\n", cases[t].what, beats,
+                      small ? "taken" : "passed over");
+        assert_int_equal(beats, 40 + (size_t)cases[t].taken);
+        assert_int_equal(small, cases[t].taken);
+    }
+    ecg_plan_fini(&plan);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -402,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_blocked_merge_random),
         cmocka_unit_test(test_blocked_merge_cases),
         cmocka_unit_test(test_blocked_long_synthetic),
+        cmocka_unit_test(test_searchback_pause),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
