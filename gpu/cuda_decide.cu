@@ -275,13 +275,22 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
                         (double)src.sl(scanned) < DMUL(DETECT_TWAVE_SLOPE, TWAVE_REFERENCE))
                         continue; /* a T wave is no missed beat */
                     const float hs = src.h(scanned);
-                    if (last >= 0 && regular && (double)gap > pause_gap &&
-                        (double)hs <= pause_height) {
-                        /* in a pause and off the rhythm: no missed beat (searchback_in_pause) */
-                        const double intervals = __ddiv_rn((double)gap, rr_mean);
-                        if (fabs(DSUB(intervals, floor(DADD(intervals, 0.5)))) >
-                            DETECT_SEARCHBACK_BEAT_RR)
-                            continue;
+                    if (last >= 0) {
+                        const bool in_pause = regular && (double)gap > pause_gap &&
+                                              (double)hs <= pause_height;
+                        const bool odd = DMUL((double)src.sl(scanned), beat_level) >=
+                                         DMUL(DMUL(DETECT_SEARCHBACK_ODD_SLOPE, (double)hs),
+                                              slope_level);
+                        if (in_pause || odd) {
+                            /* decide.c's off_rhythm(): from the rhythm's places */
+                            const double intervals = __ddiv_rn((double)gap, rr_mean);
+                            const double place =
+                                intervals < 1.0 ? 1.0 : floor(DADD(intervals, 0.5));
+                            const double off = fabs(DSUB(intervals, place));
+                            if ((in_pause && off > DETECT_SEARCHBACK_BEAT_RR) ||
+                                (odd && off > DETECT_SEARCHBACK_PLACE_RR))
+                                continue; /* searchback_in_pause, searchback_unlike */
+                        }
                     }
                     if (best == SIZE_MAX || hs > best_h) {
                         best = scanned;

@@ -51,8 +51,11 @@
  *    search-back takes nothing under DETECT_SEARCHBACK_MIN of the beats' usual height, however
  *    long the gap (a sinus pause is not a run of missed beats), nor, in a regular rhythm,
  *    under DETECT_SEARCHBACK_FAR_MIN of it further than DETECT_SEARCHBACK_FAR_RR mean
- *    intervals after the last beat (a missed beat of the rhythm lies about one interval after
- *    the last; further lies a pause, and a small wave there is a P wave or noise).
+ *    intervals after the last beat and off the rhythm's places (its missed beats lie a whole
+ *    number of intervals after the last one found; elsewhere in a long gap lies a pause, and a
+ *    small wave there is a P wave or noise), nor, off those places, a candidate
+ *    DETECT_SEARCHBACK_ODD_SLOPE times steeper for its height than the beats (a complex of any
+ *    size keeps their proportion of slope to QRS-band height; noise and P waves do not).
  *    Then the rhythm check (insert.c, insert_core.h): a beat that splits one regular RR
  *    interval in two without the strength of its neighbours is an artefact and goes.
  *    The pass runs by blocks of CPU_DETECT_BLOCK_S (60 s), each from fresh state started

@@ -36,6 +36,13 @@
 #ifndef DETECT_SEARCHBACK_FAR_MIN
 #define DETECT_SEARCHBACK_FAR_MIN 0.4 /* ... search-back takes only this share of the usual height */
 #endif
+#ifndef DETECT_SEARCHBACK_PLACE_RR
+#define DETECT_SEARCHBACK_PLACE_RR 0.3 /* further than this from a whole number of mean RR ... */
+#endif
+#ifndef DETECT_SEARCHBACK_ODD_SLOPE
+#define DETECT_SEARCHBACK_ODD_SLOPE 2.0 /* ... search-back takes no candidate this much steeper,
+                                        * for its height, than the beats */
+#endif
 #define DETECT_RR_COUNT 8            /* RR intervals in the running mean */
 #define DETECT_DECAY_RR 3.0          /* fruitless search-back: halve SPK once per 3 mean RR */
 #define DETECT_TWAVE_S 0.36          /* a candidate closer than this may be a T wave */

@@ -397,24 +397,27 @@ static void test_blocked_long_synthetic(void **state)
 }
 
 /*
- * Search-back and pauses (decide.c, searchback_in_pause), on hand-made streams at 250 Hz:
- * beats of height 1 every 200 samples (0.8 s) with two noise peaks of 0.05 between each, then
- * 5 s without a beat and the train again. A small deflection (0.25: over search-back's floors,
- * under the threshold) 1.5 intervals after the last beat is a P wave or noise in a pause, and
- * search-back passes it over, and 2.8 intervals after it too; the same deflection 1 or 2
- * intervals after the last beat lies where the rhythm's missed beats lie and is taken; and in
- * an irregular rhythm (intervals of 120 and 280 samples in turn) it is taken wherever it comes.
+ * Search-back in pauses and for candidates unlike a QRS complex (decide.c, searchback_in_pause
+ * and searchback_unlike), on hand-made streams at 250 Hz: beats of height and slope 1 every 200
+ * samples (0.8 s) with two noise peaks of 0.05 between each, then 5 s without a beat and the
+ * train again. A small deflection (height 0.25: over search-back's floors, under the threshold;
+ * slope 0.25, in the beats' proportion) 1.5 intervals after the last beat is a P wave or noise
+ * in a pause, and search-back passes it over, and 2.8 intervals after it too; the same
+ * deflection 1 or 2 intervals after the last beat lies where the rhythm's missed beats lie and
+ * is taken; in an irregular rhythm (intervals of 120 and 280 samples in turn) it is taken
+ * wherever it comes. Twice as steep as it is high (slope 0.5), it is passed over off the
+ * rhythm's places whatever the rhythm, and taken on them.
  */
 static size_t pause_stream(struct cpu_candidate *c, bool irregular, int64_t small_after,
-                           int64_t *small_pos)
+                           float small_slope, int64_t *small_pos)
 {
     size_t n = 0;
     int64_t pos = 40, last = 0;
     for (int b = 0; b < 30; b++) { /* 24 s of beats */
         const int64_t rr = irregular ? (b % 2 ? 120 : 280) : 200;
         put(c, &n, pos, 1.0f, 1.0f);
-        put(c, &n, pos + rr / 3, 0.05f, 0.2f);
-        put(c, &n, pos + 2 * rr / 3, 0.05f, 0.2f);
+        put(c, &n, pos + rr / 3, 0.05f, 0.05f);
+        put(c, &n, pos + 2 * rr / 3, 0.05f, 0.05f);
         last = pos;
         pos += rr;
     }
@@ -423,9 +426,9 @@ static size_t pause_stream(struct cpu_candidate *c, bool irregular, int64_t smal
     *small_pos = last + small_after;
     for (int64_t p = last + 70; p < resume - 30; p += 70) {
         if (*small_pos > p - 70 && *small_pos <= p)
-            put(c, &n, *small_pos, 0.25f, 0.5f);
+            put(c, &n, *small_pos, 0.25f, small_slope);
         else
-            put(c, &n, p, 0.05f, 0.2f);
+            put(c, &n, p, 0.05f, 0.05f);
     }
     for (int b = 0; b < 10; b++)
         put(c, &n, resume + 200 * b, 1.0f, 1.0f);
@@ -446,18 +449,24 @@ static void test_searchback_pause(void **state)
     const struct {
         bool irregular;
         int64_t after;
+        float slope;
         bool taken;
         const char *what;
     } cases[] = {
-        {false, 300, false, "regular rhythm, 1.5 intervals into a pause"},
-        {false, 560, false, "regular rhythm, 2.8 intervals into a pause"},
-        {false, 200, true, "regular rhythm, one interval after the last beat"},
-        {false, 400, true, "regular rhythm, two intervals after the last beat"},
-        {true, 300, true, "irregular rhythm, 1.5 mean intervals into a pause"},
+        {false, 300, 0.25f, false, "regular rhythm, 1.5 intervals into a pause"},
+        {false, 560, 0.25f, false, "regular rhythm, 2.8 intervals into a pause"},
+        {false, 200, 0.25f, true, "regular rhythm, one interval after the last beat"},
+        {false, 400, 0.25f, true, "regular rhythm, two intervals after the last beat"},
+        {true, 300, 0.25f, true, "irregular rhythm, 1.5 mean intervals into a pause"},
+        {true, 300, 0.5f, false, "irregular rhythm, 1.5 mean intervals on, twice too steep"},
+        {false, 300, 0.5f, false, "regular rhythm, 1.5 intervals on, twice too steep"},
+        {true, 200, 0.5f, true, "irregular rhythm, one mean interval on, twice too steep"},
+        {true, 300, 0.45f, true, "irregular rhythm, 1.5 mean intervals on, 1.8 times too steep"},
     };
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
         int64_t small_pos = -1;
-        const size_t n = pause_stream(c, cases[t].irregular, cases[t].after, &small_pos);
+        const size_t n =
+            pause_stream(c, cases[t].irregular, cases[t].after, cases[t].slope, &small_pos);
         assert_true(n <= sizeof c / sizeof c[0]);
         assert_int_equal(cpu_decide(&plan, c, n, n_a, is_beat, &err), ECG_OK);
         size_t beats = 0, small = 0;
