@@ -78,8 +78,8 @@
  *
  * Accuracy on the 22 MIT-BIH records of ../shared/data/mitdb, scored beat by beat against the
  * reference annotations within 150 ms as WFDB's bxb does (detections inside reference
- * ventricular flutter episodes not counted): both leads Se 99.87 %, +P 99.87 %; lead 0 alone
- * Se 99.82 %, +P 99.91 %; mean |R-peak error| 3.9 ms (tests/unit/test_detect.c asserts both).
+ * ventricular flutter episodes not counted): both leads Se 99.87 %, +P 99.86 %; lead 0 alone
+ * Se 99.81 %, +P 99.91 %; mean |R-peak error| 3.9 ms (tests/unit/test_detect.c asserts both).
  * Under noise, the NSTDB way: docs/ACCURACY.md.
  */
 #include <math.h>
