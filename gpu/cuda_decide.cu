@@ -168,7 +168,7 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
 /* decide.c's twave_reference(): the last beat's slope, or the usual one when steeper */
 #define TWAVE_REFERENCE ((double)last_slope > slope_level ? (double)last_slope : slope_level)
 
-/* What changes only when a beat is accepted, taken then: decide.c's searchback_in_pause()
+/* What changes only when a beat is accepted, taken then: decide.c's searchback_passes_over()
  * asks of a search-back candidate whether it lies further than pause_gap after the last beat,
  * is at most pause_height high and the rhythm regular; regular is detector_regular() (the
  * range of the newest min(n_rr, 8) intervals, in registers), which detector_premature_weak()
@@ -282,14 +282,14 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
                                          DMUL(DMUL(DETECT_SEARCHBACK_ODD_SLOPE, (double)hs),
                                               slope_level);
                         if (in_pause || odd) {
-                            /* decide.c's off_rhythm(): from the rhythm's places */
+                            /* how far from the rhythm's places (searchback_passes_over) */
                             const double intervals = __ddiv_rn((double)gap, rr_mean);
                             const double place =
                                 intervals < 1.0 ? 1.0 : floor(DADD(intervals, 0.5));
                             const double off = fabs(DSUB(intervals, place));
                             if ((in_pause && off > DETECT_SEARCHBACK_BEAT_RR) ||
                                 (odd && off > DETECT_SEARCHBACK_PLACE_RR))
-                                continue; /* searchback_in_pause, searchback_unlike */
+                                continue; /* a pause, or unlike a QRS complex */
                         }
                     }
                     if (best == SIZE_MAX || hs > best_h) {

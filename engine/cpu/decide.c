@@ -122,42 +122,39 @@ static bool detector_regular(const struct detector *d)
     return noise_regular_rhythm(d->n_rr, d->rr_mean, lo, hi);
 }
 
-/* How far candidate c lies from the rhythm's places, the whole numbers of mean intervals (one
- * at least) after the last beat, in mean intervals. */
-static double off_rhythm(const struct detector *d, const struct cpu_candidate *c)
+/*
+ * Whether search-back passes candidate c over (past the last beat's refractory period and T
+ * wave). Both rules ask how far c lies from the rhythm's places, the whole numbers of mean
+ * intervals (one at least) after the last beat, and so apply only after a first beat:
+ *  - a pause: in a regular rhythm, further than DETECT_SEARCHBACK_FAR_RR mean intervals after
+ *    the last beat, further than DETECT_SEARCHBACK_BEAT_RR from a place and under
+ *    DETECT_SEARCHBACK_FAR_MIN of the beats' usual height. The rhythm's missed beats lie on its
+ *    places (one interval on, or more where the complexes shrank: a run of small beats); what
+ *    lies elsewhere in a long gap lies in a pause (a sinus arrest, an AV block's dropped beat),
+ *    and a small wave there is a P wave or noise. An irregular rhythm (atrial fibrillation) has
+ *    no expected place: its small beats are taken wherever they come.
+ *  - unlike a QRS complex: further than DETECT_SEARCHBACK_PLACE_RR from a place and, measured
+ *    against the beats' usual slope and height, DETECT_SEARCHBACK_ODD_SLOPE times steeper than
+ *    it is high. A complex of any size keeps the beats' proportion (its slope and its QRS-band
+ *    height both scale with its amplitude); muscle noise's sharp spikes, electrode motion's
+ *    steps and the slow P wave, which the QRS band damps more than its slope, do not.
+ */
+static bool searchback_passes_over(const struct detector *d, const struct cpu_candidate *c)
 {
+    if (d->last < 0)
+        return false;
+    const bool in_pause =
+        (double)(c->pos - d->last) > DETECT_SEARCHBACK_FAR_RR * d->rr_mean &&
+        (double)c->height <= DETECT_SEARCHBACK_FAR_MIN * d->beat_level && detector_regular(d);
+    const bool odd = (double)c->slope * d->beat_level >=
+                     DETECT_SEARCHBACK_ODD_SLOPE * (double)c->height * d->slope_level;
+    if (!in_pause && !odd)
+        return false;
     const double intervals = (double)(c->pos - d->last) / d->rr_mean;
     const double place = intervals < 1.0 ? 1.0 : floor(intervals + 0.5);
-    return fabs(intervals - place);
-}
-
-/* Whether search-back passes candidate c over as lying in a pause: in a regular rhythm, further
- * than DETECT_SEARCHBACK_FAR_RR mean intervals after the last beat, off the rhythm (further
- * than DETECT_SEARCHBACK_BEAT_RR mean intervals from its places) and under
- * DETECT_SEARCHBACK_FAR_MIN of the beats' usual height. The rhythm's missed beats lie a whole
- * number of intervals after the last beat found (one, or more where the complexes shrank: a
- * run of small beats); what lies elsewhere in a long gap lies in a pause (a sinus arrest, an
- * AV block's dropped beat), and a small wave there is a P wave or noise. An irregular rhythm
- * (atrial fibrillation) has no expected place: its small beats are taken wherever they come. */
-static bool searchback_in_pause(const struct detector *d, const struct cpu_candidate *c)
-{
-    return d->last >= 0 && (double)(c->pos - d->last) > DETECT_SEARCHBACK_FAR_RR * d->rr_mean &&
-           (double)c->height <= DETECT_SEARCHBACK_FAR_MIN * d->beat_level && detector_regular(d) &&
-           off_rhythm(d, c) > DETECT_SEARCHBACK_BEAT_RR;
-}
-
-/* Whether search-back passes candidate c over as unlike a QRS complex: off the rhythm (further
- * than DETECT_SEARCHBACK_PLACE_RR mean intervals from its places) and, measured against the
- * beats' usual slope and height, DETECT_SEARCHBACK_ODD_SLOPE times steeper than it is high.
- * A complex of any size keeps the beats' proportion (its slope and its QRS-band height both
- * scale with its amplitude); muscle noise's sharp spikes, electrode motion's steps and the slow
- * P wave, which the QRS band damps more than its slope, do not. */
-static bool searchback_unlike(const struct detector *d, const struct cpu_candidate *c)
-{
-    return d->last >= 0 &&
-           (double)c->slope * d->beat_level >=
-               DETECT_SEARCHBACK_ODD_SLOPE * (double)c->height * d->slope_level &&
-           off_rhythm(d, c) > DETECT_SEARCHBACK_PLACE_RR;
+    const double off = fabs(intervals - place);
+    return (in_pause && off > DETECT_SEARCHBACK_BEAT_RR) ||
+           (odd && off > DETECT_SEARCHBACK_PLACE_RR);
 }
 
 /* The slope a candidate close behind the last beat must approach to be a beat rather than its
@@ -328,7 +325,7 @@ static void decide_pass(const struct ecg_plan *plan, const struct cpu_candidate 
                 if (d.last >= 0 && cand[j].pos - d.last < twave &&
                     cand[j].slope < DETECT_TWAVE_SLOPE * twave_reference(&d))
                     continue;
-                if (searchback_in_pause(&d, &cand[j]) || searchback_unlike(&d, &cand[j]))
+                if (searchback_passes_over(&d, &cand[j]))
                     continue;
                 if (d.best == SIZE_MAX || cand[j].height > cand[d.best].height)
                     d.best = j;

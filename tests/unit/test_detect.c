@@ -427,10 +427,10 @@ static void test_mitdb_accuracy(void **state)
 /* The first lead alone (MLII), as one-lead recordings are analysed: the rhythm check, the
  * threshold raised where the envelope's floor is full and the narrower band read there
  * (noise_core.h), and search-back passing over candidates steeper for their height than the
- * beats off the rhythm's places (decide.c, searchback_unlike) trade a few beats of irregular
- * rhythms (203: atrial flutter and fibrillation with multiform ventricular beats over its own
- * muscle noise, 39 of 2,980 missed, 36 before the last) for far fewer false beats in noise, so
- * one record may drop to 98.65 %. +P 99.89 %: since beats are found
+ * beats off the rhythm's places (decide.c, searchback_passes_over) trade a few beats of
+ * irregular rhythms (203: atrial flutter and fibrillation with multiform ventricular beats over
+ * its own muscle noise, 39 of 2,980 missed, 36 before the last) for far fewer false beats in
+ * noise, so one record may drop to 98.65 %. +P 99.89 %: since beats are found
  * up to a recording's first and last samples (short strips lost them), three at the records'
  * edges count as false: whole QRS complexes at the end of 106 and the start of 116 that the
  * reference leaves unannotated, and a small deflection after 114's constant first samples. */

@@ -397,8 +397,8 @@ static void test_blocked_long_synthetic(void **state)
 }
 
 /*
- * Search-back in pauses and for candidates unlike a QRS complex (decide.c, searchback_in_pause
- * and searchback_unlike), on hand-made streams at 250 Hz: beats of height and slope 1 every 200
+ * Search-back in pauses and for candidates unlike a QRS complex (decide.c,
+ * searchback_passes_over), on hand-made streams at 250 Hz: beats of height and slope 1 every 200
  * samples (0.8 s) with two noise peaks of 0.05 between each, then 5 s without a beat and the
  * train again. A small deflection (height 0.25: over search-back's floors, under the threshold;
  * slope 0.25, in the beats' proportion) 1.5 intervals after the last beat is a P wave or noise
