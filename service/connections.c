@@ -4,6 +4,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/sockios.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -181,18 +182,43 @@ static bool bytes_acked(int fd, uint64_t *acked)
     return true;
 }
 
+/* Bytes of this connection the socket still holds for the client: written by the server, not
+ * yet acknowledged (SIOCOUTQ); false where the kernel does not say. */
+bool svc_socket_bytes_waiting(int fd, uint64_t *waiting)
+{
+    int v = 0;
+    if (ioctl(fd, SIOCOUTQ, &v) != 0 || v < 0)
+        return false;
+    *waiting = (uint64_t)v;
+    return true;
+}
+
+enum svc_download_verdict svc_download_verdict(double elapsed_s, uint64_t acked_since,
+                                               uint64_t waiting, double grace_s,
+                                               double min_bytes_s)
+{
+    if (waiting == 0)
+        return SVC_DOWNLOAD_RESTART;
+    if (elapsed_s > grace_s && (double)acked_since < min_bytes_s * elapsed_s)
+        return SVC_DOWNLOAD_CUT;
+    return SVC_DOWNLOAD_KEEP;
+}
+
 /*
  * An answer being sent: its buffer stays in memory (and in the budget, http.c) until the client
  * has read it, so a client reading a byte now and then would hold it forever; libmicrohttpd's
  * idle timeout sees such a trickle as activity. Timed from the reaper's first look at it, by the
  * bytes the client acknowledged; after --header-timeout-s of grace an average under
  * --min-download-kib-s cuts the connection (no answer can follow half an answer). An answer that
- * fits the socket's buffers ends its request at once and is never timed.
+ * fits the socket's buffers ends its request at once and is never timed. Whenever the client has
+ * acknowledged everything written so far, the timing starts again (svc_download_verdict): the
+ * wait is then the server's (its HTTP thread starved of CPU), not the client's.
  */
 static void sending_look(struct svc_conns *conns, struct svc_conn *conn, double now)
 {
-    uint64_t mark = phase_mark(conn), acked;
-    if (conns->min_download_bytes_s <= 0 || !bytes_acked(conn->fd, &acked))
+    uint64_t mark = phase_mark(conn), acked, waiting;
+    if (conns->min_download_bytes_s <= 0 || !bytes_acked(conn->fd, &acked) ||
+        !svc_socket_bytes_waiting(conn->fd, &waiting))
         return;
     if (conn->sending_mark != mark) {
         conn->sending_mark = mark;
@@ -200,14 +226,23 @@ static void sending_look(struct svc_conns *conns, struct svc_conn *conn, double 
         conn->sending_start_s = now;
         return;
     }
-    double elapsed = now - conn->sending_start_s;
-    if (elapsed > conns->header_timeout_s &&
-        (double)(acked - conn->sending_acked) < conns->min_download_bytes_s * elapsed) {
+    switch (svc_download_verdict(now - conn->sending_start_s, acked - conn->sending_acked,
+                                 waiting, conns->header_timeout_s,
+                                 conns->min_download_bytes_s)) {
+    case SVC_DOWNLOAD_RESTART:
+        conn->sending_acked = acked;
+        conn->sending_start_s = now;
+        break;
+    case SVC_DOWNLOAD_CUT: {
         /* Closed with a reset: what the kernel still holds of the answer is dropped at once,
          * rather than trickled out ahead of a FIN at the client's pace. */
         struct linger reset = {.l_onoff = 1, .l_linger = 0};
         (void)setsockopt(conn->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
         conn_cut(conns->srv, conn, 0, NULL, NULL, SVC_CONN_EVENT_SLOW_DOWNLOAD);
+        break;
+    }
+    case SVC_DOWNLOAD_KEEP:
+        break;
     }
 }
 

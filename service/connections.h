@@ -76,6 +76,21 @@ void svc_listeners_closing(struct svc_server *srv);
 /* Stops the listeners (closing every connection) and the reaper. Safe when never started. */
 void svc_listeners_stop(struct svc_server *srv);
 
+/*
+ * The slow-download rule for an answer being sent, timed for elapsed_s since the timing (re)began,
+ * in which the client acknowledged acked_since bytes; waiting: the bytes the socket holds for it
+ * now (svc_socket_bytes_waiting). RESTART when nothing waits (the client has all the server
+ * wrote: any wait is the server's), CUT past grace_s at an average under min_bytes_s, else KEEP.
+ */
+enum svc_download_verdict { SVC_DOWNLOAD_KEEP, SVC_DOWNLOAD_RESTART, SVC_DOWNLOAD_CUT };
+enum svc_download_verdict svc_download_verdict(double elapsed_s, uint64_t acked_since,
+                                               uint64_t waiting, double grace_s,
+                                               double min_bytes_s);
+
+/* The bytes the socket fd holds for its peer: written, not yet acknowledged (SIOCOUTQ); false
+ * where the kernel does not say. */
+bool svc_socket_bytes_waiting(int fd, uint64_t *waiting);
+
 /* Connections open on the listeners now. */
 long svc_connections_count(struct svc_server *srv);
 

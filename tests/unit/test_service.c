@@ -3,8 +3,10 @@
  * configuration parser (flags, environment, precedence, refusals), the metrics exposition, JSON
  * string escaping in logs, the worker pool (every job runs once; cancelled on a stopping pool)
  * and the OpenAPI document's assembly from its parts (merge order, conflicts refused, the
- * embedded parts merged). The server itself is tested end to end by tests/e2e/test_http.sh.
+ * embedded parts merged), the slow-download rule (a wait that is the server's own is not held
+ * against the client; measured on a real loopback socket). The server itself is tested end to end by tests/e2e/test_http.sh.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,10 +15,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
 #include "../../service/config.h"
+#include "../../service/connections.h"
 #include "../../service/jobs.h"
 #include "../../service/log.h"
 #include "../../service/metrics.h"
@@ -502,6 +511,78 @@ static void test_openapi_merge(void **state)
     ecg_buf_fini(&again);
 }
 
+/* The slow-download rule: a client that has acknowledged everything written so far is not the
+ * reason an answer is slow, whatever the clock says; one that leaves bytes waiting is cut past
+ * the grace at an average under the minimum, and not before. */
+static void test_download_verdict(void **state)
+{
+    (void)state;
+    const double grace = 10.0, min = 4096.0;
+    /* nothing waits: the timing restarts, however long and however little was read */
+    assert_int_equal(svc_download_verdict(30.0, 0, 0, grace, min), SVC_DOWNLOAD_RESTART);
+    assert_int_equal(svc_download_verdict(0.5, 0, 0, grace, min), SVC_DOWNLOAD_RESTART);
+    /* bytes wait: within the grace, kept; past it, cut under the minimum average, kept at it */
+    assert_int_equal(svc_download_verdict(9.9, 0, 1, grace, min), SVC_DOWNLOAD_KEEP);
+    assert_int_equal(svc_download_verdict(10.5, 10.5 * min - 1, 1, grace, min), SVC_DOWNLOAD_CUT);
+    assert_int_equal(svc_download_verdict(10.5, 10.5 * min, 1 << 20, grace, min),
+                     SVC_DOWNLOAD_KEEP);
+    assert_int_equal(svc_download_verdict(60.0, 0, 100, grace, min), SVC_DOWNLOAD_CUT);
+}
+
+/* What the rule reads, on a real TCP connection over loopback: bytes written that the peer has
+ * not taken wait in the socket; once the peer has read them all, nothing waits. */
+static void test_socket_bytes_waiting(void **state)
+{
+    (void)state;
+    int lst = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(lst >= 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof addr;
+    assert_int_equal(bind(lst, (struct sockaddr *)&addr, sizeof addr), 0);
+    assert_int_equal(listen(lst, 1), 0);
+    assert_int_equal(getsockname(lst, (struct sockaddr *)&addr, &alen), 0);
+    int client = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(client, (struct sockaddr *)&addr, sizeof addr), 0);
+    int server = accept(lst, NULL, NULL);
+    assert_true(server >= 0);
+    uint64_t waiting = 1;
+    assert_true(svc_socket_bytes_waiting(server, &waiting));
+    assert_int_equal(waiting, 0);
+
+    /* the client does not read: the server writes until the socket takes no more (the client's
+     * window is full), and what lies beyond that window waits */
+    static char chunk[1 << 16];
+    memset(chunk, 'x', sizeof chunk);
+    size_t written = 0;
+    ssize_t w = 0;
+    for (int i = 0; i < 4096 && (w = send(server, chunk, sizeof chunk, MSG_DONTWAIT)) > 0; i++)
+        written += (size_t)w;
+    assert_true(w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+    assert_true(svc_socket_bytes_waiting(server, &waiting));
+    assert_true(waiting > 0);
+
+    /* the client reads everything: within a few seconds nothing waits any more */
+    size_t got = 0;
+    static char sink[1 << 16];
+    const time_t deadline = time(NULL) + 10;
+    while (time(NULL) < deadline) {
+        struct pollfd p = {.fd = client, .events = POLLIN};
+        if (poll(&p, 1, 50) > 0) {
+            ssize_t r = recv(client, sink, sizeof sink, 0);
+            assert_true(r > 0);
+            got += (size_t)r;
+        }
+        if (got == written && svc_socket_bytes_waiting(server, &waiting) && waiting == 0)
+            break;
+    }
+    assert_int_equal(got, written);
+    assert_true(svc_socket_bytes_waiting(server, &waiting));
+    assert_int_equal(waiting, 0);
+    close(server);
+    close(client);
+    close(lst);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -510,6 +591,7 @@ int main(void)
         cmocka_unit_test(test_metrics_render),
         cmocka_unit_test(test_json_string),   cmocka_unit_test(test_jobs_all_run),
         cmocka_unit_test(test_jobs_cancel),   cmocka_unit_test(test_openapi_merge),
+        cmocka_unit_test(test_download_verdict), cmocka_unit_test(test_socket_bytes_waiting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
