@@ -11,7 +11,8 @@
  *                                                     one thread (its block stages the ends)
  *
  * Exactness: every double operation of a decision is done in the CPU's order with explicit
- * round-to-nearest intrinsics (no FMA contraction), so the flags are identical to the CPU's.
+ * round-to-nearest intrinsics (no FMA contraction), so the flags are identical to the CPU's;
+ * the shape test's correlations are unlike_core.h's, written once for both.
  *
  * The search-back keeps a running "best so far" over [after_last, k), as the CPU does, instead
  * of rescanning the range at every candidate; it finds the same candidate (first index of the
@@ -22,6 +23,7 @@
 
 #include "cpu/detect_params.h" /* the detector's constants, shared with decide.c */
 #include "cpu/noise_core.h"    /* noise_threshold_at, step 3's two tests */
+#include "cpu/unlike_core.h"   /* the shape test */
 #include "cuda_detect_common.cuh"
 #include "cuda_small.cuh"
 
@@ -82,6 +84,17 @@ static __device__ size_t first_candidate_from(const Src &src, size_t n_cand, int
     return lo;
 }
 
+/* decide.c's shapes_alike(): the shapes at p and q alike on some lead, lead 0 first. */
+static __device__ bool leads_alike(const struct detect_args &a, int64_t p, int64_t q)
+{
+    for (size_t l = 0; l < a.n_leads; l++) {
+        const float *y = l == 0 ? a.y : a.y_extra + (l - 1) * a.n_a;
+        if (unlike_alike(y, (int64_t)a.n_a, a.unlike, p, q))
+            return true;
+    }
+    return false;
+}
+
 /*
  * One thread (one per CUDA block, so that no two runs share a warp and diverge), reading the
  * candidates from src: the sequential decision pass over block b's window, decide.c's
@@ -130,6 +143,11 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
     static_assert(DETECT_RR_COUNT == 8, "the RR ring is r0 .. r7");
     double pause_gap = 0.0, pause_height = 0.0;
     bool regular = false;
+    /* the shape test's references (decide.c's refs): the last beats taken above the threshold
+     * in clean windows, newest first */
+    static_assert(DETECT_UNLIKE_REFS == 4, "the references are ref0 .. ref3");
+    int64_t ref0 = 0, ref1 = 0, ref2 = 0, ref3 = 0;
+    size_t n_refs = 0;
 
     {
         /* detector_learn(): SPK half the median of the DETECT_LEARN_TOP largest candidates of
@@ -225,6 +243,11 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
         if ((gain) == DETECT_LEVEL_GAIN)                                                   \
             beat_level = DADD(DMUL(DETECT_LEVEL_GAIN, (double)src.h(acc_k)),               \
                               DMUL(1.0 - DETECT_LEVEL_GAIN, beat_level));                  \
+        if ((gain) == DETECT_LEVEL_GAIN &&                                                 \
+            __ldg(&a.crest[(size_t)acc_pos / a.crest_win]) >= DETECT_CLEAN_CREST) {        \
+            ref3 = ref2; ref2 = ref1; ref1 = ref0; ref0 = acc_pos;                         \
+            n_refs += n_refs < DETECT_UNLIKE_REFS;                                         \
+        }                                                                                  \
         after_last = acc_k + 1;                                                            \
         PAUSE_LIMITS();                                                                    \
     } while (0)
@@ -250,6 +273,7 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
             best = SIZE_MAX;
             best_h = 0.0f;
             last_decay = origin;
+            n_refs = 0; /* detector_learn() starts the second pass without references */
         }
         for (size_t k = k_lo;; k++) {
             const int64_t pos_k = k < n_cand ? src.pos(k) : 0;
@@ -333,6 +357,26 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
             if (noise) {
                 npk = DADD(DMUL(DETECT_LEVEL_GAIN, (double)h), DMUL(1.0 - DETECT_LEVEL_GAIN, npk));
                 continue;
+            }
+            /* ... and there a candidate not stronger than the usual beat must look like one of
+             * the recording's complexes: the last beat, the next candidate at least half as high
+             * (within DETECT_UNLIKE_NEXT_S), a reference (decide.c's detector_alike); what it
+             * rejects teaches NPK nothing */
+            if (t > DETECT_THRESHOLD && n_refs >= 2 &&
+                (double)h < DMUL(DETECT_UNLIKE_HEIGHT, beat_level)) {
+                bool alike = last >= 0 && leads_alike(a, pos, last);
+                for (size_t q = k + 1; !alike && q < n_cand && src.pos(q) - pos < a.unlike.next;
+                     q++) {
+                    if ((double)src.h(q) >= DMUL(DETECT_UNLIKE_NEXT_HEIGHT, (double)h)) {
+                        alike = leads_alike(a, pos, src.pos(q));
+                        break;
+                    }
+                }
+                alike = alike || leads_alike(a, pos, ref0) || leads_alike(a, pos, ref1) ||
+                        (n_refs > 2 && leads_alike(a, pos, ref2)) ||
+                        (n_refs > 3 && leads_alike(a, pos, ref3));
+                if (!alike)
+                    continue;
             }
             ACCEPT(k, DETECT_LEVEL_GAIN);
             if (marking && last >= emit_hi)

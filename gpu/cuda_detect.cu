@@ -843,6 +843,9 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     fz.win = detect_samples_of(FUSE_WINDOW_S, plan->fs_a_hz);
     fz.n_win = n_a / fz.win + (n_a % fz.win ? 1 : 0);
     fz.y_extra = (const float *)ctx->extra_resampled.ptr;
+    a.y_extra = fz.y_extra;
+    a.n_leads = n_leads;
+    a.unlike = unlike_geometry_of(plan->fs_a_hz);
 
     /* scratch: absf | env | flags | cpos | height | slope | beats_c | ref_in | ref_a |
      * block_first | block_last | scalars | ins_k | ins_pos | ins_h | ins_mark |

@@ -17,6 +17,7 @@
 #include <cub/cub.cuh>
 
 #include "cpu/insert_core.h" /* the rhythm check (insert_small_body) */
+#include "cpu/unlike_core.h" /* the decision's shape test */
 #include "cuda_internal.h"
 
 /* Double operations rounded to nearest, never contracted into an FMA: the CPU's arithmetic. */
@@ -36,6 +37,9 @@ struct block_end {
 struct detect_args {
     const float *x;      /* input, n_in */
     const float *y;      /* resampled, n_a */
+    const float *y_extra; /* the further leads' resampled signals, (n_leads - 1) x n_a */
+    size_t n_leads;      /* the leads detection reads (the decision's shape test asks each) */
+    struct unlike_geometry unlike; /* the shape test's shapes and shifts (unlike_core.h) */
     const float *f;      /* filtered, n_a */
     const float *ricker; /* the plan's taps (device copy) */
     size_t ricker_len;

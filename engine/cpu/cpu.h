@@ -161,18 +161,26 @@ size_t cpu_decide_blocks(const struct ecg_plan *plan, size_t n_a);
 void cpu_decide_block_window(const struct ecg_plan *plan, size_t n_a, size_t b,
                              struct cpu_decide_window *w);
 
+/* What the decision's shape test reads (unlike_core.h): the n_leads leads detection reads, each
+ * of n analysis-grid samples (their y). NULL where there is none: the test is left out. */
+struct cpu_shapes {
+    const struct cpu_lead *leads;
+    size_t n_leads, n;
+};
+
 /* The sequential pass over one window: sets is_beat[k] = 1 for the beats it finds in the emit
  * range (touching nothing else); *first and *last are the first and last of them (SIZE_MAX
  * when none). */
 void cpu_decide_window(const struct ecg_plan *plan, const struct cpu_candidate *cand,
-                       size_t n_cand, const struct cpu_decide_window *w, uint8_t *is_beat,
-                       size_t *first, size_t *last);
+                       size_t n_cand, const struct cpu_shapes *shapes,
+                       const struct cpu_decide_window *w, uint8_t *is_beat, size_t *first,
+                       size_t *last);
 
 /* The whole decision: every block's window, then the boundary merge. is_beat (n_cand entries)
  * is overwritten. */
 enum ecg_status cpu_decide(const struct ecg_plan *plan, const struct cpu_candidate *cand,
-                           size_t n_cand, size_t n_a, uint8_t *is_beat,
-                           struct ecg_error *err) ECG_WUR;
+                           size_t n_cand, const struct cpu_shapes *shapes, size_t n_a,
+                           uint8_t *is_beat, struct ecg_error *err) ECG_WUR;
 
 /* The rhythm check after the decision (insert_core.h): unflags the beats that split one
  * regular RR interval in two without the strength of a beat. */

@@ -1,9 +1,9 @@
 /*
  * decide.c - stage 4 of the R-peak detector: the adaptive decision over the candidates
  * (Pan-Tompkins-style signal and noise levels, threshold, refractory period, T-wave rejection,
- * weak early candidates in noise, search-back (sooner in clean windows, not into a pause, not
- * for a candidate unlike a QRS complex), level decay), run by blocks and merged at the block
- * boundaries.
+ * weak early candidates in noise, candidates unlike the recording's complexes in noise,
+ * search-back (sooner in clean windows, not into a pause, not for a candidate unlike a QRS
+ * complex), level decay), run by blocks and merged at the block boundaries.
  *
  * detect.c produces the candidates (stages 1-3) and places the accepted beats (stage 5); the
  * CUDA twin of this file is the block and merge kernels of gpu/cuda_decide.cu, which must make
@@ -18,6 +18,7 @@
 #include "detect_params.h"
 #include "noise_core.h"
 #include "select.h"
+#include "unlike_core.h"
 
 /*
  * The pass is sequential, but its state forgets: the levels follow the last few peaks, the RR
@@ -63,6 +64,10 @@ struct detector {
      * past the refractory period, kept up to date as candidates go by (no rescans) */
     size_t best, scanned;
     size_t first, final;            /* first and last beat marked (SIZE_MAX: none) */
+    /* the shape test's references (unlike_core.h): the last beats taken above the threshold in
+     * clean windows, newest first */
+    int64_t refs[DETECT_UNLIKE_REFS];
+    size_t n_refs;
 };
 
 static double detector_threshold(const struct detector *d)
@@ -95,6 +100,11 @@ static void detector_accept(struct detector *d, const struct cpu_candidate *cand
     d->slope_level = DETECT_LEVEL_GAIN * cand[k].slope + (1.0 - DETECT_LEVEL_GAIN) * d->slope_level;
     if (gain == DETECT_LEVEL_GAIN)
         d->beat_level = DETECT_LEVEL_GAIN * cand[k].height + (1.0 - DETECT_LEVEL_GAIN) * d->beat_level;
+    if (gain == DETECT_LEVEL_GAIN && cand[k].crest >= DETECT_CLEAN_CREST) {
+        memmove(d->refs + 1, d->refs, (DETECT_UNLIKE_REFS - 1) * sizeof d->refs[0]);
+        d->refs[0] = cand[k].pos;
+        d->n_refs += d->n_refs < DETECT_UNLIKE_REFS;
+    }
     d->after_last = k + 1;
     d->best = SIZE_MAX;
     d->scanned = k + 1;
@@ -175,6 +185,41 @@ static bool detector_premature_weak(const struct detector *d, const struct cpu_c
            detector_regular(d);
 }
 
+/* Whether the shapes at a and b are alike on some lead (unlike_core.h), lead 0 first. */
+static bool shapes_alike(const struct cpu_shapes *s, struct unlike_geometry u, int64_t a,
+                         int64_t b)
+{
+    for (size_t l = 0; l < s->n_leads; l++)
+        if (unlike_alike(s->leads[l].y, (int64_t)s->n, u, a, b))
+            return true;
+    return false;
+}
+
+/*
+ * The shape test (unlike_core.h) for candidate k: whether it is like the last beat, the next
+ * candidate at least DETECT_UNLIKE_NEXT_HEIGHT of its height within u.next samples, or one of
+ * the references. A candidate no complex of the recording vouches for is noise.
+ */
+static bool detector_alike(const struct detector *d, const struct cpu_shapes *s,
+                           struct unlike_geometry u, const struct cpu_candidate *cand,
+                           size_t n_cand, size_t k)
+{
+    const int64_t pos = cand[k].pos;
+    if (d->last >= 0 && shapes_alike(s, u, pos, d->last))
+        return true;
+    for (size_t q = k + 1; q < n_cand && cand[q].pos - pos < u.next; q++) {
+        if ((double)cand[q].height >= DETECT_UNLIKE_NEXT_HEIGHT * (double)cand[k].height) {
+            if (shapes_alike(s, u, pos, cand[q].pos))
+                return true;
+            break;
+        }
+    }
+    for (size_t r = 0; r < d->n_refs; r++)
+        if (shapes_alike(s, u, pos, d->refs[r]))
+            return true;
+    return false;
+}
+
 static void detector_noise(struct detector *d, const struct cpu_candidate *c)
 {
     d->npk = DETECT_LEVEL_GAIN * c->height + (1.0 - DETECT_LEVEL_GAIN) * d->npk;
@@ -242,9 +287,9 @@ static size_t first_candidate_from(const struct cpu_candidate *cand, size_t n_ca
  * there.
  */
 static void decide_pass(const struct ecg_plan *plan, const struct cpu_candidate *cand,
-                        size_t n_cand, const struct cpu_decide_window *w, uint8_t *is_beat,
-                        size_t *first, size_t *last, const struct detector *seed,
-                        struct detector *end_state);
+                        size_t n_cand, const struct cpu_shapes *shapes,
+                        const struct cpu_decide_window *w, uint8_t *is_beat, size_t *first,
+                        size_t *last, const struct detector *seed, struct detector *end_state);
 
 /*
  * The levels a pass starts from when it follows a pass over the same window (the self
@@ -279,11 +324,12 @@ static void warm_levels(struct detector *d, const struct detector *seed)
  * records, whose first minute is clean, decide the same either way).
  */
 void cpu_decide_window(const struct ecg_plan *plan, const struct cpu_candidate *cand,
-                       size_t n_cand, const struct cpu_decide_window *w, uint8_t *is_beat,
-                       size_t *first, size_t *last)
+                       size_t n_cand, const struct cpu_shapes *shapes,
+                       const struct cpu_decide_window *w, uint8_t *is_beat, size_t *first,
+                       size_t *last)
 {
     if (w->origin != 0) {
-        decide_pass(plan, cand, n_cand, w, is_beat, first, last, NULL, NULL);
+        decide_pass(plan, cand, n_cand, shapes, w, is_beat, first, last, NULL, NULL);
         return;
     }
     struct cpu_decide_window learn = *w;
@@ -291,18 +337,20 @@ void cpu_decide_window(const struct ecg_plan *plan, const struct cpu_candidate *
     learn.stop_early = false;
     struct detector warm;
     size_t unused_first, unused_last;
-    decide_pass(plan, cand, n_cand, &learn, is_beat, &unused_first, &unused_last, NULL, &warm);
-    decide_pass(plan, cand, n_cand, w, is_beat, first, last, &warm, NULL);
+    decide_pass(plan, cand, n_cand, shapes, &learn, is_beat, &unused_first, &unused_last, NULL,
+                &warm);
+    decide_pass(plan, cand, n_cand, shapes, w, is_beat, first, last, &warm, NULL);
 }
 
 static void decide_pass(const struct ecg_plan *plan, const struct cpu_candidate *cand,
-                        size_t n_cand, const struct cpu_decide_window *w, uint8_t *is_beat,
-                        size_t *first, size_t *last, const struct detector *seed,
-                        struct detector *end_state)
+                        size_t n_cand, const struct cpu_shapes *shapes,
+                        const struct cpu_decide_window *w, uint8_t *is_beat, size_t *first,
+                        size_t *last, const struct detector *seed, struct detector *end_state)
 {
     const double fs = plan->fs_a_hz;
     const int64_t refractory = (int64_t)plan->refractory;
     const int64_t twave = (int64_t)detect_samples_of(DETECT_TWAVE_S, fs);
+    const struct unlike_geometry shape = unlike_geometry_of(fs);
     const size_t k_lo = first_candidate_from(cand, n_cand, w->origin);
     struct detector d;
     detector_learn(&d, cand, k_lo, n_cand, w->origin, w->horizon, fs);
@@ -370,6 +418,14 @@ static void decide_pass(const struct ecg_plan *plan, const struct cpu_candidate 
             detector_noise(&d, c);
             continue;
         }
+        /* ... and there a candidate not stronger than the usual beat must look like one of the
+         * recording's complexes (unlike_core.h). What it rejects teaches NPK nothing: a run of
+         * complexes of a shape not seen before (a ventricular tachycardia's first beats)
+         * would otherwise raise the threshold over the run. */
+        if (shapes && t > DETECT_THRESHOLD && d.n_refs >= 2 &&
+            (double)c->height < DETECT_UNLIKE_HEIGHT * d.beat_level &&
+            !detector_alike(&d, shapes, shape, cand, n_cand, k))
+            continue;
         detector_accept(&d, cand, k, DETECT_LEVEL_GAIN, w, is_beat);
         if (w->stop_early && d.last >= w->emit_hi)
             break;
@@ -443,7 +499,8 @@ static void merge_blocks(const struct ecg_plan *plan, const struct cpu_candidate
 }
 
 enum ecg_status cpu_decide(const struct ecg_plan *plan, const struct cpu_candidate *cand,
-                           size_t n_cand, size_t n_a, uint8_t *is_beat, struct ecg_error *err)
+                           size_t n_cand, const struct cpu_shapes *shapes, size_t n_a,
+                           uint8_t *is_beat, struct ecg_error *err)
 {
     const size_t n_blocks = cpu_decide_blocks(plan, n_a);
     size_t *first = malloc(2 * n_blocks * sizeof *first);
@@ -454,7 +511,7 @@ enum ecg_status cpu_decide(const struct ecg_plan *plan, const struct cpu_candida
     for (size_t b = 0; b < n_blocks; b++) {
         struct cpu_decide_window w;
         cpu_decide_block_window(plan, n_a, b, &w);
-        cpu_decide_window(plan, cand, n_cand, &w, is_beat, &first[b], &last[b]);
+        cpu_decide_window(plan, cand, n_cand, shapes, &w, is_beat, &first[b], &last[b]);
     }
     merge_blocks(plan, cand, n_blocks, first, last, is_beat);
     free(first);

@@ -702,7 +702,8 @@ enum ecg_status cpu_detect_leads(const struct ecg_plan *plan, const float *x, si
                           "detect: no memory for %zu candidates", n_cand);
         goto out;
     }
-    status = cpu_decide(plan, cand, n_cand, n_a, is_beat, err);
+    const struct cpu_shapes shapes = {leads, n_leads, n_a};
+    status = cpu_decide(plan, cand, n_cand, &shapes, n_a, is_beat, err);
     if (status != ECG_OK)
         goto out;
     status = cpu_reject_insertions(cand, n_cand, is_beat, err);

@@ -43,6 +43,20 @@
 #define DETECT_SEARCHBACK_ODD_SLOPE 2.0 /* ... search-back takes no candidate this much steeper,
                                         * for its height, than the beats */
 #endif
+/* the shape test (unlike_core.h): where noise raised the threshold, a candidate under
+ * DETECT_UNLIKE_HEIGHT of the beats' usual height must be like one of the last
+ * DETECT_UNLIKE_REFS beats taken in clean windows, the last beat, or the next candidate at least
+ * DETECT_UNLIKE_NEXT_HEIGHT of its height within DETECT_UNLIKE_NEXT_S */
+#ifndef DETECT_UNLIKE_MIN
+#define DETECT_UNLIKE_MIN 0.55       /* alike: |correlation| of the shapes at least this */
+#endif
+#define DETECT_UNLIKE_SHIFT_S 0.012  /* ... at a shift of at most this */
+#ifndef DETECT_UNLIKE_HEIGHT
+#define DETECT_UNLIKE_HEIGHT 1.0
+#endif
+#define DETECT_UNLIKE_REFS 4         /* (the test waits for two of them) */
+#define DETECT_UNLIKE_NEXT_S 2.0
+#define DETECT_UNLIKE_NEXT_HEIGHT 0.5
 #define DETECT_RR_COUNT 8            /* RR intervals in the running mean */
 #define DETECT_DECAY_RR 3.0          /* fruitless search-back: halve SPK once per 3 mean RR */
 #define DETECT_TWAVE_S 0.36          /* a candidate closer than this may be a T wave */

@@ -69,7 +69,7 @@ static void decide_brute_force(const struct ecg_plan *plan, const struct cpu_can
         uint8_t *mine = calloc(n_cand ? n_cand : 1, 1);
         assert_non_null(mine);
         size_t first, last;
-        cpu_decide_window(plan, cand, n_cand, &w, mine, &first, &last);
+        cpu_decide_window(plan, cand, n_cand, NULL, &w, mine, &first, &last);
         bool at_first = true;
         for (size_t k = 0; k < n_cand; k++) {
             if (!mine[k])
@@ -112,7 +112,7 @@ static void check_blocked(const struct ecg_plan *plan, const struct cpu_candidat
     assert_non_null(want);
     struct ecg_error err = {0};
     memset(got, 0x5a, n_cand);
-    assert_int_equal(cpu_decide(plan, cand, n_cand, n_a, got, &err), ECG_OK);
+    assert_int_equal(cpu_decide(plan, cand, n_cand, NULL, n_a, got, &err), ECG_OK);
     decide_brute_force(plan, cand, n_cand, n_a, want, conflicts);
     int64_t last = -1;
     size_t beats = 0;
@@ -140,7 +140,7 @@ static void decide_plain(const struct ecg_plan *plan, const struct cpu_candidate
     struct cpu_decide_window w = {0, 0, (int64_t)n_a, (int64_t)n_a, false};
     size_t first, last;
     memset(is_beat, 0, n_cand);
-    cpu_decide_window(plan, cand, n_cand, &w, is_beat, &first, &last);
+    cpu_decide_window(plan, cand, n_cand, NULL, &w, is_beat, &first, &last);
 }
 
 /* On real records (30 blocks each) and on a recording of one block, where the blocked pass is
@@ -178,7 +178,7 @@ static void test_blocked_records(void **state)
         uint8_t *blocked = malloc(n_cand), *plain = malloc(n_cand);
         assert_non_null(blocked);
         assert_non_null(plain);
-        assert_int_equal(cpu_decide(&plan, cand, n_cand, n_a, blocked, &err), ECG_OK);
+        assert_int_equal(cpu_decide(&plan, cand, n_cand, NULL, n_a, blocked, &err), ECG_OK);
         decide_plain(&plan, cand, n_cand, n_a, plain);
         for (size_t k = 0; k < n_cand; k++) {
             differ += blocked[k] != plain[k];
@@ -190,7 +190,7 @@ static void test_blocked_records(void **state)
         while (n_c1 < n_cand && cand[n_c1].pos < (int64_t)n_one)
             n_c1++;
         assert_int_equal(cpu_decide_blocks(&plan, n_one), 1);
-        assert_int_equal(cpu_decide(&plan, cand, n_c1, n_one, blocked, &err), ECG_OK);
+        assert_int_equal(cpu_decide(&plan, cand, n_c1, NULL, n_one, blocked, &err), ECG_OK);
         decide_plain(&plan, cand, n_c1, n_one, plain);
         assert_memory_equal(blocked, plain, n_c1);
 
@@ -329,7 +329,7 @@ static void test_blocked_merge_cases(void **state)
         check_blocked(&plan, c, n, n_a, what, conflicts);
         assert_int_equal(conflicts[scenario], 1);
         assert_int_equal(conflicts[0] + conflicts[1] + conflicts[2], 1);
-        assert_int_equal(cpu_decide(&plan, c, n, n_a, is_beat, &err), ECG_OK);
+        assert_int_equal(cpu_decide(&plan, c, n, NULL, n_a, is_beat, &err), ECG_OK);
         assert_int_equal(beat_at(c, is_beat, n, 14800), 1);
         if (scenario == 0) {
             assert_int_equal(beat_at(c, is_beat, n, 14990), 0);
@@ -468,7 +468,7 @@ static void test_searchback_pause(void **state)
         const size_t n =
             pause_stream(c, cases[t].irregular, cases[t].after, cases[t].slope, &small_pos);
         assert_true(n <= sizeof c / sizeof c[0]);
-        assert_int_equal(cpu_decide(&plan, c, n, n_a, is_beat, &err), ECG_OK);
+        assert_int_equal(cpu_decide(&plan, c, n, NULL, n_a, is_beat, &err), ECG_OK);
         size_t beats = 0, small = 0;
         for (size_t k = 0; k < n; k++) {
             beats += is_beat[k];
