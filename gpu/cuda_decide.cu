@@ -53,6 +53,11 @@ struct cand_global {
     {
         return factor((size_t)pos / crest_win);
     }
+    /* ... and whether its window is clean (crest factor at least DETECT_CLEAN_CREST) */
+    __device__ bool clean_at(size_t k, int64_t pos, size_t crest_win) const
+    {
+        return __ldg(&crest[(size_t)pos / crest_win]) >= DETECT_CLEAN_CREST;
+    }
 };
 
 struct cand_staged {
@@ -60,6 +65,7 @@ struct cand_staged {
     const float *height, *slope;
     const double *factors;
     const double *cand_factors; /* each candidate's window's factor, taken by the staging */
+    const uint8_t *cand_clean;  /* ... and whether that window is clean */
     __device__ int64_t pos(size_t k) const { return cpos[k]; }
     __device__ float h(size_t k) const { return height[k]; }
     __device__ float sl(size_t k) const { return slope[k]; }
@@ -67,6 +73,7 @@ struct cand_staged {
     /* the value factor_at of cand_global gives, looked up by the staging threads in parallel:
      * the pass's one thread neither divides (64 bits) nor waits for a second load */
     __device__ double factor_at(size_t k, int64_t, size_t) const { return cand_factors[k]; }
+    __device__ bool clean_at(size_t k, int64_t, size_t) const { return cand_clean[k] != 0; }
 };
 
 /* The first candidate at or after pos (n_cand if none): decide.c's first_candidate_from(). */
@@ -243,8 +250,7 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
         if ((gain) == DETECT_LEVEL_GAIN)                                                   \
             beat_level = DADD(DMUL(DETECT_LEVEL_GAIN, (double)src.h(acc_k)),               \
                               DMUL(1.0 - DETECT_LEVEL_GAIN, beat_level));                  \
-        if ((gain) == DETECT_LEVEL_GAIN &&                                                 \
-            __ldg(&a.crest[(size_t)acc_pos / a.crest_win]) >= DETECT_CLEAN_CREST) {        \
+        if ((gain) == DETECT_LEVEL_GAIN && src.clean_at(acc_k, acc_pos, a.crest_win)) {    \
             ref3 = ref2; ref2 = ref1; ref1 = ref0; ref0 = acc_pos;                         \
             n_refs += n_refs < DETECT_UNLIKE_REFS;                                         \
         }                                                                                  \
@@ -281,10 +287,11 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
             const int64_t pos = end ? horizon : pos_k;
             /* search back (from the origin until the first beat), possibly for several missed
              * beats in a row; sooner where candidate k's window is clean (decide.c's
-             * searchback_due: its crest read only when the gap lies between the two limits) */
+             * searchback_due: its window's cleanness asked only when the gap lies between the
+             * two limits) */
             while ((double)(pos - (last >= 0 ? last : origin)) > sb_limit ||
                    (!end && (double)(pos - (last >= 0 ? last : origin)) > sb_clean &&
-                    __ldg(&a.crest[(size_t)pos / a.crest_win]) >= DETECT_CLEAN_CREST)) {
+                    src.clean_at(k, pos, a.crest_win))) {
                 const double threshold = DADD(npk, DMUL(DETECT_THRESHOLD, DSUB(spk, npk)));
                 const double floor_height = DMUL(DETECT_SEARCHBACK_TH, threshold);
                 if (scanned < after_last) {
@@ -412,13 +419,15 @@ static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
 /*
  * The batched front's (cuda_small.cuh): member blockIdx.y's decision block blockIdx.x. A short
  * lead's candidates and crest windows fit in shared memory: the block's DECIDE_THREADS threads
- * copy the candidates there and take each window's threshold factor, and the pass's thread
- * reads them, instead of waiting for the L2 at every candidate (two dependent loads each: the
- * position, then its window's crest) and dividing for the factor there.
+ * copy the candidates there and take each window's threshold factor and each candidate's
+ * window's cleanness (the shape test's references are beats of clean windows), and the pass's
+ * thread reads them, instead of waiting for the L2 at every candidate and accepted beat (two
+ * dependent loads each: the position, then its window's crest) and dividing for the factor
+ * there.
  * A lead with more falls back to the global arrays. Same values, same order: the same flags.
  */
 #define DECIDE_THREADS 128
-#define DECIDE_STAGE 1024 /* candidates staged (16 bytes each) */
+#define DECIDE_STAGE 1024 /* candidates staged (25 bytes each) */
 #define DECIDE_CREST 256  /* crest windows staged */
 
 static __global__ void __launch_bounds__(DECIDE_THREADS)
@@ -428,6 +437,7 @@ static __global__ void __launch_bounds__(DECIDE_THREADS)
     __shared__ float s_height[DECIDE_STAGE], s_slope[DECIDE_STAGE];
     __shared__ double s_factor[DECIDE_CREST];
     __shared__ double s_cand_factor[DECIDE_STAGE];
+    __shared__ uint8_t s_cand_clean[DECIDE_STAGE];
     pdl_step_begin();
     const struct small_front *m = &ms[blockIdx.y];
     const struct detect_args a = m->a;
@@ -449,10 +459,14 @@ static __global__ void __launch_bounds__(DECIDE_THREADS)
     for (size_t w = threadIdx.x; w < m->n_win; w += DECIDE_THREADS)
         s_factor[w] = noise_threshold_factor(a.crest[w], DETECT_THRESHOLD);
     __syncthreads();
-    for (size_t k = threadIdx.x; k < n_cand; k += DECIDE_THREADS)
-        s_cand_factor[k] = s_factor[(size_t)s_pos[k] / a.crest_win];
+    for (size_t k = threadIdx.x; k < n_cand; k += DECIDE_THREADS) {
+        const size_t w = (size_t)s_pos[k] / a.crest_win;
+        s_cand_factor[k] = s_factor[w];
+        s_cand_clean[k] = a.crest[w] >= DETECT_CLEAN_CREST;
+    }
     __syncthreads();
-    const struct cand_staged src = {s_pos, s_height, s_slope, s_factor, s_cand_factor};
+    const struct cand_staged src = {s_pos, s_height, s_slope, s_factor, s_cand_factor,
+                                    s_cand_clean};
     if (threadIdx.x == 0)
         block_body(a, b, n_cand, src);
 }
