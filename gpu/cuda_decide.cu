@@ -3,10 +3,14 @@
  * candidates (twin of engine/cpu/decide.c; read that file for the method and why it runs by
  * blocks). cuda_detect() of cuda_detect.cu finds the candidates, calls cuda_decide() to flag
  * the beats among them, then refines the flagged ones. Steps, on the ctx's stream:
+ *   0. each block's references prelude (a block after the first: the pass over the
+ *      CPU_DETECT_REFS_S before its warm-up, marking nothing, for the shape test's references
+ *      it holds at the warm-up's start; decide.c's decide_refs_prelude())
+ *                                                                      one thread per block
  *   1. the sequential pass (levels, refractory, T-wave test, search-back, level decay) within
  *      each block of CPU_DETECT_BLOCK_S of signal, from fresh state CPU_DETECT_WARMUP_S before
- *      it (decide.c's cpu_decide_window() on cpu_decide_block_window()), the blocks
- *      independent                                                     one thread per block
+ *      it but for step 0's references (decide.c's cpu_decide_window() on
+ *      cpu_decide_block_window()), the blocks independent             one thread per block
  *   2. the boundary merge of the blocks' beats (decide.c's merge_blocks())
  *                                                     one thread (its block stages the ends)
  *
@@ -111,7 +115,14 @@ static __device__ bool leads_alike(const struct detect_args &a, int64_t p, int64
  * inside the block, and a stop at the first beat at or past the block's end. Blocks mark
  * disjoint candidates, so threads never write the same flag. block_first[b] and
  * block_last[b] get the first and last beat marked (k = SIZE_MAX: none), with what
- * merge_kernel needs of them.
+ * merge_kernel needs of them. A block after the first starts with the references a.refs[b]
+ * that its prelude left.
+ * With Prelude, block b's references prelude instead (decide.c's decide_refs_prelude): the
+ * same pass over [origin - a.refs_reach, origin) (from 0 where that is nearer), marking nothing,
+ * its references at the end to a.refs[b]; nothing for block 0, whose window starts at 0.
+ * (Run in a step of its own rather than by the pass when it first asks the test: that call
+ * site alone cost the batched 10-s strips' pass 7.5 us of its one thread, in a pass that
+ * never makes it.)
  *
  * Written for one thread's latency: the state lives in registers (no arrays indexed at run
  * time, which would put it in local memory), and the RR mean keeps a running sum of the last
@@ -119,17 +130,21 @@ static __device__ bool leads_alike(const struct detect_args &a, int64_t p, int64
  * whole numbers of samples, so every partial sum is an exact integer in double and both give
  * the same sum, hence the same mean.
  */
-template <class Src>
+template <bool Prelude, class Src>
 static __device__ __forceinline__ void block_body(struct detect_args a, size_t b, size_t n_cand,
                                                   const Src &src)
 {
     uint8_t *__restrict__ flag = a.flag;
 
-    /* the window (cpu_decide_block_window) */
+    /* the window (cpu_decide_block_window), or its prelude's */
     const int64_t emit_lo = (int64_t)b * a.block, emit_hi = emit_lo + a.block;
-    const int64_t origin = emit_lo > a.warmup ? emit_lo - a.warmup : 0;
-    const int64_t horizon = emit_hi + a.tail < (int64_t)a.n_a ? emit_hi + a.tail
-                                                             : (int64_t)a.n_a;
+    const int64_t start = emit_lo > a.warmup ? emit_lo - a.warmup : 0;
+    if (Prelude && start == 0)
+        return;
+    const int64_t origin = !Prelude ? start : start > a.refs_reach ? start - a.refs_reach : 0;
+    const int64_t horizon = Prelude ? start
+                            : emit_hi + a.tail < (int64_t)a.n_a ? emit_hi + a.tail
+                                                                : (int64_t)a.n_a;
     const size_t k_lo = first_candidate_from(src, n_cand, origin);
 
     double spk = 0.0, npk = 0.0, rr_mean = a.fs, rr_sum = 0.0;
@@ -155,6 +170,14 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
     static_assert(DETECT_UNLIKE_REFS == 4, "the references are ref0 .. ref3");
     int64_t ref0 = 0, ref1 = 0, ref2 = 0, ref3 = 0;
     size_t n_refs = 0;
+    if (!Prelude && origin != 0) { /* the prelude's */
+        const struct decide_refs r = a.refs[b];
+        ref0 = r.ref[0];
+        ref1 = r.ref[1];
+        ref2 = r.ref[2];
+        ref3 = r.ref[3];
+        n_refs = (size_t)r.n;
+    }
 
     {
         /* detector_learn(): SPK half the median of the DETECT_LEARN_TOP largest candidates of
@@ -263,9 +286,9 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
      * from what the first learnt of the beats (warm_levels: SPK, the RR intervals and their
      * mean, the usual slope and height; NPK as learnt, at most half of SPK) */
     const double npk_learnt = npk;
-    const bool warm_up = origin == 0;
+    const bool warm_up = !Prelude && origin == 0; /* (a prelude is one pass) */
     for (int pass = warm_up ? 0 : 1; pass < 2; pass++) {
-        const bool marking = pass == 1;
+        const bool marking = !Prelude && pass == 1;
         if (marking && warm_up) {
             npk = npk_learnt;
             if (npk > DMUL(0.5, spk))
@@ -395,25 +418,31 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
 #undef RR_SPAN
 #undef TWAVE_REFERENCE
 done:
-    struct block_end ends[2];
-    for (int e = 0; e < 2; e++) {
-        const size_t k = e == 0 ? first_mark : last_mark;
-        ends[e].k = k;
-        ends[e].pos = k != SIZE_MAX ? src.pos(k) : 0;
-        ends[e].height = k != SIZE_MAX ? src.h(k) : 0.0f;
-        ends[e].slope = k != SIZE_MAX ? src.sl(k) : 0.0f;
+    if constexpr (Prelude) {
+        const struct decide_refs r = {{ref0, ref1, ref2, ref3}, (int64_t)n_refs};
+        a.refs[b] = r;
+    } else {
+        struct block_end ends[2];
+        for (int e = 0; e < 2; e++) {
+            const size_t k = e == 0 ? first_mark : last_mark;
+            ends[e].k = k;
+            ends[e].pos = k != SIZE_MAX ? src.pos(k) : 0;
+            ends[e].height = k != SIZE_MAX ? src.h(k) : 0.0f;
+            ends[e].slope = k != SIZE_MAX ? src.sl(k) : 0.0f;
+        }
+        a.block_first[b] = ends[0];
+        a.block_last[b] = ends[1];
     }
-    a.block_first[b] = ends[0];
-    a.block_last[b] = ends[1];
 }
 
+template <bool Prelude>
 static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
 {
     const size_t b = blockIdx.x;
     if (b >= n_blocks || threadIdx.x != 0)
         return;
     const struct cand_global src = {a.cpos, a.height, a.slope, a.crest};
-    block_body(a, b, (size_t)*a.n_cand, src);
+    block_body<Prelude>(a, b, (size_t)*a.n_cand, src);
 }
 
 /*
@@ -425,11 +454,13 @@ static __global__ void block_kernel(struct detect_args a, size_t n_blocks)
  * dependent loads each: the position, then its window's crest) and dividing for the factor
  * there.
  * A lead with more falls back to the global arrays. Same values, same order: the same flags.
+ * With Prelude, the blocks' references preludes (block_body).
  */
 #define DECIDE_THREADS 128
 #define DECIDE_STAGE 1024 /* candidates staged (25 bytes each) */
 #define DECIDE_CREST 256  /* crest windows staged */
 
+template <bool Prelude>
 static __global__ void __launch_bounds__(DECIDE_THREADS)
     block_batch_kernel(const struct small_front *ms)
 {
@@ -442,13 +473,14 @@ static __global__ void __launch_bounds__(DECIDE_THREADS)
     const struct small_front *m = &ms[blockIdx.y];
     const struct detect_args a = m->a;
     const size_t b = blockIdx.x;
-    if (b >= m->n_blocks)
-        return; /* the whole CUDA block: no barrier below is left waiting */
+    if (b >= m->n_blocks || (Prelude && (int64_t)b * a.block <= a.warmup))
+        return; /* the whole CUDA block: no barrier below is left waiting (a block whose
+                 * window starts at 0 has no prelude) */
     const size_t n_cand = (size_t)*a.n_cand;
     if (n_cand > DECIDE_STAGE || m->n_win > DECIDE_CREST) {
         const struct cand_global src = {a.cpos, a.height, a.slope, a.crest};
         if (threadIdx.x == 0)
-            block_body(a, b, n_cand, src);
+            block_body<Prelude>(a, b, n_cand, src);
         return;
     }
     for (size_t k = threadIdx.x; k < n_cand; k += DECIDE_THREADS) {
@@ -468,7 +500,7 @@ static __global__ void __launch_bounds__(DECIDE_THREADS)
     const struct cand_staged src = {s_pos, s_height, s_slope, s_factor, s_cand_factor,
                                     s_cand_clean};
     if (threadIdx.x == 0)
-        block_body(a, b, n_cand, src);
+        block_body<Prelude>(a, b, n_cand, src);
 }
 
 /* ---------------------------------------------------------------- 2: boundary merge */
@@ -553,7 +585,11 @@ extern "C" enum ecg_status cuda_decide(struct cuda_ctx *ctx, const struct detect
 {
     enum ecg_status status = ECG_OK;
 
-    block_kernel<<<(unsigned)n_blocks, 1, 0, ctx->stream>>>(*a, n_blocks);
+    if (n_blocks > 1) { /* the references preludes of the blocks after the first */
+        block_kernel<true><<<(unsigned)n_blocks, 1, 0, ctx->stream>>>(*a, n_blocks);
+        CUDA_LAUNCH_CHECK();
+    }
+    block_kernel<false><<<(unsigned)n_blocks, 1, 0, ctx->stream>>>(*a, n_blocks);
     CUDA_LAUNCH_CHECK();
     profile_mark(prof, ctx->stream, "blocks");
     merge_kernel<<<1, MERGE_THREADS, 0, ctx->stream>>>(*a, n_blocks);
@@ -569,8 +605,11 @@ enum ecg_status small_batch_decide(cudaStream_t stream, const struct small_front
                                    struct ecg_error *err)
 {
     enum ecg_status status = ECG_OK;
+    if (max_blocks > 1) /* the references preludes of the blocks after the first */
+        CUDA_TRY(pdl_launch(dim3((unsigned)max_blocks, (unsigned)k), DECIDE_THREADS, 0, stream,
+                            block_batch_kernel<true>, members));
     CUDA_TRY(pdl_launch(dim3((unsigned)max_blocks, (unsigned)k), DECIDE_THREADS, 0, stream,
-                        block_batch_kernel, members));
+                        block_batch_kernel<false>, members));
     if (mark)
         small_mark(mark, stream);
     /* one decision block per member (every lead under CPU_DETECT_BLOCK_S): no boundary to

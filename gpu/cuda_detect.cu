@@ -821,6 +821,7 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     a.block = (int64_t)detect_samples_of(CPU_DETECT_BLOCK_S, plan->fs_a_hz);
     a.warmup = (int64_t)detect_samples_of(CPU_DETECT_WARMUP_S, plan->fs_a_hz);
     a.tail = (int64_t)detect_samples_of(CPU_DETECT_TAIL_S, plan->fs_a_hz);
+    a.refs_reach = (int64_t)detect_samples_of(CPU_DETECT_REFS_S, plan->fs_a_hz);
     n_blocks = n_a <= (size_t)a.block ? 1 : (n_a + (size_t)a.block - 1) / (size_t)a.block;
     a.fs = plan->fs_a_hz;
     a.reach_in = (int64_t)detect_samples_of(DETECT_REFINE_S, plan->fs_in_hz);
@@ -848,14 +849,14 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     a.unlike = unlike_geometry_of(plan->fs_a_hz);
 
     /* scratch: absf | env | flags | cpos | height | slope | beats_c | ref_in | ref_a |
-     * block_first | block_last | scalars | ins_k | ins_pos | ins_h | ins_mark |
+     * block_first | block_last | refs | scalars | ins_k | ins_pos | ins_h | ins_mark |
      * crest_peak | crest_mean | crest, and
      * with several leads lead_env | peak | mean | level | weight | gain, and with three or
      * more at | agree */
     bytes = 2 * ALIGN256(n_a * sizeof(float)) + ALIGN256(n_a) +
             4 * ALIGN256(max_cand * sizeof(int64_t)) + 2 * ALIGN256(max_cand * sizeof(float)) +
             2 * ALIGN256(n_blocks * sizeof(struct block_end)) +
-            256 +
+            ALIGN256(n_blocks * sizeof(struct decide_refs)) + 256 +
             2 * ALIGN256(max_cand * sizeof(int64_t)) + ALIGN256(max_cand * sizeof(float)) +
             ALIGN256(max_cand) +
             2 * ALIGN256(fz.n_win * sizeof(double)) + ALIGN256(fz.n_win * sizeof(float));
@@ -882,6 +883,8 @@ static enum ecg_status detect_steps(struct cuda_ctx *ctx, const struct ecg_plan 
     off += ALIGN256(n_blocks * sizeof(struct block_end));
     a.block_last = (struct block_end *)(base + off);
     off += ALIGN256(n_blocks * sizeof(struct block_end));
+    a.refs = (struct decide_refs *)(base + off);
+    off += ALIGN256(n_blocks * sizeof(struct decide_refs));
     a.n_cand = (int64_t *)(base + off);
     a.n_acc = a.n_cand + 1;
     a.n_beats = a.n_cand + 2;

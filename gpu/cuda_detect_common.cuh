@@ -33,6 +33,14 @@ struct block_end {
     float height, slope;
 };
 
+/* The shape test's references a decision block starts from (decide.c's references prelude):
+ * ref[0, n) newest first (DETECT_UNLIKE_REFS of them at most; cuda_decide.cu checks that it is
+ * 4). */
+struct decide_refs {
+    int64_t ref[4];
+    int64_t n;
+};
+
 /* Everything the kernels of both files need, by value. */
 struct detect_args {
     const float *x;      /* input, n_in */
@@ -67,6 +75,8 @@ struct detect_args {
     int64_t refractory, twave, learn;
     int64_t block, warmup, tail; /* the decision pass's blocks (decide.c), samples */
     struct block_end *block_first, *block_last; /* per block: first and last beat marked */
+    struct decide_refs *refs; /* per block: its references prelude's (block 0: unused) */
+    int64_t refs_reach;  /* the prelude's length (CPU_DETECT_REFS_S), samples */
     double fs;
     int64_t reach_in, lobe_reach, base_reach;
     uint32_t up, down;

@@ -146,6 +146,11 @@ enum ecg_status cpu_detect_candidates(const struct ecg_plan *plan, const float *
 #define CPU_DETECT_BLOCK_S 60.0
 #define CPU_DETECT_WARMUP_S 40.0
 #define CPU_DETECT_TAIL_S 10.0
+/* A block after the first also takes the shape test's references (decide.c) from a pass over
+ * at most this much signal before its warm-up, which marks nothing and leaves it nothing else. */
+#ifndef CPU_DETECT_REFS_S
+#define CPU_DETECT_REFS_S 60.0
+#endif
 
 /* One run of the sequential decision pass, analysis-grid samples. */
 struct cpu_decide_window {
