@@ -254,13 +254,29 @@ static double f1_pct(const struct f1 *s)
     return 200.0 * (double)s->tp / (double)(2 * s->tp + s->fn + s->fp);
 }
 
-/* Adds nst-style noise (channel of the same index) at snr_db to every lead of sig. */
-/* Electrode-motion noise at snr_db, the NSTDB way (lead l gets channel first + l), measured
- * against the record as it is; then, before the noise goes in, hum_mv of a hum_hz sine on every
- * lead (0: none), so that the hum does not raise the noise's level with the QRS amplitude it
- * adds to. */
-/* The NSTDB mixture of the noise record at path (from its channel first on, one per lead) at
- * snr_db, with hum_mv of hum_hz mains hum added first. */
+/* Channel 0 of the noise record at path added to sig's first lead at snr_db, measured against
+ * the record as it is, the NSTDB way but in noisy stretches of period_s from start_s on. */
+static void add_lead_noise(struct ecg_signal *sig, const struct ecg_annotations *ann,
+                           const char *path, double snr_db, double start_s, double period_s)
+{
+    struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = "0"};
+    struct ecg_signal noise = {0};
+    struct ecg_error err = {0};
+    if (ecg_read_file(path, &opts, &noise, &err) != ECG_OK)
+        fail_msg("noise: %s", err.message);
+    double pp, rms;
+    assert_int_equal(ecg_nst_amplitudes(sig->samples, sig->n, noise.samples, noise.n, sig->fs_hz,
+                                        ann, &pp, &rms, &err),
+                     ECG_OK);
+    ecg_nst_mix(sig->samples, sig->n, noise.samples, noise.n, sig->fs_hz,
+                ecg_nst_gain(snr_db, pp, rms), start_s, period_s);
+    ecg_signal_free(&noise);
+}
+
+/* The NSTDB mixture of the noise record at path (lead l gets channel first + l) at snr_db,
+ * measured against the record as it is; then, before the noise goes in, hum_mv of a hum_hz sine
+ * on every lead (0: none), so that the hum does not raise the noise's level with the QRS
+ * amplitude it adds to. */
 static void add_noise_hum(struct ecg_signal *sig, const struct ecg_annotations *ann,
                           const char *path, long first, double snr_db, double hum_mv,
                           double hum_hz)
@@ -654,24 +670,14 @@ static void test_unlike_across_blocks(void **state)
     struct ecg_engine *engine = cpu_engine();
     struct f1 score = {0};
     for (size_t r = 0; r < 4; r++) {
-        struct ecg_signal sig = {0}, noise = {0};
+        struct ecg_signal sig = {0};
         struct ecg_annotations ann = {0};
-        struct ecg_error err = {0};
         read_record(records[r], "0", &sig, &ann);
-        struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = "0"};
-        if (ecg_read_file(NOISE "/em_a", &opts, &noise, &err) != ECG_OK)
-            fail_msg("noise: %s", err.message);
-        double pp, rms;
-        assert_int_equal(ecg_nst_amplitudes(sig.samples, sig.n, noise.samples, noise.n,
-                                            sig.fs_hz, &ann, &pp, &rms, &err),
-                         ECG_OK);
-        ecg_nst_mix(sig.samples, sig.n, noise.samples, noise.n, sig.fs_hz,
-                    ecg_nst_gain(6.0, pp, rms), 120.0, 300.0);
+        add_lead_noise(&sig, &ann, NOISE "/em_a", 6.0, 120.0, 300.0);
         struct ecg_result *res = analyze(engine, &sig);
         add_score(&score, res, &ann, sig.fs_hz);
         ecg_result_free(res);
         ecg_annotations_free(&ann);
-        ecg_signal_free(&noise);
         ecg_signal_free(&sig);
     }
     print_message("em_a 6 dB in 5-min stretches, lead 0: TP %zu, FN %zu, FP %zu\n", score.tp,
@@ -914,18 +920,8 @@ static void test_noise_band(void **state)
         if (cases[c].noise) {
             char path[256];
             snprintf(path, sizeof path, "%s/%s", NOISE, cases[c].noise);
-            struct ecg_read_opts opts = {.format = ECG_FORMAT_WFDB, .lead = "0"};
-            struct ecg_signal noise = {0};
-            if (ecg_read_file(path, &opts, &noise, &err) != ECG_OK)
-                fail_msg("noise: %s", err.message);
-            double pp, rms;
-            assert_int_equal(ecg_nst_amplitudes(sig.samples, sig.n, noise.samples, noise.n,
-                                                sig.fs_hz, &ann, &pp, &rms, &err),
-                             ECG_OK);
-            ecg_nst_mix(sig.samples, sig.n, noise.samples, noise.n, sig.fs_hz,
-                        ecg_nst_gain(cases[c].snr_db, pp, rms), ECG_NST_START_S,
-                        ECG_NST_PERIOD_S);
-            ecg_signal_free(&noise);
+            add_lead_noise(&sig, &ann, path, cases[c].snr_db, ECG_NST_START_S,
+                           ECG_NST_PERIOD_S);
         }
         struct ecg_plan plan;
         assert_int_equal(ecg_plan_init(&plan, &params, sig.fs_hz, &err), ECG_OK);
