@@ -18,8 +18,9 @@
  * premature beat like the next one); what electrode motion and muscle noise leave in the QRS
  * band does not repeat the patient's complex. The candidates it is compared with are the
  * rhythm's own: the last beats taken in clean windows (crest factor at least
- * DETECT_CLEAN_CREST, where a beat is a beat), the last beat taken, and the next candidate at
- * least half as high (the second beat of a run that starts with an unfamiliar shape).
+ * DETECT_CLEAN_CREST, where a beat is a beat; from before the decision's block too, decide.c's
+ * references prelude), the last beat taken, and the next candidate at least half as high (the
+ * second beat of a run that starts with an unfamiliar shape).
  */
 #ifndef ECG_UNLIKE_CORE_H
 #define ECG_UNLIKE_CORE_H
