@@ -40,11 +40,11 @@
  *  - it starts with the shape test's references (unlike_core.h: the last beats taken above the
  *    threshold in clean windows) that a run over the CPU_DETECT_REFS_S before its origin, which
  *    marks nothing, holds at the origin (the references prelude, decide_refs_prelude), and
- *    learns nothing else from it. The references are the recording's clean complexes, however
- *    long ago it had some; a warm-up inside a noisy stretch has none, and without them the
- *    test stayed off for the whole block (electrode motion at 6 dB, lead 0: of the 2,602 false
- *    beats taken in noisy windows under the usual beat's height, 1,395 were taken untested in
- *    such blocks; F1 94.90 -> 95.07 % with the prelude, docs/ACCURACY.md item 16);
+ *    learns nothing else from it. The references are the recording's clean complexes, from up
+ *    to 100 s before the block; a warm-up inside a noisy stretch has none, and without them
+ *    the test stayed off for the whole block (electrode motion at 6 dB, lead 0: of the 2,602
+ *    false beats taken in noisy windows under the usual beat's height, 1,395 were taken
+ *    untested in such blocks; F1 94.90 -> 95.07 % with the prelude, docs/ACCURACY.md item 16);
  * Then the boundary merge (merge_blocks): the first beat of each block is checked against the
  * last beat kept before it, with the pass's own two exclusions: closer than the refractory
  * period, the lower of the two goes (the later on a tie); else closer than DETECT_TWAVE_S with
