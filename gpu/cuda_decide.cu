@@ -118,8 +118,9 @@ static __device__ bool leads_alike(const struct detect_args &a, int64_t p, int64
  * merge_kernel needs of them. A block after the first starts with the references a.refs[b]
  * that its prelude left.
  * With Prelude, block b's references prelude instead (decide.c's decide_refs_prelude): the
- * same pass over [origin - a.refs_reach, origin) (from 0 where that is nearer), marking nothing,
- * its references at the end to a.refs[b]; nothing for block 0, whose window starts at 0.
+ * same pass over [origin - a.refs_reach, origin) (from 0 where that is nearer), marking nothing
+ * and without the shape test, its references at the end to a.refs[b]; nothing for block 0,
+ * whose window starts at 0.
  * (Run in a step of its own rather than by the pass when it first asks the test: that call
  * site alone cost the batched 10-s strips' pass 7.5 us of its one thread, in a pass that
  * never makes it.)
@@ -392,7 +393,7 @@ static __device__ __forceinline__ void block_body(struct detect_args a, size_t b
              * the recording's complexes: the last beat, the next candidate at least half as high
              * (within DETECT_UNLIKE_NEXT_S), a reference (decide.c's detector_alike); what it
              * rejects teaches NPK nothing */
-            if (t > DETECT_THRESHOLD && n_refs >= 2 &&
+            if (!Prelude && t > DETECT_THRESHOLD && n_refs >= 2 &&
                 (double)h < DMUL(DETECT_UNLIKE_HEIGHT, beat_level)) {
                 bool alike = last >= 0 && leads_alike(a, pos, last);
                 for (size_t q = k + 1; !alike && q < n_cand && src.pos(q) - pos < a.unlike.next;

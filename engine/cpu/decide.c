@@ -326,7 +326,9 @@ static void warm_levels(struct detector *d, const struct detector *seed)
 /*
  * The references prelude of a window that does not start at the recording's start (the file
  * comment): one pass over [origin - CPU_DETECT_REFS_S, origin) (from the recording's start
- * where that is nearer), from fresh state, marking nothing; *end gets its state at the origin,
+ * where that is nearer), from fresh state, marking nothing and without the shape test (its
+ * references are beats of clean windows, where the test is not asked: with the test, the 32
+ * sets of docs/ACCURACY.md item 16 were decided the same); *end gets its state at the origin,
  * of which the window's pass takes only the references.
  */
 static void decide_refs_prelude(const struct ecg_plan *plan, const struct cpu_candidate *cand,
@@ -343,7 +345,7 @@ static void decide_refs_prelude(const struct ecg_plan *plan, const struct cpu_ca
         .stop_early = false,
     };
     size_t unused_first, unused_last;
-    decide_pass(plan, cand, n_cand, shapes, &pre, is_beat, &unused_first, &unused_last, NULL,
+    decide_pass(plan, cand, n_cand, NULL, &pre, is_beat, &unused_first, &unused_last, NULL,
                 NULL, end);
 }
 
