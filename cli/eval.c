@@ -5,7 +5,8 @@
  * Detection is scored beat by beat as ANSI/AAMI EC57 and WFDB's bxb do: a detected R peak matches
  * a reference beat annotation within 150 ms, every beat symbol counts, over whole records, except
  * that episodes of ventricular flutter or fibrillation (marked '[' ... ']' in the reference) are
- * left out, as the standard and bxb leave them out.
+ * left out, as the standard and bxb leave them out; the share of each AAMI class's reference
+ * beats (N, S, V, F, Q) that is matched is reported too (EC57's ventricular sensitivity).
  * With a model, the scores of detected beats matched to reference beats give ROC-AUCs for
  * V vs N-class and abnormal (S, V, F, Q classes) vs N-class beats, and the outlier flag's
  * sensitivity and false-positive rate.
@@ -58,6 +59,7 @@ struct record_stats {
     /* of m's true and false detections, those the answer flags readable = false */
     size_t tp_unreadable, fp_unreadable;
     size_t pauses, inside_pauses; /* --pauses: the pauses made, the detections inside them */
+    size_t class_beats[5], class_tp[5]; /* m's reference beats per AAMI class, and those found */
 };
 
 /* A noise stress test: noise record path and SNR; path NULL for none. */
@@ -438,6 +440,13 @@ static enum ecg_status eval_record(struct ecg_engine *engine, const char *dir, c
                                  res->r_peak[i] < pauses[p][1] -
                                                       (int64_t)(MATCH_WINDOW_S * sig.fs_hz);
     ecg_match_beats(det, n_det, ref, n_ref, sig.fs_hz, MATCH_WINDOW_S, &rs->m, match);
+    for (size_t j = 0; j < n_ref; j++) { /* what share of each class of beats is found */
+        int cls = class_index(ecg_aami_class(ann.symbol[ref_index[j]]));
+        if (cls >= 0) {
+            rs->class_beats[cls]++;
+            rs->class_tp[cls] += match[j] >= 0;
+        }
+    }
     if (res->readable) {
         /* how the quality verdict's flags split the true and the false detections */
         uint8_t *hit = calloc(n_det ? n_det : 1, 1);
@@ -561,11 +570,35 @@ static void print_anomaly(const struct score_lists *s, bool json)
     free(abn);
 }
 
+/* The sensitivity by AAMI class of the scored beats (EC57's set): of each class's reference
+ * beats, the share a detection matched (EC57 reports the ventricular class's). */
+static void print_classes(const struct record_stats *t, bool json)
+{
+    const char *names = "NSVFQ";
+    printf(json ? ",\"classes\":{" : "found by beat class (AAMI):");
+    for (int c = 0; c < 5; c++) {
+        const double se = pct(t->class_tp[c], t->class_beats[c]);
+        if (json && !t->class_beats[c]) /* no beat of the class: no share (null) */
+            printf("%s\"%c\":{\"beats\":0,\"tp\":0,\"se_pct\":null}", c ? "," : "", names[c]);
+        else if (json)
+            printf("%s\"%c\":{\"beats\":%zu,\"tp\":%zu,\"se_pct\":%.3f}", c ? "," : "",
+                   names[c], t->class_beats[c], t->class_tp[c], se);
+        else if (!t->class_beats[c])
+            printf("%s %c none", c ? "," : "", names[c]);
+        else
+            printf("%s %c %zu of %zu (%.2f %%)", c ? "," : "", names[c], t->class_tp[c],
+                   t->class_beats[c], se);
+    }
+    printf(json ? "}" : "\n");
+}
+
 static void eval_usage(FILE *out)
 {
     fprintf(out, "usage: ecgd eval [--json] [--lead N|NAME] [--model PATH|none] "
                  "[--backend auto|cpu|cuda] [--noise NAME|PATH --snr DB [--noise-offset S]] "
                  "[--strips S [--strip-overlap O]] [--pauses|--blocked-pauses] DIR [RECORD...]\n"
+                 "Reports Se / +P per record and in total, and the share of each AAMI beat class "
+                 "(N S V F Q) found.\n"
                  "Detection uses every lead of the records (--lead all) unless --lead names one "
                  "or a list.\n"
                  "Without RECORD names, reads DIR/RECORDS. The model defaults to %s when it "
@@ -809,6 +842,10 @@ int cli_eval(int argc, char **argv)
         total.noisy.tp += rs->noisy.tp;
         total.noisy.fn += rs->noisy.fn;
         total.noisy.fp += rs->noisy.fp;
+        for (int c = 0; c < 5; c++) {
+            total.class_beats[c] += rs->class_beats[c];
+            total.class_tp[c] += rs->class_tp[c];
+        }
         err_sum += rs->m.abs_err_ms_sum;
     }
     double se = pct(total.m.tp, total.m.tp + total.m.fn);
@@ -832,6 +869,7 @@ int cli_eval(int argc, char **argv)
                    "\"ppv_pct\":%.3f,\"f1_pct\":%.3f}}",
                    stress.path, stress.snr_db, stress.offset_s, total.n_ref_noisy, nm->tp, nm->fn, nm->fp, n_se,
                    n_ppv, 2.0 * n_se * n_ppv / (n_se + n_ppv));
+        print_classes(&total, true);
         if (stress.pauses)
             printf(",\"pauses\":{\"count\":%zu,\"p_waves\":%s,\"detections_inside\":%zu}",
                    total.pauses, stress.blocked ? "true" : "false", total.inside_pauses);
@@ -848,6 +886,7 @@ int cli_eval(int argc, char **argv)
         printf("nothing left out (ventricular flutter episodes counted): TP %zu, FN %zu, FP %zu, "
                "Se %.3f %%, +P %.3f %%, F1 %.3f %%\n",
                wm->tp, wm->fn, wm->fp, w_se, w_ppv, 2.0 * w_se * w_ppv / (w_se + w_ppv));
+        print_classes(&total, false);
         if (stress.path)
             printf("noise %s at %g dB from its second %g; noisy stretches alone: %zu beats, TP "
                    "%zu, FN %zu, FP %zu, Se %.3f %%, +P %.3f %%, F1 %.3f %%\n",

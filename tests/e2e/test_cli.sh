@@ -74,6 +74,16 @@ if [ -d "$mitdb" ]; then
     check "eval --json on 101 and 208: Se and +P > 99%" $PY -c '
 import json,sys; t=json.load(open(sys.argv[1]))["total"]
 sys.exit(not (t["se_pct"] > 99 and t["ppv_pct"] > 99 and t["beats"] == 1865 + 2955))' "$tmp/eval.json"
+    # by AAMI class: every scored beat in one class, the true ones found as the total says;
+    # 208's 992 ventricular beats (101 has none), a class without beats has no share
+    check "eval --json on 101 and 208: beats found by AAMI class add up, V 992 beats, Se > 99%" $PY -c '
+import json,sys; d=json.load(open(sys.argv[1])); t, c = d["total"], d["classes"]
+assert sorted(c) == list("FNQSV")
+assert sum(x["beats"] for x in c.values()) == t["beats"] and sum(x["tp"] for x in c.values()) == t["tp"]
+assert c["V"]["beats"] == 992 and c["V"]["se_pct"] > 99
+one = json.loads(__import__("subprocess").run(sys.argv[2:], capture_output=True, text=True).stdout)
+sys.exit(not (one["classes"]["V"]["beats"] == 0 and one["classes"]["V"]["se_pct"] is None))' \
+        "$tmp/eval.json" "$ECGD" eval --json --model none $mitdb 101
     # the noise stress test read from another point of the noise record: offset 0 is the
     # standard test, 120 s meets other noise at the same gain, the noise's length wraps to 0
     for o in none 0 120 1805.5556; do
