@@ -34,10 +34,9 @@ struct block_end {
 };
 
 /* The shape test's references a decision block starts from (decide.c's references prelude):
- * ref[0, n) newest first (DETECT_UNLIKE_REFS of them at most; cuda_decide.cu checks that it is
- * 4). */
+ * ref[0, n) newest first. */
 struct decide_refs {
-    int64_t ref[4];
+    int64_t ref[DETECT_UNLIKE_REFS];
     int64_t n;
 };
 

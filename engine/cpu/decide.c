@@ -332,9 +332,8 @@ static void warm_levels(struct detector *d, const struct detector *seed)
  * of which the window's pass takes only the references.
  */
 static void decide_refs_prelude(const struct ecg_plan *plan, const struct cpu_candidate *cand,
-                                size_t n_cand, const struct cpu_shapes *shapes,
-                                const struct cpu_decide_window *w, uint8_t *is_beat,
-                                struct detector *end)
+                                size_t n_cand, const struct cpu_decide_window *w,
+                                uint8_t *is_beat, struct detector *end)
 {
     const int64_t reach = (int64_t)detect_samples_of(CPU_DETECT_REFS_S, plan->fs_a_hz);
     struct cpu_decide_window pre = {
@@ -366,7 +365,7 @@ void cpu_decide_window(const struct ecg_plan *plan, const struct cpu_candidate *
 {
     if (w->origin != 0) {
         struct detector prelude;
-        decide_refs_prelude(plan, cand, n_cand, shapes, w, is_beat, &prelude);
+        decide_refs_prelude(plan, cand, n_cand, w, is_beat, &prelude);
         decide_pass(plan, cand, n_cand, shapes, w, is_beat, first, last, NULL, &prelude, NULL);
         return;
     }
